@@ -1,0 +1,86 @@
+"""The backend contract: load a model, run prepared arrays through it, close it."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from visionrt.errors import ConfigError
+from visionrt.types import BackendInfo
+
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+DEVICES = ("cpu", "cuda", "tensorrt", "gpu", "npu")
+
+Array = npt.NDArray[np.generic]
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOptions:
+    """What the caller asks of a runtime; `info` says what it actually got.
+
+    `threads` 0 means the runtime's default. `input_size` (height, width) asks a runtime that can
+    reshape the model to run at another size. `settings` holds runtime-specific knobs as strings
+    (e.g. OpenVINO's `hint=throughput`), validated by the backend that reads them.
+    """
+
+    device: str = "cpu"
+    precision: str = "fp32"
+    threads: int = 0
+    batch: int = 1
+    input_size: tuple[int, int] | None = None
+    fold_preprocess: bool = False
+    cache_dir: Path | None = None
+    settings: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ConfigError(
+                f"inference.precision: expected one of {', '.join(PRECISIONS)},"
+                f" got '{self.precision}'"
+            )
+        if self.device.split(":")[0] not in DEVICES:
+            raise ConfigError(
+                f"inference.device: expected one of {', '.join(DEVICES)} (optionally :INDEX),"
+                f" got '{self.device}'"
+            )
+        if self.threads < 0:
+            raise ConfigError(f"inference.threads: expected >= 0, got {self.threads}")
+        if self.batch < 1:
+            raise ConfigError(f"inference.batch: expected >= 1, got {self.batch}")
+        if self.input_size is not None and any(d < 32 or d % 32 for d in self.input_size):
+            raise ConfigError(
+                f"inference.input_size: expected height and width multiples of 32, got"
+                f" {list(self.input_size)}"
+            )
+
+
+class Backend(ABC):
+    """One runtime. `infer` must be safe to call from `concurrency` threads at once."""
+
+    name: ClassVar[str]
+    info: BackendInfo
+    # How many `infer` calls the runtime can usefully overlap (OpenVINO throughput streams).
+    concurrency: int = 1
+
+    @abstractmethod
+    def load(self, model: Path, options: BackendOptions) -> None:
+        """Load `model` so that `infer` can run; raise ModelLoadError or BackendUnavailable."""
+
+    @abstractmethod
+    def infer(self, inputs: Mapping[str, Array]) -> list[Array]:
+        """Run one batch; outputs in the order of `info.outputs`."""
+
+    def close(self) -> None:  # noqa: B027 - most runtimes free on garbage collection
+        """Release the runtime's resources."""
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,142 @@
+"""The table of backends: which file serves which runtime, what it needs, how to get it."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+from visionrt.backends.base import Backend, BackendOptions
+from visionrt.errors import BackendUnavailable, ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class BackendRow:
+    """One runtime: its name, the class to import, the files it reads, what it needs."""
+
+    name: str
+    target: str
+    suffixes: tuple[str, ...]
+    requires: tuple[str, ...]
+    extra: str
+    devices: tuple[str, ...]
+    summary: str
+
+
+ROWS: tuple[BackendRow, ...] = (
+    BackendRow(
+        "openvino",
+        "visionrt.backends.openvino:OpenVINOBackend",
+        (".onnx", ".xml"),
+        ("openvino",),
+        "openvino",
+        ("cpu", "gpu", "npu"),
+        "Intel OpenVINO; bf16 on CPUs that have it, INT8 IR, throughput streams",
+    ),
+    BackendRow(
+        "onnxruntime",
+        "visionrt.backends.onnxruntime:OnnxRuntimeBackend",
+        (".onnx",),
+        ("onnxruntime",),
+        "",
+        ("cpu", "cuda", "tensorrt"),
+        "ONNX Runtime; CPU provider, CUDA/TensorRT providers with onnxruntime-gpu",
+    ),
+    BackendRow(
+        "torch",
+        "visionrt.backends.torch:TorchBackend",
+        (".onnx", ".pt"),
+        ("torch", "onnx2torch"),
+        "torch",
+        ("cpu", "cuda"),
+        "PyTorch eager/compile/CUDA graphs on the ONNX graph converted by onnx2torch",
+    ),
+    BackendRow(
+        "tensorrt",
+        "visionrt.backends.tensorrt:TensorRTBackend",
+        (".onnx", ".engine"),
+        ("tensorrt",),
+        "tensorrt",
+        ("cuda",),
+        "NVIDIA TensorRT engines built from ONNX (FP16/INT8)",
+    ),
+    BackendRow(
+        "null",
+        "visionrt.backends.null:NullBackend",
+        (".onnx",),
+        (),
+        "",
+        ("cpu",),
+        "does nothing: shape-correct zero outputs, for plumbing tests and overhead baselines",
+    ),
+)
+
+# `auto` tries these in order: the fastest runtime first for each device (docs/backends.md).
+AUTO_ORDER: dict[str, tuple[str, ...]] = {
+    "cpu": ("openvino", "onnxruntime"),
+    "cuda": ("tensorrt", "onnxruntime", "torch"),
+}
+
+
+def find_row(name: str) -> BackendRow:
+    for row in ROWS:
+        if row.name == name:
+            return row
+    names = ", ".join(["auto", *(r.name for r in ROWS)])
+    raise ConfigError(f"unknown backend '{name}': expected one of {names}")
+
+
+def missing_requirement(row: BackendRow) -> str | None:
+    """The first required module that cannot be imported, or None when all are present."""
+    for module in row.requires:
+        if importlib.util.find_spec(module) is None:
+            return module
+    return None
+
+
+def unavailable_reason(row: BackendRow) -> str | None:
+    missing = missing_requirement(row)
+    if missing is None:
+        return None
+    hint = f"pip install 'visionrt[{row.extra}]'" if row.extra else f"pip install {missing}"
+    return f"backend '{row.name}' needs the '{missing}' package: {hint}"
+
+
+def choose_auto(device: str, model: Path) -> tuple[BackendRow, str]:
+    """The first available backend in AUTO_ORDER for `device`, with a sentence saying why."""
+    order = AUTO_ORDER.get(device.split(":")[0], ("onnxruntime",))
+    skipped = []
+    for name in order:
+        row = find_row(name)
+        reason = unavailable_reason(row)
+        if reason is None and model.suffix in row.suffixes:
+            why = f"first available for device '{device}' in the order {' > '.join(order)}"
+            if skipped:
+                why += f" ({'; '.join(skipped)})"
+            return row, why
+        skipped.append(reason or f"{name} does not read {model.suffix}")
+    raise BackendUnavailable(f"no backend available for device '{device}': {'; '.join(skipped)}")
+
+
+def load_backend(name: str, model: str | Path, options: BackendOptions | None = None) -> Backend:
+    """Import the runtime named `name` (or pick one with 'auto') and load `model` into it."""
+    model = Path(model)
+    options = options or BackendOptions()
+    row = choose_auto(options.device, model)[0] if name == "auto" else find_row(name)
+    reason = unavailable_reason(row)
+    if reason is not None:
+        raise BackendUnavailable(reason)
+    if options.device.split(":")[0] not in row.devices:
+        raise ConfigError(
+            f"backend '{row.name}' does not run on device '{options.device}':"
+            f" expected one of {', '.join(row.devices)}"
+        )
+    module_name, class_name = row.target.split(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except ImportError as err:
+        raise BackendUnavailable(f"backend '{row.name}' failed to import: {err}") from err
+    backend: Backend = cls()
+    backend.load(model, options)
+    return backend

@@ -1,0 +1,11 @@
+"""Benchmarks: model-only and end-to-end speed measured in the same run, with medians and spread."""
+
+from visionrt.bench.measure import (
+    BenchResult,
+    Spread,
+    measure_end_to_end,
+    measure_model_only,
+    prepared_inputs,
+)
+
+__all__ = ["BenchResult", "Spread", "measure_end_to_end", "measure_model_only", "prepared_inputs"]

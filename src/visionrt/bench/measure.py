@@ -1,0 +1,118 @@
+"""Measure a backend alone on prepared real frames, and the whole pipeline on a video."""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from visionrt.backends import Backend
+from visionrt.pipeline import Pipeline
+from visionrt.preprocess import InputLayout, compute_letterbox, letterbox_into
+from visionrt.sinks import JsonlSink
+from visionrt.sources import SourceOptions, open_source
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """Median, min and max of repeated measurements."""
+
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Spread:
+        return cls(statistics.median(values), min(values), max(values))
+
+    def __str__(self) -> str:
+        return f"{self.median:.2f} ({self.low:.2f}–{self.high:.2f})"
+
+
+@dataclass(frozen=True, slots=True)
+class BenchResult:
+    """One configuration: FPS per repetition for model-only and end-to-end, and their ratio."""
+
+    label: str
+    model_only_fps: list[float]
+    end_to_end_fps: list[float]
+    model_only_ms_p50: list[float]
+    model_only_ms_p99: list[float]
+    details: dict[str, Any]
+
+    @property
+    def efficiency(self) -> Spread:
+        """End-to-end FPS / model-only FPS, paired by repetition (same minute of the machine)."""
+        return Spread.of(
+            [e / m for e, m in zip(self.end_to_end_fps, self.model_only_fps, strict=True)]
+        )
+
+
+def prepared_inputs(
+    video: str, input_hw: tuple[int, int], layout: InputLayout, frames: int = 32
+) -> list[npt.NDArray[Any]]:
+    """The first `frames` frames of `video`, letterboxed exactly as the pipeline does."""
+    source = open_source(video, 0, SourceOptions(mode="file", max_frames=frames))
+    prepared = []
+    try:
+        for frame in source.frames():
+            box = compute_letterbox(frame.image.shape[:2], input_hw)
+            if layout is InputLayout.NHWC_U8_BGR:
+                buffer = np.empty((1, *input_hw, 3), np.uint8)
+            else:
+                buffer = np.empty((1, 3, *input_hw), np.float32)
+            letterbox_into(frame.image, buffer[0], box, layout)
+            prepared.append(buffer)
+    finally:
+        source.close()
+    return prepared
+
+
+def measure_model_only(
+    backend: Backend, inputs: list[npt.NDArray[Any]], runs: int, warmup: int = 3
+) -> list[float]:
+    """Seconds per `infer` call over `runs` calls cycling through `inputs`, after warm-up.
+
+    With `backend.concurrency` > 1 the calls overlap as the pipeline overlaps them, and the
+    figure is wall time per frame."""
+    name = backend.info.inputs[0].name
+    for i in range(warmup):
+        backend.infer({name: inputs[i % len(inputs)]})
+    concurrency = max(1, backend.concurrency)
+    if concurrency == 1:
+        times = []
+        for i in range(runs):
+            started = time.perf_counter()
+            backend.infer({name: inputs[i % len(inputs)]})
+            times.append(time.perf_counter() - started)
+        return times
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        started = time.perf_counter()
+        list(pool.map(lambda i: backend.infer({name: inputs[i % len(inputs)]}), range(runs)))
+        per_frame = (time.perf_counter() - started) / runs
+    return [per_frame] * runs
+
+
+def measure_end_to_end(make_pipeline: Callable[[], Pipeline]) -> tuple[float, dict[str, Any]]:
+    """FPS of a full run into a JSONL sink (model load and warm-up excluded), and its summary."""
+    pipeline = make_pipeline()
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            summary = pipeline.run([JsonlSink(Path(tmp) / "bench.jsonl")])
+        finally:
+            pipeline.close()
+    if not summary.accounted or summary.frames_out == 0:
+        raise RuntimeError(
+            f"benchmark run lost frames: {summary.frames_in} in,"
+            f" {summary.frames_out} out, {summary.dropped}"
+        )
+    return summary.fps, summary.to_json()

@@ -1,0 +1,1 @@
+"""Command-line interface: parsing and printing only; the library does the work."""

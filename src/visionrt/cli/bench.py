@@ -1,0 +1,192 @@
+"""`visionrt bench`: model-only vs end-to-end FPS per variant, alternating, median and spread."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from visionrt.backends import BackendOptions, load_backend
+from visionrt.bench import (
+    BenchResult,
+    Spread,
+    measure_end_to_end,
+    measure_model_only,
+    prepared_inputs,
+)
+from visionrt.cli.run import _parse_size
+from visionrt.errors import ConfigError
+from visionrt.model import DEMO_VIDEO, demo_model_path
+from visionrt.pipeline import Pipeline
+from visionrt.postprocess import PostprocessOptions
+from visionrt.preprocess import InputLayout
+from visionrt.sources import SourceOptions
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """`backend[:precision[:HxW[:model]]]`, e.g. `openvino:bf16:512x640`."""
+
+    backend: str
+    options: BackendOptions
+    model: str
+
+    @property
+    def label(self) -> str:
+        size = "x".join(map(str, self.options.input_size)) if self.options.input_size else "native"
+        return f"{self.backend}:{self.options.precision}:{size}"
+
+
+def parse_variant(text: str, base: BackendOptions, model: str) -> Variant:
+    parts = text.split(":", 3)
+    options = base
+    if len(parts) > 1 and parts[1]:
+        options = replace(options, precision=parts[1])
+    if len(parts) > 2 and parts[2]:
+        height, width = _parse_size(parts[2])
+        options = replace(options, input_size=(height, width))
+    if not parts[0]:
+        raise ConfigError(f"--variant '{text}': expected backend[:precision[:HxW[:model]]]")
+    return Variant(parts[0], options, parts[3] if len(parts) > 3 else model)
+
+
+def run_bench(
+    variants: list[Variant],
+    video: str,
+    runs: int,
+    model_only_calls: int,
+    max_frames: int,
+    console: Console,
+) -> list[BenchResult]:
+    """Each repetition measures every variant once (model-only, then end-to-end), so drifts in
+    machine speed hit all variants alike; ratios are taken within a repetition."""
+    rows: dict[str, dict[str, list[float]]] = {
+        v.label: {"mo": [], "e2e": [], "p50": [], "p99": []} for v in variants
+    }
+    details: dict[str, Any] = {}
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("bench", total=runs * len(variants))
+        for _ in range(runs):
+            for variant in variants:
+                progress.update(task, description=f"{variant.label}")
+                row = rows[variant.label]
+                backend = load_backend(variant.backend, variant.model, variant.options)
+                try:
+                    info = backend.info
+                    layout = (
+                        InputLayout.NHWC_U8_BGR
+                        if info.inputs[0].dtype == "uint8"
+                        else InputLayout.NCHW_FLOAT
+                    )
+                    shape = info.inputs[0].shape
+                    hw = shape[1:3] if layout is InputLayout.NHWC_U8_BGR else shape[2:4]
+                    inputs = prepared_inputs(video, (int(hw[0]), int(hw[1])), layout)
+                    times = sorted(measure_model_only(backend, inputs, model_only_calls))
+                finally:
+                    backend.close()
+                row["mo"].append(len(times) / sum(times))
+                row["p50"].append(1e3 * times[len(times) // 2])
+                row["p99"].append(1e3 * times[min(len(times) - 1, int(len(times) * 0.99))])
+
+                def make(v: Variant = variant) -> Pipeline:
+                    return Pipeline(
+                        [video],
+                        v.model,
+                        v.backend,
+                        v.options,
+                        PostprocessOptions(),
+                        SourceOptions(mode="file", max_frames=max_frames),
+                    )
+
+                fps, summary = measure_end_to_end(make)
+                row["e2e"].append(fps)
+                details[variant.label] = {
+                    "backend": summary["backend"],
+                    "stages": summary["stages"],
+                    "frames": summary["frames_out"],
+                }
+                progress.advance(task)
+    return [
+        BenchResult(
+            v.label,
+            rows[v.label]["mo"],
+            rows[v.label]["e2e"],
+            rows[v.label]["p50"],
+            rows[v.label]["p99"],
+            details[v.label],
+        )
+        for v in variants
+    ]
+
+
+def bench_command(
+    source: Annotated[str | None, typer.Argument(help="Video. Default: the demo video.")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m")] = None,
+    variant: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="backend[:precision[:HxW[:model]]], repeatable. Default: onnxruntime:fp32."
+        ),
+    ] = None,
+    threads: Annotated[int, typer.Option(help="Inference threads (0: runtime default).")] = 0,
+    runs: Annotated[int, typer.Option(help="Repetitions (alternating variants).")] = 3,
+    calls: Annotated[int, typer.Option(help="Model-only calls per repetition.")] = 100,
+    max_frames: Annotated[int, typer.Option(help="End-to-end frames (0: all).")] = 0,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write results as JSON here.")
+    ] = None,
+) -> None:
+    """Measure model-only and end-to-end FPS of backend variants on a real video."""
+    model_path = model or str(demo_model_path())
+    video = source or str(DEMO_VIDEO)
+    base = BackendOptions(threads=threads)
+    variants = [parse_variant(v, base, model_path) for v in (variant or ["onnxruntime:fp32"])]
+    console = Console(stderr=True)
+    results = run_bench(variants, video, runs, calls, max_frames, console)
+    table = Table(title=f"{Path(video).name} · {runs} runs · median (min–max)")
+    for column in (
+        "variant",
+        "model-only ms p50",
+        "model-only FPS",
+        "end-to-end FPS",
+        "efficiency",
+    ):
+        table.add_column(column)
+    for result in results:
+        table.add_row(
+            result.label,
+            str(Spread.of(result.model_only_ms_p50)),
+            str(Spread.of(result.model_only_fps)),
+            str(Spread.of(result.end_to_end_fps)),
+            str(result.efficiency),
+        )
+    Console().print(table)
+    if json_out:
+        json_out.write_text(
+            json.dumps(
+                [
+                    {
+                        "variant": r.label,
+                        "model_only_fps": r.model_only_fps,
+                        "end_to_end_fps": r.end_to_end_fps,
+                        "model_only_ms_p50": r.model_only_ms_p50,
+                        "model_only_ms_p99": r.model_only_ms_p99,
+                        "efficiency": r.efficiency.median,
+                        "details": r.details,
+                    }
+                    for r in results
+                ],
+                indent=2,
+            ),
+            encoding="utf-8",
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench", help=bench_command.__doc__)(bench_command)

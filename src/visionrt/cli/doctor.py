@@ -1,0 +1,93 @@
+"""`visionrt doctor`: what this machine has: CPU, runtimes, backends, demo assets."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from visionrt.backends.registry import AUTO_ORDER, ROWS, unavailable_reason
+from visionrt.errors import VisionRTError
+from visionrt.model import DEMO_VIDEO, demo_model_path
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu_flags() -> list[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            flags = next(
+                (line.split(":", 1)[1].split() for line in handle if line.startswith("flags")), []
+            )
+    except OSError:
+        return []
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
+    return [f for f in wanted if f in flags]
+
+
+def doctor_report() -> dict[str, Any]:
+    try:
+        model = str(demo_model_path())
+    except VisionRTError as err:
+        model = f"missing: {err}"
+    return {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "cpu_flags": _cpu_flags(),
+        "packages": {
+            p: _version(p)
+            for p in (
+                "numpy",
+                "onnxruntime",
+                "onnxruntime-gpu",
+                "openvino",
+                "nncf",
+                "torch",
+                "tensorrt",
+                "av",
+                "opencv-python-headless",
+            )
+        },
+        "backends": {row.name: unavailable_reason(row) or "available" for row in ROWS},
+        "auto_order": AUTO_ORDER,
+        "demo_model": model,
+        "demo_video": str(DEMO_VIDEO) if DEMO_VIDEO.is_file() else f"missing: {DEMO_VIDEO}",
+    }
+
+
+def doctor_command(
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Check the system: CPU features, installed runtimes, usable backends, demo assets."""
+    report = doctor_report()
+    if json_out:
+        print(json.dumps(report, indent=2))
+        return
+    console = Console()
+    table = Table(title="visionrt doctor", show_header=False)
+    for key in ("python", "machine", "cpus"):
+        table.add_row(key, str(report[key]))
+    table.add_row("cpu features", ", ".join(report["cpu_flags"]) or "none of note")
+    for name, version in report["packages"].items():
+        table.add_row(name, version)
+    for name, state in report["backends"].items():
+        table.add_row(f"backend {name}", state)
+    table.add_row("demo model", report["demo_model"])
+    table.add_row("demo video", report["demo_video"])
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("doctor", help=doctor_command.__doc__)(doctor_command)

@@ -1,0 +1,232 @@
+"""`visionrt run`: parse options, build the pipeline and its sinks, show progress and the summary."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from visionrt.backends.registry import choose_auto
+from visionrt.config import RunConfig, load_config
+from visionrt.errors import ConfigError, SourceError
+from visionrt.model import DEMO_VIDEO, demo_model_path
+from visionrt.pipeline import Pipeline
+from visionrt.sinks import JsonlSink, Sink, VideoSink
+from visionrt.telemetry.report import TelemetryWriter, print_summary
+from visionrt.types import FrameResult
+
+Opt = typer.Option
+
+
+def _flag_values(**flags: Any) -> dict[str, Any]:
+    """Explicit flags as a nested config dict; flags left unset are None and do not override."""
+    imgsz = flags.pop("imgsz")
+    values: dict[str, Any] = {
+        "model": flags["model"],
+        "backend": flags["backend"],
+        "source": {"mode": flags["mode"], "max_frames": flags["max_frames"]},
+        "inference": {
+            "device": flags["device"],
+            "precision": flags["precision"],
+            "threads": flags["threads"],
+            "batch": flags["batch"],
+            "input_size": _parse_size(imgsz) if imgsz else None,
+        },
+        "postprocess": {"conf": flags["conf"], "iou": flags["iou"]},
+        "output": {
+            "dir": flags["out"],
+            "telemetry": flags["telemetry"],
+            "video": False if flags["no_video"] else None,
+            "jsonl": False if flags["no_jsonl"] else None,
+        },
+    }
+    if flags["sources"]:
+        values["sources"] = list(flags["sources"])
+    return values
+
+
+def _parse_size(text: str) -> list[int]:
+    parts = text.lower().replace("x", ",").split(",")
+    try:
+        sizes = [int(p) for p in parts if p]
+    except ValueError as err:
+        raise ConfigError(
+            f"--imgsz '{text}': expected SIZE or HEIGHTxWIDTH, e.g. 640 or 512x640"
+        ) from err
+    if len(sizes) == 1:
+        sizes = sizes * 2
+    if len(sizes) != 2:
+        raise ConfigError(f"--imgsz '{text}': expected SIZE or HEIGHTxWIDTH")
+    return sizes
+
+
+def _with_defaults(config: RunConfig) -> RunConfig:
+    from dataclasses import replace
+
+    if not config.model:
+        config = replace(config, model=str(demo_model_path()))
+    if not config.sources:
+        if not DEMO_VIDEO.is_file():
+            raise SourceError(
+                f"no source given and the demo video {DEMO_VIDEO} is missing:"
+                " apt-get install opencv-doc (or `make setup`)"
+            )
+        config = replace(config, sources=(str(DEMO_VIDEO),))
+    return config
+
+
+def _make_sinks(config: RunConfig, pipeline: Pipeline) -> list[Sink]:
+    out = Path(config.output.dir)
+    stems = []
+    for i, source in enumerate(pipeline.sources):
+        stem = Path(source.name.rstrip("/")).stem or f"source{i}"
+        stems.append(stem if stem not in stems else f"{stem}-{i}")
+    sinks: list[Sink] = []
+    if config.output.jsonl:
+        name = f"{stems[0]}.jsonl" if len(stems) == 1 else "detections.jsonl"
+        sinks.append(JsonlSink(out / name))
+    if config.output.video:
+        for i, source in enumerate(pipeline.sources):
+            sinks.append(
+                VideoSink(out / f"{stems[i]}.mp4", source.fps, config.output.codec, source_id=i)
+            )
+    return sinks
+
+
+def _install_signal_handlers(pipeline: Pipeline) -> None:
+    def handle(signum: int, _frame: Any) -> None:
+        if pipeline.interrupted:  # a second signal: the user really wants out
+            raise KeyboardInterrupt
+        print(
+            f"\nvisionrt: {signal.Signals(signum).name}: stopping, finishing frames in flight"
+            " (again to abort)",
+            file=sys.stderr,
+        )
+        pipeline.stop()
+
+    signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGTERM, handle)
+
+
+def run_command(
+    sources: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Video files, image folders/globs, /dev/videoN or camera index, rtsp/http URLs."
+            " Default: the demo video."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, Opt("--model", "-m", help="ONNX detector. Default: demo model.")
+    ] = None,
+    backend: Annotated[
+        str | None, Opt(help="onnxruntime, openvino, torch, tensorrt, null or auto.")
+    ] = None,
+    device: Annotated[str | None, Opt(help="cpu, cuda[:N], tensorrt[:N], gpu, npu.")] = None,
+    precision: Annotated[str | None, Opt(help="fp32, fp16, bf16, int8.")] = None,
+    threads: Annotated[int | None, Opt(help="Inference threads (0: runtime default).")] = None,
+    batch: Annotated[int | None, Opt(help="Frames per inference call.")] = None,
+    imgsz: Annotated[str | None, Opt(help="Model input size: SIZE or HEIGHTxWIDTH.")] = None,
+    conf: Annotated[float | None, Opt(help="Confidence threshold, 0-1.")] = None,
+    iou: Annotated[float | None, Opt(help="NMS IoU threshold, 0-1.")] = None,
+    mode: Annotated[
+        str | None, Opt(help="auto, file (every frame) or live (freshest frame).")
+    ] = None,
+    max_frames: Annotated[int | None, Opt(help="Stop each source after N frames.")] = None,
+    out: Annotated[str | None, Opt("--out", "-o", help="Output folder. Default: out.")] = None,
+    no_video: Annotated[bool, Opt("--no-video", help="Do not write the annotated MP4.")] = False,
+    no_jsonl: Annotated[bool, Opt("--no-jsonl", help="Do not write the JSONL.")] = False,
+    telemetry: Annotated[str | None, Opt(help="Write per-second telemetry JSONL here.")] = None,
+    config: Annotated[Path | None, Opt("--config", "-c", help="YAML config file.")] = None,
+    set_: Annotated[list[str] | None, Opt("--set", help="Override KEY=VALUE (repeatable).")] = None,
+    json_out: Annotated[bool, Opt("--json", help="Print the summary as JSON on stdout.")] = False,
+    quiet: Annotated[bool, Opt("--quiet", "-q", help="No progress bar or table.")] = False,
+) -> None:
+    """Run a detector over sources, writing annotated video, JSONL and a telemetry summary."""
+    values = _flag_values(
+        sources=sources,
+        model=model,
+        backend=backend,
+        device=device,
+        precision=precision,
+        threads=threads,
+        batch=batch,
+        imgsz=imgsz,
+        conf=conf,
+        iou=iou,
+        mode=mode,
+        max_frames=max_frames,
+        out=out,
+        no_video=no_video,
+        no_jsonl=no_jsonl,
+        telemetry=telemetry,
+    )
+    cfg = _with_defaults(load_config(config, set_, values))
+    console = Console(stderr=True, quiet=quiet)
+    if cfg.backend == "auto":
+        row, why = choose_auto(cfg.inference.device, Path(cfg.model))
+        console.print(f"backend auto → {row.name}: {why}")
+    pipeline = Pipeline(
+        list(cfg.sources),
+        cfg.model,
+        cfg.backend,
+        cfg.inference,
+        cfg.postprocess,
+        cfg.source,
+        cfg.pipeline,
+    )
+    info = pipeline.backend.info
+    console.print(
+        f"model {Path(cfg.model).name} · {info.runtime} {info.version} on {info.device}"
+        f" ({info.precision}) · input {pipeline.input_hw[0]}x{pipeline.input_hw[1]}"
+        f" · {'live' if pipeline.live else 'file'} mode"
+    )
+    sinks = _make_sinks(cfg, pipeline)
+    _install_signal_handlers(pipeline)
+    total = None if pipeline.live else sum(s.frame_count for s in pipeline.sources) or None
+    if cfg.source.max_frames and total:
+        total = min(total, cfg.source.max_frames * len(pipeline.sources))
+    with ExitStack() as stack:
+        progress = stack.enter_context(
+            Progress(
+                TextColumn("[bold]run"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[fps]:.1f} FPS"),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+                disable=quiet,
+            )
+        )
+        task = progress.add_task("run", total=total, fps=0.0)
+        if cfg.output.telemetry:
+            stack.enter_context(TelemetryWriter(pipeline.telemetry, cfg.output.telemetry))
+
+        def advance(_result: FrameResult) -> None:
+            elapsed = pipeline.telemetry.elapsed()
+            done = pipeline.telemetry.frames_out
+            progress.update(task, completed=done, fps=done / elapsed if elapsed else 0.0)
+
+        try:
+            summary = pipeline.run(sinks, on_result=None if quiet else advance)
+        finally:
+            pipeline.close()
+    summary_path = Path(cfg.output.dir) / "summary.json"
+    summary.outputs.append(str(summary_path))
+    summary_path.write_text(json.dumps(summary.to_json(), indent=2), encoding="utf-8")
+    if not quiet:
+        print_summary(summary, console)
+        for path in summary.outputs:
+            console.print(f"wrote {path}")
+    if json_out:
+        print(json.dumps(summary.to_json()))
+    if summary.error:
+        raise SourceError(f"{summary.error} (outputs finalized with {summary.frames_out} frames)")

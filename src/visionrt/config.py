@@ -1,0 +1,165 @@
+"""The run configuration: defaults < YAML file < `--set key=value`, validated with one-line errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from visionrt.backends import BackendOptions
+from visionrt.errors import ConfigError
+from visionrt.pipeline import PipelineOptions
+from visionrt.postprocess import PostprocessOptions
+from visionrt.sources import SourceOptions
+
+
+@dataclass(frozen=True, slots=True)
+class OutputOptions:
+    """Where results go: `dir` for the files, which sinks, and the per-second telemetry file."""
+
+    dir: str = "out"
+    video: bool = True
+    jsonl: bool = True
+    telemetry: str = ""
+    codec: str = "libx264"
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """Everything `visionrt run` needs; each section is the options dataclass of its stage."""
+
+    sources: tuple[str, ...] = ()
+    model: str = ""
+    backend: str = "onnxruntime"
+    source: SourceOptions = field(default_factory=SourceOptions)
+    inference: BackendOptions = field(default_factory=BackendOptions)
+    postprocess: PostprocessOptions = field(default_factory=PostprocessOptions)
+    pipeline: PipelineOptions = field(default_factory=PipelineOptions)
+    output: OutputOptions = field(default_factory=OutputOptions)
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", str(hint).replace("typing.", ""))
+
+
+def _coerce(key: str, value: Any, hint: Any) -> Any:
+    """`value` as the type `hint` names, or a ConfigError naming the key and what it expected."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(key, value, arg)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0])
+    if origin is tuple:
+        items = value if isinstance(value, list | tuple) else [value]
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(key, v, args[0]) for v in items)
+        if len(items) != len(args):
+            raise ConfigError(f"{key}: expected {len(args)} values, got {value!r}")
+        return tuple(_coerce(key, v, a) for v, a in zip(items, args, strict=True))
+    if origin is not None and issubclass(origin, typing.Mapping | dict):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping of key: value, got {value!r}")
+        return {str(k): str(v) for k, v in value.items()}
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if hint is str:
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    if hint is Path:
+        return Path(str(value))
+    raise ConfigError(f"{key}: unsupported option type {_type_name(hint)}")
+
+
+def _build(cls: type[Any], values: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        raise ConfigError(
+            f"unknown option '{prefix}{unknown[0]}': expected one of"
+            f" {', '.join(prefix + f for f in sorted(fields))}"
+        )
+    kwargs: dict[str, Any] = {}
+    for name, value in values.items():
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{prefix}{name}: expected a section of options, got {value!r}")
+            kwargs[name] = _build(hint, value, f"{prefix}{name}.")  # type: ignore[arg-type]
+        else:
+            kwargs[name] = _coerce(f"{prefix}{name}", value, hint)
+    return cls(**kwargs)
+
+
+def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {key}: '{part}' is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    values: dict[str, Any] | None = None,
+) -> RunConfig:
+    """Defaults, then the YAML file at `path`, then `KEY=VALUE` overrides (values parsed as YAML),
+    then `values` (a nested dict, e.g. explicit command-line flags)."""
+    tree: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except OSError as err:
+            raise ConfigError(f"cannot read config {path}: {err.strerror or err}") from err
+        except yaml.YAMLError as err:
+            raise ConfigError(
+                f"config {path} is not valid YAML: {str(err).splitlines()[0]}"
+            ) from err
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config {path}: expected a mapping at the top level")
+        tree = loaded
+    for override in overrides or []:
+        key, sep, raw = override.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set '{override}': expected KEY=VALUE, e.g. postprocess.conf=0.4")
+        _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw else "")
+    for key, value in _flatten(values or {}):
+        _set_dotted(tree, key, value)
+    return _build(RunConfig, tree, "")  # type: ignore[no-any-return]
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    flat: list[tuple[str, Any]] = []
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.extend(_flatten(value, f"{prefix}{key}."))
+        elif value is not None:
+            flat.append((f"{prefix}{key}", value))
+    return flat

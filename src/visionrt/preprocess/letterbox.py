@@ -1,0 +1,98 @@
+"""Letterbox a frame into a model input buffer in one resize, and map boxes back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+PAD_VALUE = 114  # Ultralytics' grey; matching it keeps results equal to the exporter's own
+
+
+class InputLayout(Enum):
+    """What the model's input tensor wants.
+
+    NCHW_FLOAT: RGB, float32 in [0, 1], channels first (plain ONNX exports).
+    NHWC_U8_BGR: the decoded BGR bytes as they are; the model does colour, scale and layout
+    itself (preprocessing folded into the graph).
+    """
+
+    NCHW_FLOAT = "nchw_float"
+    NHWC_U8_BGR = "nhwc_u8_bgr"
+
+
+@dataclass(frozen=True, slots=True)
+class Letterbox:
+    """Source (h, w) → input (h, w): resize by `scale` to (new_h, new_w), pad by (top, left)."""
+
+    source_hw: tuple[int, int]
+    input_hw: tuple[int, int]
+    scale: float
+    new_hw: tuple[int, int]
+    top: int
+    left: int
+
+
+def compute_letterbox(source_hw: tuple[int, int], input_hw: tuple[int, int]) -> Letterbox:
+    """Fit the source inside the input keeping its aspect ratio, centred, as Ultralytics does."""
+    src_h, src_w = source_hw
+    in_h, in_w = input_hw
+    scale = min(in_h / src_h, in_w / src_w)
+    new_w, new_h = round(src_w * scale), round(src_h * scale)
+    # The -0.1 reproduces Ultralytics' rounding of odd padding (the extra pixel goes last).
+    top = round((in_h - new_h) / 2 - 0.1)
+    left = round((in_w - new_w) / 2 - 0.1)
+    return Letterbox(source_hw, input_hw, scale, (new_h, new_w), top, left)
+
+
+def letterbox_into(
+    image: npt.NDArray[np.uint8],
+    out: npt.NDArray[np.generic],
+    box: Letterbox,
+    layout: InputLayout,
+    fill_padding: bool = True,
+) -> None:
+    """Write `image` (H×W×3 BGR) letterboxed into `out`: (3, H, W) float32 or (H, W, 3) uint8.
+
+    `fill_padding=False` skips repainting the borders when `out` was last filled with the same
+    geometry: a reused buffer keeps its padding.
+    """
+    new_h, new_w = box.new_hw
+    resized = image
+    if image.shape[0] != new_h or image.shape[1] != new_w:
+        resized = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
+    rows = slice(box.top, box.top + new_h)
+    cols = slice(box.left, box.left + new_w)
+    if layout is InputLayout.NHWC_U8_BGR:
+        if fill_padding:
+            out[...] = PAD_VALUE
+        out[rows, cols] = resized
+        return
+    if fill_padding:
+        out[...] = np.float32(PAD_VALUE / 255.0)
+    scale = np.float32(1.0 / 255.0)
+    for channel in range(3):  # BGR → RGB while scaling, one strided pass per channel
+        np.multiply(resized[:, :, 2 - channel], scale, out=out[channel, rows, cols])
+
+
+def boxes_to_source(xyxy: npt.NDArray[np.float32], box: Letterbox) -> npt.NDArray[np.float32]:
+    """Input-pixel boxes → source-pixel boxes, clipped to the source frame."""
+    out = xyxy.astype(np.float32, copy=True)
+    out[:, 0::2] -= box.left
+    out[:, 1::2] -= box.top
+    out /= np.float32(box.scale)
+    src_h, src_w = box.source_hw
+    np.clip(out[:, 0::2], 0, src_w, out=out[:, 0::2])
+    np.clip(out[:, 1::2], 0, src_h, out=out[:, 1::2])
+    return out
+
+
+def boxes_to_input(xyxy: npt.NDArray[np.float32], box: Letterbox) -> npt.NDArray[np.float32]:
+    """Source-pixel boxes → input-pixel boxes (the forward map, for tests and calibration)."""
+    out = xyxy.astype(np.float32, copy=True) * np.float32(box.scale)
+    out[:, 0::2] += box.left
+    out[:, 1::2] += box.top
+    return out

@@ -1,0 +1,7 @@
+"""Sinks: results → outside world (annotated video, JSONL, nothing)."""
+
+from visionrt.sinks.base import Sink, partial_path
+from visionrt.sinks.jsonl import JsonlSink
+from visionrt.sinks.video import VideoSink, annotate
+
+__all__ = ["JsonlSink", "Sink", "VideoSink", "annotate", "partial_path"]

@@ -1,0 +1,107 @@
+"""Annotated video: boxes, class names and scores drawn on each frame, encoded by PyAV (H.264)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from visionrt.errors import SinkError
+from visionrt.sinks.base import Sink, check_writable, partial_path
+from visionrt.types import Detections, FrameResult
+
+_PALETTE = ((56, 56, 255), (151, 157, 255), (31, 112, 255), (29, 178, 255), (49, 210, 207))
+
+
+def annotate(
+    image: npt.NDArray[np.uint8], detections: Detections, class_names: tuple[str, ...]
+) -> npt.NDArray[np.uint8]:
+    """A copy of `image` with each detection's box and 'name score' label drawn on it."""
+    canvas = image.copy()
+    for (x1, y1, x2, y2), score, cls in zip(
+        detections.xyxy.astype(int), detections.confidence, detections.class_id, strict=True
+    ):
+        color = _PALETTE[int(cls) % len(_PALETTE)]
+        cv2.rectangle(canvas, (x1, y1), (x2, y2), color, 2)
+        name = class_names[cls] if cls < len(class_names) else str(cls)
+        label = f"{name} {score:.2f}"
+        (tw, th), _ = cv2.getTextSize(label, cv2.FONT_HERSHEY_SIMPLEX, 0.5, 1)
+        top = max(y1 - th - 4, 0)
+        cv2.rectangle(canvas, (x1, top), (x1 + tw + 2, top + th + 4), color, -1)
+        cv2.putText(
+            canvas,
+            label,
+            (x1 + 1, top + th + 1),
+            cv2.FONT_HERSHEY_SIMPLEX,
+            0.5,
+            (255, 255, 255),
+            1,
+            cv2.LINE_AA,
+        )
+    return canvas
+
+
+class VideoSink(Sink):
+    """One MP4 (of one source when `source_id` is set); the file is named `<stem>.partial.mp4` until the muxer is closed."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        fps: float = 30.0,
+        codec: str = "libx264",
+        source_id: int | None = None,
+        preset: str = "veryfast",
+    ) -> None:
+        self.path = Path(path)
+        self.source_id = source_id
+        check_writable(self.path)
+        self.fps = fps if fps > 0 else 30.0
+        self.codec = codec
+        self.preset = preset
+        self._partial = partial_path(self.path)
+        self._container: Any = None
+        self._stream: Any = None
+
+    def _start(self, height: int, width: int) -> None:
+        import av
+
+        try:
+            self._container = av.open(str(self._partial), mode="w")
+            rate = Fraction(self.fps).limit_denominator(1001)
+            stream = self._container.add_stream(self.codec, rate=rate)
+        except (av.FFmpegError, ValueError) as err:
+            raise SinkError(f"cannot encode {self.path} with {self.codec}: {err}") from err
+        stream.width, stream.height = width - width % 2, height - height % 2
+        stream.pix_fmt = "yuv420p"
+        if self.codec == "libx264":
+            stream.options = {"preset": self.preset, "crf": "23"}
+        self._stream = stream
+
+    def write(self, result: FrameResult) -> None:
+        import av
+
+        if self.source_id is not None and result.frame.source_id != self.source_id:
+            return
+        image = annotate(result.frame.image, result.detections, result.class_names)
+        if self._stream is None:
+            self._start(*image.shape[:2])
+        height, width = self._stream.height, self._stream.width
+        frame = av.VideoFrame.from_ndarray(
+            np.ascontiguousarray(image[:height, :width]), format="bgr24"
+        )
+        self._container.mux(self._stream.encode(frame))
+
+    def close(self, complete: bool = True) -> list[Path]:
+        if self._container is None:
+            return []
+        self._container.mux(self._stream.encode(None))  # flush delayed frames
+        self._container.close()
+        self._container = None
+        if not complete:
+            return [self._partial]
+        self._partial.replace(self.path)
+        return [self.path]

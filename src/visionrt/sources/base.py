@@ -1,0 +1,95 @@
+"""The source contract and `open_source`, which picks the reader for a source string."""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from visionrt.errors import ConfigError, SourceNotFoundError
+from visionrt.types import Frame
+
+STREAM_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://")
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """`mode`: file (every frame, in order), live (freshest frame wins), or auto (live for
+    cameras and streams). `reconnect_*` in seconds; `max_frames` 0 means all."""
+
+    mode: str = "auto"
+    max_frames: int = 0
+    decode_threads: int = 0
+    reconnect_attempts: int = 5
+    reconnect_backoff: float = 0.5
+    reconnect_max_backoff: float = 8.0
+    read_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("auto", "file", "live"):
+            raise ConfigError(f"source.mode: expected auto, file or live, got '{self.mode}'")
+        if self.max_frames < 0:
+            raise ConfigError(f"source.max_frames: expected >= 0, got {self.max_frames}")
+
+
+@dataclass(slots=True)
+class SourceStats:
+    """What happened while reading: frames given, corrupt ones skipped, reconnects and gaps."""
+
+    frames: int = 0
+    corrupt: int = 0
+    reconnects: int = 0
+    gap_seconds: float = 0.0
+    ended_early: str = ""
+    events: list[str] = field(default_factory=list)
+
+
+class Source(ABC):
+    """Yields Frames until the source ends; `stop()` may be called from another thread."""
+
+    name: str
+    live: bool = False
+    fps: float = 0.0
+    frame_count: int = 0  # 0 when unknown
+
+    def __init__(self) -> None:
+        self.stats = SourceStats()
+        self._stopped = False
+
+    @abstractmethod
+    def frames(self) -> Iterator[Frame]:
+        """Decoded frames, in order; ends on end of input or after `stop()`."""
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    def close(self) -> None:  # noqa: B027 - sources without handles have nothing to close
+        """Release files and connections."""
+
+
+def open_source(spec: str, source_id: int = 0, options: SourceOptions | None = None) -> Source:
+    """Open a video file, image file/folder/glob, camera (`/dev/videoN` or an index), stream URL,
+    or `synthetic:WIDTHxHEIGHT:FRAMES`."""
+    options = options or SourceOptions()
+    from visionrt.sources.images import ImageSource
+    from visionrt.sources.synthetic import SyntheticSource
+    from visionrt.sources.video import VideoSource
+
+    if spec.startswith("synthetic:"):
+        return SyntheticSource(spec, source_id, options)
+    if spec.isdigit() or re.fullmatch(r"/dev/video\d+", spec):
+        device = f"/dev/video{spec}" if spec.isdigit() else spec
+        return VideoSource(device, source_id, options, kind="camera")
+    if spec.lower().startswith(STREAM_SCHEMES):
+        return VideoSource(spec, source_id, options, kind="stream")
+    path = Path(spec)
+    if path.is_dir() or any(ch in spec for ch in "*?[") or path.suffix.lower() in IMAGE_SUFFIXES:
+        return ImageSource(spec, source_id, options)
+    if not path.exists():
+        raise SourceNotFoundError(f"source not found: {spec}")
+    if not path.is_file():
+        raise SourceNotFoundError(f"source is not a file: {spec}")
+    return VideoSource(spec, source_id, options, kind="file")

@@ -1,0 +1,49 @@
+"""Image files, folders and globs, read with OpenCV in name order."""
+
+from __future__ import annotations
+
+import glob
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import cv2
+
+from visionrt.errors import SourceNotFoundError
+from visionrt.sources.base import IMAGE_SUFFIXES, Source, SourceOptions
+from visionrt.types import Frame
+
+
+class ImageSource(Source):
+    def __init__(self, spec: str, source_id: int, options: SourceOptions) -> None:
+        super().__init__()
+        self.name = spec
+        self.source_id = source_id
+        self.options = options
+        path = Path(spec)
+        if path.is_dir():
+            files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        elif path.is_file():
+            files = [path]
+        else:
+            files = sorted(
+                Path(p) for p in glob.glob(spec) if Path(p).suffix.lower() in IMAGE_SUFFIXES
+            )
+        if not files:
+            raise SourceNotFoundError(f"no images found at {spec}")
+        self.files = files
+        self.frame_count = len(files)
+
+    def frames(self) -> Iterator[Frame]:
+        index = 0
+        for path in self.files:
+            if self._stopped or (self.options.max_frames and index >= self.options.max_frames):
+                return
+            image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+            if image is None:
+                self.stats.corrupt += 1
+                self.stats.events.append(f"unreadable image skipped: {path}")
+                continue
+            yield Frame(self.source_id, index, image, float(index), time.perf_counter(), str(path))
+            index += 1
+            self.stats.frames = index

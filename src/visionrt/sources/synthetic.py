@@ -1,0 +1,46 @@
+"""Generated frames (`synthetic:640x480:100`), for tests and overhead baselines without media."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import numpy as np
+
+from visionrt.errors import ConfigError
+from visionrt.sources.base import Source, SourceOptions
+from visionrt.types import Frame
+
+
+class SyntheticSource(Source):
+    def __init__(self, spec: str, source_id: int, options: SourceOptions) -> None:
+        super().__init__()
+        try:
+            _, size, count = spec.split(":")
+            width, height = (int(v) for v in size.lower().split("x"))
+            self.frame_count = int(count)
+        except ValueError as err:
+            raise ConfigError(
+                f"synthetic source '{spec}': expected synthetic:WIDTHxHEIGHT:FRAMES"
+            ) from err
+        self.name = spec
+        self.source_id = source_id
+        self.options = options
+        self.live = options.mode == "live"
+        self.fps = 30.0
+        self.size = (height, width)
+
+    def frames(self) -> Iterator[Frame]:
+        height, width = self.size
+        base = np.random.default_rng(0).integers(0, 255, (height, width, 3), dtype=np.uint8)
+        limit = self.frame_count
+        if self.options.max_frames:
+            limit = min(limit, self.options.max_frames)
+        for index in range(limit):
+            if self._stopped:
+                return
+            image = np.roll(base, index, axis=1)
+            yield Frame(
+                self.source_id, index, image, index / self.fps, time.perf_counter(), self.name
+            )
+            self.stats.frames = index + 1

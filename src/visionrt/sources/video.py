@@ -1,0 +1,150 @@
+"""Video files, V4L2 cameras and network streams, decoded by FFmpeg through PyAV."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from visionrt.errors import SourceError
+from visionrt.sources.base import Source, SourceOptions
+from visionrt.types import Frame
+
+MAX_CONSECUTIVE_CORRUPT = 25
+
+
+class VideoSource(Source):
+    """`kind` is file, camera or stream; cameras and streams are live and reconnect on failure."""
+
+    def __init__(self, spec: str, source_id: int, options: SourceOptions, kind: str) -> None:
+        super().__init__()
+        self.name = spec
+        self.source_id = source_id
+        self.options = options
+        self.kind = kind
+        self.live = kind != "file" if options.mode == "auto" else options.mode == "live"
+        self._container: Any = None
+        self._open()  # fail at construction: a bad path is reported before any model loads
+
+    def _open(self) -> None:
+        import av
+
+        open_options: dict[str, str] = {}
+        fmt = None
+        if self.kind == "stream" and self.name.lower().startswith(("rtsp://", "rtsps://")):
+            open_options["rtsp_transport"] = "tcp"
+        if self.kind == "camera":
+            fmt = "v4l2"
+        try:
+            timeout = None if self.kind == "file" else (self.options.read_timeout,) * 2
+            self._container = av.open(self.name, format=fmt, options=open_options, timeout=timeout)
+        except (av.FFmpegError, OSError) as err:
+            raise SourceError(f"cannot open {self.kind} '{self.name}': {_reason(err)}") from err
+        if not self._container.streams.video:
+            self._container.close()
+            raise SourceError(f"'{self.name}' has no video stream")
+        stream = self._container.streams.video[0]
+        # Frame threading keeps one core decoding while the other runs the model.
+        stream.thread_type = "AUTO"
+        if self.options.decode_threads:
+            stream.thread_count = self.options.decode_threads
+        self._stream = stream
+        rate = stream.average_rate or stream.guessed_rate
+        self.fps = float(rate) if rate else 0.0
+        self.frame_count = int(stream.frames or 0)
+        self.size = (stream.codec_context.height, stream.codec_context.width)
+
+    def frames(self) -> Iterator[Frame]:
+        index = 0
+        started = time.perf_counter()
+        attempt = 0
+        while not self._stopped:
+            try:
+                for frame in self._decode():
+                    attempt = 0
+                    now = time.perf_counter()
+                    stamp = (
+                        frame.time if not self.live and frame.time is not None else now - started
+                    )
+                    yield Frame(
+                        self.source_id,
+                        index,
+                        frame.to_ndarray(format="bgr24"),
+                        float(stamp),
+                        now,
+                        self.name,
+                    )
+                    index += 1
+                    self.stats.frames = index
+                    if self._stopped or index == self.options.max_frames:
+                        return
+                if not self.live:
+                    return
+                reason = "end of stream"
+            except SourceError as err:
+                if not self.live:
+                    self.stats.ended_early = str(err)
+                    return
+                reason = str(err)
+            attempt += 1
+            if attempt > self.options.reconnect_attempts:
+                self.stats.ended_early = (
+                    f"{self.name}: gave up after {self.options.reconnect_attempts} reconnects"
+                    f" ({reason})"
+                )
+                return
+            self._reconnect(attempt, reason)
+
+    def _decode(self) -> Iterator[Any]:
+        import av
+
+        corrupt_run = 0
+        try:
+            for packet in self._container.demux(self._stream):
+                if self._stopped:
+                    return
+                try:
+                    decoded = packet.decode()
+                except av.InvalidDataError:
+                    self.stats.corrupt += 1
+                    corrupt_run += 1
+                    if corrupt_run > MAX_CONSECUTIVE_CORRUPT:
+                        raise SourceError(
+                            f"'{self.name}': {corrupt_run} corrupt packets in a row"
+                        ) from None
+                    continue
+                corrupt_run = 0
+                yield from decoded
+        except av.FFmpegError as err:
+            raise SourceError(
+                f"'{self.name}': read failed after frame {self.stats.frames}: {_reason(err)}"
+            ) from err
+
+    def _reconnect(self, attempt: int, reason: str) -> None:
+        delay = min(
+            self.options.reconnect_backoff * 2 ** (attempt - 1), self.options.reconnect_max_backoff
+        )
+        self.stats.events.append(f"reconnect {attempt} after: {reason}")
+        gap_start = time.perf_counter()
+        self.close()
+        deadline = time.monotonic() + delay
+        while time.monotonic() < deadline and not self._stopped:
+            time.sleep(0.05)
+        try:
+            self._open()
+        except SourceError as err:
+            self.stats.events.append(str(err))
+        self.stats.reconnects += 1
+        self.stats.gap_seconds += time.perf_counter() - gap_start
+
+    def close(self) -> None:
+        if self._container is not None:
+            try:
+                self._container.close()
+            finally:
+                self._container = None
+
+
+def _reason(err: BaseException) -> str:
+    text = getattr(err, "strerror", None) or str(err)
+    return text.splitlines()[0] if text else type(err).__name__

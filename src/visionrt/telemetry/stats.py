@@ -1,0 +1,123 @@
+"""Collects stage timings and frame counts from the pipeline's threads and summarizes them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import psutil
+
+STAGES = ("decode", "preprocess", "infer", "postprocess", "sink")
+MAX_SAMPLES = 200_000  # per stage; a long live run keeps the most recent ones
+
+
+def percentiles(samples: list[float] | deque[float]) -> dict[str, float]:
+    """p50/p95/p99/mean of `samples` (seconds) in milliseconds; zeros when empty."""
+    if not samples:
+        return {"p50": 0.0, "p95": 0.0, "p99": 0.0, "mean": 0.0}
+    values = np.asarray(samples, dtype=np.float64) * 1e3
+    p50, p95, p99 = np.percentile(values, [50, 95, 99])
+    return {"p50": float(p50), "p95": float(p95), "p99": float(p99), "mean": float(values.mean())}
+
+
+@dataclass(slots=True)
+class RunSummary:
+    """What a run did: counts, rates, per-stage latency (ms), and anything that went wrong."""
+
+    frames_in: int
+    frames_out: int
+    dropped: dict[str, int]
+    seconds: float
+    fps: float
+    stages: dict[str, dict[str, float]]
+    latency: dict[str, float]
+    cpu_percent: float
+    rss_mb: float
+    backend: dict[str, Any] = field(default_factory=dict)
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    interrupted: bool = False
+    error: str = ""
+
+    @property
+    def accounted(self) -> bool:
+        """Every frame that came in either came out or was counted as dropped."""
+        return self.frames_in == self.frames_out + sum(self.dropped.values())
+
+    def to_json(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
+        data["accounted"] = self.accounted
+        return data
+
+
+class Telemetry:
+    """Thread-safe sink for the pipeline's measurements (deque appends are atomic)."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, deque[float]] = {s: deque(maxlen=MAX_SAMPLES) for s in STAGES}
+        self.latency: deque[float] = deque(maxlen=MAX_SAMPLES)
+        self.frames_in = 0
+        self.frames_out = 0
+        self.dropped: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._process = psutil.Process()
+        self.started = 0.0
+        self.finished = 0.0
+        self._cpu_start = 0.0
+
+    def start(self) -> None:
+        self.started = time.perf_counter()
+        self._cpu_start = sum(self._process.cpu_times()[:2])
+
+    def stop(self) -> None:
+        self.finished = time.perf_counter()
+
+    def record(self, stage: str, seconds: float) -> None:
+        self.samples[stage].append(seconds)
+
+    def frame_in(self) -> None:
+        with self._lock:
+            self.frames_in += 1
+
+    def frame_out(self, latency: float) -> None:
+        self.latency.append(latency)
+        with self._lock:
+            self.frames_out += 1
+
+    def drop(self, stage: str, reason: str, count: int = 1) -> None:
+        with self._lock:
+            self.dropped[f"{stage}: {reason}"] += count
+
+    def elapsed(self) -> float:
+        return (self.finished or time.perf_counter()) - self.started
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters now, for the per-second telemetry file and the progress bar."""
+        memory = self._process.memory_info().rss / 2**20
+        return {
+            "t": round(self.elapsed(), 3),
+            "frames_in": self.frames_in,
+            "frames_out": self.frames_out,
+            "dropped": sum(self.dropped.values()),
+            "cpu_percent": self._process.cpu_percent(),
+            "rss_mb": round(memory, 1),
+        }
+
+    def summary(self) -> RunSummary:
+        seconds = self.elapsed()
+        cpu = sum(self._process.cpu_times()[:2]) - self._cpu_start
+        return RunSummary(
+            frames_in=self.frames_in,
+            frames_out=self.frames_out,
+            dropped=dict(self.dropped),
+            seconds=seconds,
+            fps=self.frames_out / seconds if seconds > 0 else 0.0,
+            stages={s: percentiles(v) for s, v in self.samples.items()},
+            latency=percentiles(self.latency),
+            cpu_percent=100.0 * cpu / seconds if seconds > 0 else 0.0,
+            rss_mb=self._process.memory_info().rss / 2**20,
+        )

@@ -1,0 +1,131 @@
+"""Values passed between stages: frames, detections, tensor specs and backend facts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from visionrt.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One decoded picture.
+
+    `image` is H×W×3 uint8 BGR. `timestamp` is seconds from the source's start (media time for
+    files, wall-clock since open for live sources); `captured_at` is `time.perf_counter()` when
+    the frame left the decoder, used for glass-to-result latency.
+    """
+
+    source_id: int
+    index: int
+    image: npt.NDArray[np.uint8]
+    timestamp: float
+    captured_at: float
+    source_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """Name, shape (None or a string for a dynamic axis) and NumPy dtype name of a tensor."""
+
+    name: str
+    shape: tuple[int | str | None, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class BackendInfo:
+    """What a loaded backend actually runs on (not what was asked for)."""
+
+    runtime: str
+    version: str
+    device: str
+    precision: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+@dataclass(frozen=True, slots=True)
+class Detections:
+    """Detections of one frame as a struct of arrays.
+
+    `xyxy` is (N, 4) float32 in source-frame pixels (x1, y1, x2, y2), `confidence` (N,) float32
+    in [0, 1], `class_id` (N,) int32. Validated on construction; operations return new values.
+    """
+
+    xyxy: npt.NDArray[np.float32]
+    confidence: npt.NDArray[np.float32]
+    class_id: npt.NDArray[np.int32]
+
+    def __post_init__(self) -> None:
+        xyxy, conf, cls = self.xyxy, self.confidence, self.class_id
+        _check(
+            isinstance(xyxy, np.ndarray) and xyxy.ndim == 2 and xyxy.shape[1] == 4,
+            f"Detections.xyxy: expected an (N, 4) array, got {getattr(xyxy, 'shape', type(xyxy))}",
+        )
+        n = xyxy.shape[0]
+        _check(
+            isinstance(conf, np.ndarray) and conf.shape == (n,),
+            f"Detections.confidence: expected shape ({n},), got {getattr(conf, 'shape', conf)}",
+        )
+        _check(
+            isinstance(cls, np.ndarray) and cls.shape == (n,),
+            f"Detections.class_id: expected shape ({n},), got {getattr(cls, 'shape', cls)}",
+        )
+        _check(xyxy.dtype == np.float32, f"Detections.xyxy: expected float32, got {xyxy.dtype}")
+        _check(
+            conf.dtype == np.float32, f"Detections.confidence: expected float32, got {conf.dtype}"
+        )
+        _check(cls.dtype == np.int32, f"Detections.class_id: expected int32, got {cls.dtype}")
+
+    @classmethod
+    def empty(cls) -> Detections:
+        return cls(
+            np.zeros((0, 4), np.float32), np.zeros((0,), np.float32), np.zeros((0,), np.int32)
+        )
+
+    def __len__(self) -> int:
+        return int(self.xyxy.shape[0])
+
+    def filter(self, keep: npt.NDArray[np.bool_] | npt.NDArray[np.intp]) -> Detections:
+        """A new Detections with only the rows selected by a mask or index array."""
+        return Detections(self.xyxy[keep], self.confidence[keep], self.class_id[keep])
+
+
+@dataclass(frozen=True, slots=True)
+class FrameResult:
+    """What the pipeline yields per frame: the frame, its detections, and per-stage seconds."""
+
+    frame: Frame
+    detections: Detections
+    timings: dict[str, float]
+    class_names: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        det = self.detections
+        names = self.class_names
+        return {
+            "source": self.frame.source_name,
+            "source_id": self.frame.source_id,
+            "frame": self.frame.index,
+            "timestamp": round(self.frame.timestamp, 6),
+            "detections": [
+                {
+                    "xyxy": [round(float(v), 2) for v in det.xyxy[i]],
+                    "confidence": round(float(det.confidence[i]), 4),
+                    "class_id": int(det.class_id[i]),
+                    "class_name": names[det.class_id[i]] if det.class_id[i] < len(names) else "",
+                }
+                for i in range(len(det))
+            ],
+        }
