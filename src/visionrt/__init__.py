@@ -1,4 +1,4 @@
-"""visionrt: a real-time computer-vision runtime (source → preprocess → backend → postprocess → sinks)."""
+"""visionrt: a real-time vision runtime (source → preprocess → backend → postprocess → sinks)."""
 
 from visionrt.backends import Backend, BackendOptions, load_backend
 from visionrt.errors import (

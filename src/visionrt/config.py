@@ -1,4 +1,4 @@
-"""The run configuration: defaults < YAML file < `--set key=value`, validated with one-line errors."""
+"""Run configuration: defaults < YAML file < `--set key=value`, validated with one-line errors."""
 
 from __future__ import annotations
 

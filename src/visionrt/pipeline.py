@@ -422,7 +422,8 @@ class Pipeline:
 
     def _finish(self, item: _Item) -> FrameResult:
         started = time.perf_counter()
-        assert item.output is not None and item.letterbox is not None
+        assert item.output is not None
+        assert item.letterbox is not None
         detections = decode_one(item.output, self.head, item.letterbox, self.postprocess)
         now = time.perf_counter()
         item.timings["postprocess"] = now - started

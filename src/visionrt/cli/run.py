@@ -1,4 +1,4 @@
-"""`visionrt run`: parse options, build the pipeline and its sinks, show progress and the summary."""
+"""`visionrt run`: parse options, build the pipeline and sinks, show progress and the summary."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def annotate(
 
 
 class VideoSink(Sink):
-    """One MP4 (of one source when `source_id` is set); the file is named `<stem>.partial.mp4` until the muxer is closed."""
+    """One MP4 (of one source when `source_id` is set), named `<stem>.partial.mp4` until closed."""
 
     def __init__(
         self,
