@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,8 @@ class NullBackend(Backend):
         spec = read_model_spec(model)
         height, width = options.input_size or spec.input_size
         out_shape = tuple(max(d, 1) for d in spec.output_shape)
+        # `delay_ms` stands in for inference time in pipeline tests and overhead baselines.
+        self._delay = float(options.settings.get("delay_ms", 0)) / 1e3
         self._output = np.zeros(out_shape, np.float32)
         self.info = BackendInfo(
             runtime="null",
@@ -31,6 +34,8 @@ class NullBackend(Backend):
         )
 
     def infer(self, inputs: Mapping[str, Array]) -> list[Array]:
+        if self._delay:
+            time.sleep(self._delay)
         batch = next(iter(inputs.values())).shape[0]
         if batch == self._output.shape[0]:
             return [self._output]

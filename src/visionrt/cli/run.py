@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from visionrt.backends.registry import choose_auto
 from visionrt.config import RunConfig, load_config
-from visionrt.errors import ConfigError, SourceError
+from visionrt.errors import ConfigError, Interrupted, SourceError
 from visionrt.model import DEMO_VIDEO, demo_model_path
 from visionrt.pipeline import Pipeline
 from visionrt.sinks import JsonlSink, Sink, VideoSink
@@ -230,3 +230,5 @@ def run_command(
         print(json.dumps(summary.to_json()))
     if summary.error:
         raise SourceError(f"{summary.error} (outputs finalized with {summary.frames_out} frames)")
+    if summary.interrupted:
+        raise Interrupted(f"interrupted: outputs finalized with {summary.frames_out} frames")

@@ -44,6 +44,10 @@ class VideoSource(Source):
             self._container.close()
             raise SourceError(f"'{self.name}' has no video stream")
         stream = self._container.streams.video[0]
+        if stream.codec_context is None:
+            self._container.close()
+            raise SourceError(f"'{self.name}': the video stream cannot be decoded"
+                              " (no codec parameters; truncated or corrupt file?)")
         # Frame threading keeps one core decoding while the other runs the model.
         stream.thread_type = "AUTO"
         if self.options.decode_threads:

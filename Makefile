@@ -1,0 +1,23 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test` (see README).
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test bench lint
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh
+	touch $@
+
+demo: setup
+	$(BIN)/visionrt run --out out/demo
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+bench: setup
+	$(BIN)/python scripts/bench_e2e.py
+
+lint: setup
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -1,0 +1,239 @@
+"""Fidelity: how closely a candidate's detections reproduce the FP32 reference's, as COCO-style AP.
+
+The reference's detections are taken as ground truth; no labels are needed. Matching, the
+101-point interpolation and the IoU thresholds 0.50:0.05:0.95 follow pycocotools' COCOeval
+(bbox, one area range, no crowd boxes, no per-image cap beyond what postprocessing kept).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from visionrt.backends import BackendOptions
+from visionrt.errors import ConfigError
+from visionrt.types import Detections
+
+# Rounded so that an IoU of exactly 0.6 passes the 0.6 threshold (linspace gives 0.6000000000000001).
+IOU_THRESHOLDS: npt.NDArray[np.float64] = np.round(np.linspace(0.5, 0.95, 10), 2)
+RECALL_POINTS: npt.NDArray[np.float64] = np.linspace(0.0, 1.0, 101)
+REFERENCE_BACKEND = "onnxruntime"
+
+
+@dataclass(frozen=True, slots=True)
+class ClassFidelity:
+    """AP of one class at IoU 0.5 and averaged over 0.50:0.95, with box counts."""
+
+    ap50: float
+    ap50_95: float
+    reference_boxes: int
+    candidate_boxes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FidelityReport:
+    """Candidate vs reference over `frames` frames.
+
+    `map50`/`map50_95` average the classes the reference detects (COCO's rule: a class without
+    ground truth has no AP); boxes of classes only the candidate emits are counted in
+    `extra_class_boxes` instead. `count_match` is the share of frames with as many candidate
+    as reference boxes.
+    """
+
+    map50: float
+    map50_95: float
+    count_match: float
+    frames: int
+    reference_boxes: int
+    candidate_boxes: int
+    extra_class_boxes: int = 0
+    per_class: dict[int, ClassFidelity] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "map50": round(self.map50, 4),
+            "map50_95": round(self.map50_95, 4),
+            "count_match": round(self.count_match, 4),
+            "frames": self.frames,
+            "reference_boxes": self.reference_boxes,
+            "candidate_boxes": self.candidate_boxes,
+            "extra_class_boxes": self.extra_class_boxes,
+            "per_class": {
+                str(cls): {
+                    "ap50": round(c.ap50, 4),
+                    "ap50_95": round(c.ap50_95, 4),
+                    "reference_boxes": c.reference_boxes,
+                    "candidate_boxes": c.candidate_boxes,
+                }
+                for cls, c in sorted(self.per_class.items())
+            },
+        }
+
+    def __str__(self) -> str:
+        return (
+            f"fidelity mAP50 {self.map50:.3f}, mAP50-95 {self.map50_95:.3f},"
+            f" count match {self.count_match:.1%} over {self.frames} frames"
+            f" ({self.candidate_boxes} boxes vs {self.reference_boxes} reference)"
+        )
+
+
+def box_iou(a: npt.NDArray[np.floating], b: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
+    """IoU of every box in `a` (N, 4) with every box in `b` (M, 4), xyxy pixels → (N, M)."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    top_left = np.maximum(a64[:, None, :2], b64[None, :, :2])
+    bottom_right = np.minimum(a64[:, None, 2:], b64[None, :, 2:])
+    inter = np.prod(np.clip(bottom_right - top_left, 0.0, None), axis=2)
+    area_a = np.prod(np.clip(a64[:, 2:] - a64[:, :2], 0.0, None), axis=1)
+    area_b = np.prod(np.clip(b64[:, 2:] - b64[:, :2], 0.0, None), axis=1)
+    union = area_a[:, None] + area_b[None, :] - inter
+    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+
+
+def _match_frame(
+    cand_xyxy: npt.NDArray[np.float32],
+    cand_score: npt.NDArray[np.float32],
+    ref_xyxy: npt.NDArray[np.float32],
+    thresholds: npt.NDArray[np.float64],
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+    """One frame and class: scores (D,) in descending order and a (T, D) true-positive mask.
+
+    Greedy as COCOeval: each candidate, highest score first, takes the unmatched reference box
+    of highest IoU, if that IoU reaches the threshold; all thresholds at once."""
+    order = np.argsort(-cand_score, kind="mergesort")
+    scores = cand_score[order]
+    hits = np.zeros((len(thresholds), len(order)), dtype=bool)
+    if len(ref_xyxy) == 0 or len(order) == 0:
+        return scores, hits
+    ious = box_iou(cand_xyxy[order], ref_xyxy)
+    taken = np.zeros((len(thresholds), len(ref_xyxy)), dtype=bool)
+    rows = np.arange(len(thresholds))
+    for d in range(len(order)):
+        available = np.where(taken, -1.0, ious[d][None, :])
+        best = np.argmax(available, axis=1)
+        matched = available[rows, best] >= thresholds
+        hits[:, d] = matched
+        taken[rows[matched], best[matched]] = True
+    return scores, hits
+
+
+def average_precision(
+    scores: npt.NDArray[np.float32], hits: npt.NDArray[np.bool_], positives: int
+) -> npt.NDArray[np.float64]:
+    """COCO 101-point interpolated AP per threshold from pooled scores (D,) and hits (T, D)."""
+    if positives == 0:
+        return np.zeros(hits.shape[0])
+    order = np.argsort(-scores, kind="mergesort")
+    tp = np.cumsum(hits[:, order], axis=1, dtype=np.float64)
+    fp = np.cumsum(~hits[:, order], axis=1, dtype=np.float64)
+    recall = tp / positives
+    precision = tp / np.maximum(tp + fp, np.finfo(np.float64).eps)
+    # Precision envelope: the best precision at any recall at least this high.
+    precision = np.flip(np.maximum.accumulate(np.flip(precision, axis=1), axis=1), axis=1)
+    ap = np.zeros(hits.shape[0])
+    for t in range(hits.shape[0]):
+        index = np.searchsorted(recall[t], RECALL_POINTS, side="left")
+        valid = index < recall.shape[1]
+        ap[t] = precision[t, index[valid]].sum() / len(RECALL_POINTS)
+    return ap
+
+
+def fidelity(reference: Sequence[Detections], candidate: Sequence[Detections]) -> FidelityReport:
+    """Score `candidate` against `reference` (one Detections per frame, same frames, in order)."""
+    if len(reference) != len(candidate):
+        raise ConfigError(
+            f"fidelity: expected the same number of frames, got {len(reference)} reference"
+            f" and {len(candidate)} candidate"
+        )
+    frames = len(reference)
+    ref_classes = sorted({int(c) for det in reference for c in det.class_id})
+    cand_classes = {int(c) for det in candidate for c in det.class_id}
+    ref_total = sum(len(d) for d in reference)
+    cand_total = sum(len(d) for d in candidate)
+    count_match = (
+        sum(len(r) == len(c) for r, c in zip(reference, candidate, strict=True)) / frames
+        if frames
+        else 1.0
+    )
+    extra = sum(
+        int(np.isin(det.class_id, ref_classes, invert=True).sum()) for det in candidate
+    )
+    per_class: dict[int, ClassFidelity] = {}
+    for cls in ref_classes:
+        pooled_scores, pooled_hits, positives, cand_count = [], [], 0, 0
+        for ref, cand in zip(reference, candidate, strict=True):
+            ref_mask, cand_mask = ref.class_id == cls, cand.class_id == cls
+            positives += int(ref_mask.sum())
+            cand_count += int(cand_mask.sum())
+            scores, hits = _match_frame(
+                cand.xyxy[cand_mask], cand.confidence[cand_mask], ref.xyxy[ref_mask], IOU_THRESHOLDS
+            )
+            pooled_scores.append(scores)
+            pooled_hits.append(hits)
+        ap = average_precision(
+            np.concatenate(pooled_scores), np.concatenate(pooled_hits, axis=1), positives
+        )
+        per_class[cls] = ClassFidelity(float(ap[0]), float(ap.mean()), positives, cand_count)
+    if per_class:
+        map50 = float(np.mean([c.ap50 for c in per_class.values()]))
+        map50_95 = float(np.mean([c.ap50_95 for c in per_class.values()]))
+    else:  # nothing to find: perfect if the candidate found nothing either
+        map50 = map50_95 = 1.0 if not cand_classes else 0.0
+    return FidelityReport(
+        map50=map50,
+        map50_95=map50_95,
+        count_match=count_match,
+        frames=frames,
+        reference_boxes=ref_total,
+        candidate_boxes=cand_total,
+        extra_class_boxes=extra,
+        per_class=per_class,
+    )
+
+
+def collect_detections(
+    video: str | Path,
+    model: str | Path,
+    backend: str = REFERENCE_BACKEND,
+    options: BackendOptions | None = None,
+    frames: int = 200,
+    conf: float = 0.25,
+) -> list[Detections]:
+    """The detections of the first `frames` frames of `video` (file mode, every frame, in order)."""
+    from visionrt.pipeline import Pipeline
+    from visionrt.postprocess import PostprocessOptions
+    from visionrt.sources import SourceOptions
+
+    pipeline = Pipeline(
+        [str(video)],
+        model,
+        backend,
+        options or BackendOptions(),
+        PostprocessOptions(conf=conf),
+        SourceOptions(mode="file", max_frames=frames),
+    )
+    try:
+        return [result.detections for result in pipeline]
+    finally:
+        pipeline.close()
+
+
+def compare_to_reference(
+    video: str | Path,
+    model: str | Path,
+    candidate_backend: str,
+    candidate_options: BackendOptions | None = None,
+    frames: int = 200,
+    conf: float = 0.25,
+    candidate_model: str | Path | None = None,
+) -> FidelityReport:
+    """Run the ONNX Runtime FP32 reference of `model` and the candidate (`candidate_model`, an
+    exported artifact, or `model` itself) on the same frames, and score the candidate."""
+    reference = collect_detections(video, model, REFERENCE_BACKEND, BackendOptions(), frames, conf)
+    candidate = collect_detections(
+        video, candidate_model or model, candidate_backend, candidate_options, frames, conf
+    )
+    return fidelity(reference, candidate)

@@ -1,0 +1,97 @@
+"""Shared fixtures: media and tiny models generated at test time, and the real demo assets."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from visionrt.errors import ModelLoadError
+from visionrt.model import DEMO_VIDEO, demo_model_path
+
+
+def write_video(path: Path, frames: int, width: int = 128, height: int = 96, fps: int = 25,
+                codec: str = "mpeg4") -> Path:
+    """A small real video: a bright square moving over a dark background."""
+    import av
+
+    with av.open(str(path), mode="w") as container:
+        stream = container.add_stream(codec, rate=Fraction(fps))
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for index in range(frames):
+            image = np.full((height, width, 3), 30, np.uint8)
+            x = (index * 3) % (width - 16)
+            image[10:26, x : x + 16] = (40, 200, 240)
+            frame = av.VideoFrame.from_ndarray(image, format="bgr24")
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    return path
+
+
+def write_tiny_detector(path: Path, boxes: list[tuple[float, float, float, float, float, float]],
+                        size: int = 64, anchors: int = 8, layout: str = "anchor_free",
+                        names: str = "{0: 'person', 1: 'car'}") -> Path:
+    """An ONNX 'detector' whose output is fixed: rows (cx, cy, w, h, score class 0, score class 1)
+    in input pixels, padded with empty anchors. The input still flows into the graph (times 0),
+    so runtimes cannot fold it away."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = np.zeros((anchors, 6), np.float32)
+    table[: len(boxes)] = np.asarray(boxes, np.float32)
+    if layout == "anchor_free":
+        constant = table.T[None]  # [1, 6, N]
+    elif layout == "yolov5":  # [1, N, 5+nc]: objectness 1, class scores as given
+        constant = np.concatenate([table[:, :4], np.ones((anchors, 1), np.float32)
+                                   * (table[:, 4:].max(axis=1, keepdims=True) > 0),
+                                   table[:, 4:]], axis=1)[None]
+    else:
+        raise ValueError(layout)
+    nodes = [
+        helper.make_node("ReduceMean", ["images"], ["mean"], keepdims=0),
+        helper.make_node("Mul", ["mean", "zero"], ["nothing"]),
+        helper.make_node("Add", ["table", "nothing"], ["output0"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "tiny",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, list(constant.shape))],
+        [numpy_helper.from_array(constant.astype(np.float32), "table"),
+         numpy_helper.from_array(np.zeros((1,), np.float32), "zero")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    for key, value in {"names": names, "imgsz": f"[{size}, {size}]", "stride": "32"}.items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def demo_model() -> Path:
+    try:
+        return demo_model_path()
+    except ModelLoadError as err:
+        pytest.skip(f"demo model not installed: {err}")
+
+
+@pytest.fixture(scope="session")
+def demo_video() -> Path:
+    if not DEMO_VIDEO.is_file():
+        pytest.skip(f"demo video missing: {DEMO_VIDEO} (apt-get install opencv-doc)")
+    return DEMO_VIDEO
+
+
+@pytest.fixture(scope="session")
+def small_video(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_video(tmp_path_factory.mktemp("media") / "small.mp4", frames=40)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # One person box centred at (32, 32), 20 wide, 10 high, in 64×64 input pixels.
+    return write_tiny_detector(tmp_path_factory.mktemp("models") / "tiny.onnx",
+                               [(32, 32, 20, 10, 0.9, 0.0)])

@@ -1,0 +1,136 @@
+"""The command line: one-line errors with exit codes, outputs, interruption."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import write_video
+
+
+def visionrt(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "visionrt.cli.main", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, text: str) -> None:
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("visionrt: error:")]
+    assert len(errors) == 1, proc.stderr
+    assert text in errors[0]
+
+
+def test_run_writes_outputs_and_summary(tmp_path: Path, small_video: Path,
+                                        tiny_model: Path) -> None:
+    proc = visionrt("run", str(small_video), "-m", str(tiny_model), "-o", str(tmp_path),
+                    "--telemetry", str(tmp_path / "tele.jsonl"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (summary["frames_in"], summary["frames_out"], summary["accounted"]) == (40, 40, True)
+    assert (tmp_path / "small.mp4").is_file()
+    assert len((tmp_path / "small.jsonl").read_text().splitlines()) == 40
+    assert json.loads((tmp_path / "summary.json").read_text())["frames_out"] == 40
+    assert (tmp_path / "tele.jsonl").read_text().strip()
+    assert "wrote" in proc.stderr
+
+
+def test_missing_video(tmp_path: Path, tiny_model: Path) -> None:
+    proc = visionrt("run", str(tmp_path / "missing.mp4"), "-m", str(tiny_model))
+    assert_one_line_error(proc, 3, "source not found")
+
+
+def test_wrong_model(tmp_path: Path, small_video: Path) -> None:
+    not_onnx = tmp_path / "model.onnx"
+    not_onnx.write_text("hello")
+    proc = visionrt("run", str(small_video), "-m", str(not_onnx))
+    assert_one_line_error(proc, 4, "not a readable ONNX model")
+
+
+def test_model_that_is_not_an_image_detector(tmp_path: Path, small_video: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])])
+    path = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    proc = visionrt("run", str(small_video), "-m", str(path))
+    assert_one_line_error(proc, 4, "expected an image input shaped [N, 3, H, W]")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--conf", "2"], "postprocess.conf: expected a number in [0, 1], got 2.0"),
+        (["--set", "pipeline.queue_size=0"], "pipeline.queue_size: expected >= 1"),
+        (["--set", "source.mode=sometimes"], "source.mode: expected auto, file or live"),
+        (["--set", "postprocess.bogus=1"], "unknown option 'postprocess.bogus'"),
+        (["--backend", "magic"], "unknown backend 'magic'"),
+        (["--precision", "int4"], "inference.precision: expected one of"),
+        (["--imgsz", "600"], "multiples of 32"),
+    ],
+)
+def test_bad_option_values(small_video: Path, tiny_model: Path, args, message) -> None:
+    proc = visionrt("run", str(small_video), "-m", str(tiny_model), *args)
+    assert_one_line_error(proc, 2, message)
+
+
+def test_unwritable_output(tmp_path: Path, small_video: Path, tiny_model: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    proc = visionrt("run", str(small_video), "-m", str(tiny_model), "-o", str(blocker / "out"))
+    assert_one_line_error(proc, 6, "cannot write output")
+
+
+def test_config_file_and_overrides(tmp_path: Path, small_video: Path, tiny_model: Path) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text(f"model: {tiny_model}\nsource: {{max_frames: 7}}\n"
+                      f"output: {{dir: {tmp_path / 'a'}, video: false}}\n")
+    proc = visionrt("run", str(small_video), "-c", str(config),
+                    "--set", "source.max_frames=9", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1])["frames_out"] == 9
+    assert not (tmp_path / "a" / "small.mp4").exists()
+    proc = visionrt("run", str(small_video), "-c", str(config), "--max-frames", "5", "--json")
+    assert json.loads(proc.stdout.splitlines()[-1])["frames_out"] == 5
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_finalizes_outputs(tmp_path: Path, tiny_model: Path, signum: int) -> None:
+    import av
+
+    video = write_video(tmp_path / "long.mp4", frames=400)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "visionrt.cli.main", "run", str(video), "-m", str(tiny_model),
+         "-o", str(out), "--backend", "null", "--set", "inference.settings.delay_ms=15", "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 60
+    while not (out / "long.partial.jsonl").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"]
+    assert summary["accounted"]
+    frames = summary["frames_out"]
+    assert 0 < frames < 400
+    lines = (out / "long.jsonl").read_text().splitlines()
+    assert [json.loads(line)["frame"] for line in lines] == list(range(frames))
+    with av.open(str(out / "long.mp4")) as container:  # playable: the muxer was closed
+        assert sum(1 for _ in container.decode(video=0)) == frames
+    assert not list(out.glob("*.partial*"))

@@ -1,0 +1,152 @@
+"""The pipeline end to end on generated media: frame accounting, order, boxes, live drops."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import write_video
+from visionrt import BackendOptions, Pipeline, PipelineOptions, SourceOptions
+from visionrt.errors import SourceError
+from visionrt.sinks import JsonlSink, VideoSink
+
+
+def test_every_frame_in_order_with_known_box(small_video: Path, tiny_model: Path) -> None:
+    pipeline = Pipeline([str(small_video)], tiny_model, "onnxruntime")
+    results = list(pipeline)
+    pipeline.close()
+    assert [r.frame.index for r in results] == list(range(40))
+    summary = pipeline.summary()
+    assert (summary.frames_in, summary.frames_out, summary.accounted) == (40, 40, True)
+    # Input box cx 32, cy 32, 20×10 in a 64×64 letterbox of a 128×96 frame:
+    # scale 0.5, pad top 8 → source (44, 38, 84, 58).
+    for result in results:
+        assert result.detections.class_id.tolist() == [0]
+        np.testing.assert_allclose(result.detections.xyxy, [[44, 38, 84, 58]], atol=1e-3)
+        assert result.class_names == ("person", "car")
+
+
+def test_several_sources_each_in_order(tmp_path: Path, tiny_model: Path) -> None:
+    a = write_video(tmp_path / "a.mp4", frames=25)
+    b = write_video(tmp_path / "b.mp4", frames=17, width=96, height=96)
+    pipeline = Pipeline([str(a), str(b)], tiny_model, "onnxruntime")
+    by_source: dict[int, list[int]] = {0: [], 1: []}
+    for result in pipeline:
+        by_source[result.frame.source_id].append(result.frame.index)
+    pipeline.close()
+    assert by_source == {0: list(range(25)), 1: list(range(17))}
+
+
+def test_parallel_inference_workers_keep_order(small_video: Path, tiny_model: Path) -> None:
+    pipeline = Pipeline([str(small_video)], tiny_model, "null",
+                        BackendOptions(settings={"delay_ms": "3"}))
+    pipeline.backend.concurrency = 3  # results overtake each other; the pipeline reorders
+    indices = [r.frame.index for r in pipeline]
+    pipeline.close()
+    assert indices == list(range(40))
+
+
+def test_batching_processes_every_frame(small_video: Path, tiny_model: Path) -> None:
+    pipeline = Pipeline([str(small_video)], tiny_model, "null", BackendOptions(batch=4))
+    assert len(list(pipeline)) == 40
+    pipeline.close()
+
+
+def test_run_into_sinks_writes_complete_files(tmp_path: Path, small_video: Path,
+                                              tiny_model: Path) -> None:
+    import av
+
+    pipeline = Pipeline([str(small_video)], tiny_model, "onnxruntime")
+    jsonl, mp4 = tmp_path / "out.jsonl", tmp_path / "out.mp4"
+    summary = pipeline.run([JsonlSink(jsonl), VideoSink(mp4, fps=25)])
+    pipeline.close()
+    lines = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [line["frame"] for line in lines] == list(range(40))
+    assert lines[0]["detections"][0]["class_name"] == "person"
+    assert lines[0]["detections"][0]["xyxy"] == [44.0, 38.0, 84.0, 58.0]
+    with av.open(str(mp4)) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 40
+    assert not list(tmp_path.glob("*.partial*"))
+    assert sorted(summary.outputs) == sorted([str(jsonl), str(mp4)])
+    assert summary.stages["infer"]["p50"] > 0
+
+
+def test_live_mode_drops_are_counted(tiny_model: Path) -> None:
+    # A source faster than inference: the freshest frame wins, every drop is counted.
+    pipeline = Pipeline(["synthetic:320x240:150"], tiny_model, "null",
+                        BackendOptions(settings={"delay_ms": "20"}),
+                        source_options=SourceOptions(mode="live"),
+                        options=PipelineOptions(queue_size=1, warmup=0))
+    out = [r.frame.index for r in pipeline]
+    pipeline.close()
+    summary = pipeline.summary()
+    assert summary.frames_in == 150
+    assert 0 < len(out) < 150
+    assert out == sorted(out)
+    assert summary.accounted
+    assert sum(summary.dropped.values()) == 150 - len(out)
+
+
+def test_stop_finishes_frames_in_flight(small_video: Path, tiny_model: Path) -> None:
+    pipeline = Pipeline([str(small_video)], tiny_model, "null",
+                        BackendOptions(settings={"delay_ms": "5"}))
+    seen = []
+    for result in pipeline:
+        seen.append(result.frame.index)
+        if len(seen) == 5:
+            pipeline.stop()
+    pipeline.close()
+    summary = pipeline.summary()
+    assert summary.interrupted
+    assert seen == list(range(len(seen)))
+    assert 5 <= len(seen) < 40
+    assert summary.accounted
+
+
+def test_corrupt_middle_skips_and_counts(tmp_path: Path, tiny_model: Path) -> None:
+    video = write_video(tmp_path / "corrupt.avi", frames=60, width=160, height=120)
+    data = bytearray(video.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 4000] = np.random.default_rng(1).integers(0, 256, 4000,
+                                                                      dtype=np.uint8).tobytes()
+    video.write_bytes(bytes(data))
+    pipeline = Pipeline([str(video)], tiny_model, "null")
+    results = list(pipeline)
+    pipeline.close()
+    summary = pipeline.summary()
+    assert 0 < len(results) <= 60
+    assert summary.accounted
+
+
+def test_truncated_file_ends_cleanly(tmp_path: Path, tiny_model: Path) -> None:
+    video = write_video(tmp_path / "cut.mkv", frames=60, width=160, height=120)
+    data = video.read_bytes()
+    video.write_bytes(data[: len(data) // 2])
+    pipeline = Pipeline([str(video)], tiny_model, "null")
+    results = list(pipeline)
+    pipeline.close()
+    assert 5 < len(results) < 60
+    assert [r.frame.index for r in results] == list(range(len(results)))
+    assert pipeline.summary().accounted
+
+
+def test_truncated_mp4_without_index_is_a_clear_error(tmp_path: Path, tiny_model: Path) -> None:
+    video = write_video(tmp_path / "cut.mp4", frames=30)
+    video.write_bytes(video.read_bytes()[:2000])  # the moov index is written last
+    with pytest.raises(SourceError, match="cannot open file|cannot be decoded"):
+        Pipeline([str(video)], tiny_model)
+
+
+def test_missing_source_fails_before_model_load(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="source not found"):
+        Pipeline([str(tmp_path / "nope.mp4")], tmp_path / "also-missing.onnx")
+
+
+def test_not_a_video(tmp_path: Path, tiny_model: Path) -> None:
+    bogus = tmp_path / "bogus.mp4"
+    bogus.write_bytes(b"this is not a video" * 100)
+    with pytest.raises(SourceError, match="cannot open file"):
+        Pipeline([str(bogus)], tiny_model)
