@@ -12,8 +12,9 @@ from visionrt.errors import ModelLoadError
 from visionrt.model import DEMO_VIDEO, demo_model_path
 
 
-def write_video(path: Path, frames: int, width: int = 128, height: int = 96, fps: int = 25,
-                codec: str = "mpeg4") -> Path:
+def write_video(
+    path: Path, frames: int, width: int = 128, height: int = 96, fps: int = 25, codec: str = "mpeg4"
+) -> Path:
     """A small real video: a bright square moving over a dark background."""
     import av
 
@@ -30,9 +31,14 @@ def write_video(path: Path, frames: int, width: int = 128, height: int = 96, fps
     return path
 
 
-def write_tiny_detector(path: Path, boxes: list[tuple[float, float, float, float, float, float]],
-                        size: int = 64, anchors: int = 8, layout: str = "anchor_free",
-                        names: str = "{0: 'person', 1: 'car'}") -> Path:
+def write_tiny_detector(
+    path: Path,
+    boxes: list[tuple[float, float, float, float, float, float]],
+    size: int = 64,
+    anchors: int = 8,
+    layout: str = "anchor_free",
+    names: str = "{0: 'person', 1: 'car'}",
+) -> Path:
     """An ONNX 'detector' whose output is fixed: rows (cx, cy, w, h, score class 0, score class 1)
     in input pixels, padded with empty anchors. The input still flows into the graph (times 0),
     so runtimes cannot fold it away."""
@@ -44,9 +50,14 @@ def write_tiny_detector(path: Path, boxes: list[tuple[float, float, float, float
     if layout == "anchor_free":
         constant = table.T[None]  # [1, 6, N]
     elif layout == "yolov5":  # [1, N, 5+nc]: objectness 1, class scores as given
-        constant = np.concatenate([table[:, :4], np.ones((anchors, 1), np.float32)
-                                   * (table[:, 4:].max(axis=1, keepdims=True) > 0),
-                                   table[:, 4:]], axis=1)[None]
+        constant = np.concatenate(
+            [
+                table[:, :4],
+                np.ones((anchors, 1), np.float32) * (table[:, 4:].max(axis=1, keepdims=True) > 0),
+                table[:, 4:],
+            ],
+            axis=1,
+        )[None]
     else:
         raise ValueError(layout)
     nodes = [
@@ -55,11 +66,14 @@ def write_tiny_detector(path: Path, boxes: list[tuple[float, float, float, float
         helper.make_node("Add", ["table", "nothing"], ["output0"]),
     ]
     graph = helper.make_graph(
-        nodes, "tiny",
+        nodes,
+        "tiny",
         [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])],
         [helper.make_tensor_value_info("output0", TensorProto.FLOAT, list(constant.shape))],
-        [numpy_helper.from_array(constant.astype(np.float32), "table"),
-         numpy_helper.from_array(np.zeros((1,), np.float32), "zero")],
+        [
+            numpy_helper.from_array(constant.astype(np.float32), "table"),
+            numpy_helper.from_array(np.zeros((1,), np.float32), "zero"),
+        ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
@@ -93,5 +107,6 @@ def small_video(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # One person box centred at (32, 32), 20 wide, 10 high, in 64×64 input pixels.
-    return write_tiny_detector(tmp_path_factory.mktemp("models") / "tiny.onnx",
-                               [(32, 32, 20, 10, 0.9, 0.0)])
+    return write_tiny_detector(
+        tmp_path_factory.mktemp("models") / "tiny.onnx", [(32, 32, 20, 10, 0.9, 0.0)]
+    )

@@ -11,13 +11,16 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import write_video
 
 
 def visionrt(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "visionrt.cli.main", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "visionrt.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, text: str) -> None:
@@ -28,10 +31,20 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, tex
     assert text in errors[0]
 
 
-def test_run_writes_outputs_and_summary(tmp_path: Path, small_video: Path,
-                                        tiny_model: Path) -> None:
-    proc = visionrt("run", str(small_video), "-m", str(tiny_model), "-o", str(tmp_path),
-                    "--telemetry", str(tmp_path / "tele.jsonl"), "--json")
+def test_run_writes_outputs_and_summary(
+    tmp_path: Path, small_video: Path, tiny_model: Path
+) -> None:
+    proc = visionrt(
+        "run",
+        str(small_video),
+        "-m",
+        str(tiny_model),
+        "-o",
+        str(tmp_path),
+        "--telemetry",
+        str(tmp_path / "tele.jsonl"),
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (summary["frames_in"], summary["frames_out"], summary["accounted"]) == (40, 40, True)
@@ -59,9 +72,11 @@ def test_model_that_is_not_an_image_detector(tmp_path: Path, small_video: Path) 
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 10])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+    )
     path = tmp_path / "relu.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
     proc = visionrt("run", str(small_video), "-m", str(path))
@@ -94,10 +109,13 @@ def test_unwritable_output(tmp_path: Path, small_video: Path, tiny_model: Path) 
 
 def test_config_file_and_overrides(tmp_path: Path, small_video: Path, tiny_model: Path) -> None:
     config = tmp_path / "run.yaml"
-    config.write_text(f"model: {tiny_model}\nsource: {{max_frames: 7}}\n"
-                      f"output: {{dir: {tmp_path / 'a'}, video: false}}\n")
-    proc = visionrt("run", str(small_video), "-c", str(config),
-                    "--set", "source.max_frames=9", "--json")
+    config.write_text(
+        f"model: {tiny_model}\nsource: {{max_frames: 7}}\n"
+        f"output: {{dir: {tmp_path / 'a'}, video: false}}\n"
+    )
+    proc = visionrt(
+        "run", str(small_video), "-c", str(config), "--set", "source.max_frames=9", "--json"
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1])["frames_out"] == 9
     assert not (tmp_path / "a" / "small.mp4").exists()
@@ -112,10 +130,27 @@ def test_interrupt_finalizes_outputs(tmp_path: Path, tiny_model: Path, signum: i
     video = write_video(tmp_path / "long.mp4", frames=400)
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "visionrt.cli.main", "run", str(video), "-m", str(tiny_model),
-         "-o", str(out), "--backend", "null", "--set", "inference.settings.delay_ms=15", "-q"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        [
+            sys.executable,
+            "-m",
+            "visionrt.cli.main",
+            "run",
+            str(video),
+            "-m",
+            str(tiny_model),
+            "-o",
+            str(out),
+            "--backend",
+            "null",
+            "--set",
+            "inference.settings.delay_ms=15",
+            "-q",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     deadline = time.monotonic() + 60
     while not (out / "long.partial.jsonl").exists() and time.monotonic() < deadline:
         time.sleep(0.05)

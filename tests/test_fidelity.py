@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from visionrt.errors import ConfigError
 from visionrt.fidelity import box_iou, compare_to_reference, fidelity
-from visionrt.model import DEMO_VIDEO
 from visionrt.types import Detections
 
 A = [0.0, 0.0, 100.0, 100.0]
@@ -60,9 +61,16 @@ CASES = [
     ),
     ("missing box", [dets((A, 0.9, 0), (B, 0.9, 0))], [dets((A, 0.9, 0))], 51 / 101, 51 / 101, 0),
     # A false positive scored below every true positive costs nothing in AP ...
-    ("extra FP, lower score", [dets((A, 0.9, 0))], [dets((A, 0.9, 0), (FAR, 0.3, 0))], 1, 1, 0),
+    ("extra FP, lower", [dets((A, 0.9, 0))], [dets((A, 0.9, 0), (FAR, 0.3, 0))], 1, 1, 0),
     # ... scored above it halves precision at every recall.
-    ("extra FP, higher score", [dets((A, 0.5, 0))], [dets((A, 0.5, 0), (FAR, 0.9, 0))], 0.5, 0.5, 0),
+    (
+        "extra FP, higher score",
+        [dets((A, 0.5, 0))],
+        [dets((A, 0.5, 0), (FAR, 0.9, 0))],
+        0.5,
+        0.5,
+        0,
+    ),
     # A frame without reference boxes: the candidate's box there is a false positive.
     (
         "FP in empty frame",
@@ -128,16 +136,8 @@ def test_frame_count_mismatch_is_a_config_error() -> None:
 
 
 @pytest.mark.slow
-def test_reference_against_itself_is_perfect() -> None:
-    from visionrt.model import demo_model_path
-
-    if not DEMO_VIDEO.is_file():
-        pytest.skip(f"demo video {DEMO_VIDEO} missing (apt-get install opencv-doc)")
-    try:
-        model = demo_model_path()
-    except Exception as err:
-        pytest.skip(str(err))
-    report = compare_to_reference(DEMO_VIDEO, model, "onnxruntime", frames=20)
+def test_reference_against_itself_is_perfect(demo_model: Path, demo_video: Path) -> None:
+    report = compare_to_reference(demo_video, demo_model, "onnxruntime", frames=20)
     assert report.frames == 20
     assert report.reference_boxes > 0
     assert (report.map50, report.map50_95, report.count_match) == (1.0, 1.0, 1.0)

@@ -28,8 +28,11 @@ def test_anchor_free_head() -> None:
     det = decode_one(output, HeadLayout.ANCHOR_FREE, BOX, OPTIONS)
     assert det.class_id.tolist() == [0, 1]
     np.testing.assert_allclose(det.confidence, [0.9, 0.8], atol=1e-6)
-    np.testing.assert_allclose(det.xyxy, [_expected_source(290, 290, 310, 310),
-                                          _expected_source(80, 160, 120, 240)], atol=1e-3)
+    np.testing.assert_allclose(
+        det.xyxy,
+        [_expected_source(290, 290, 310, 310), _expected_source(80, 160, 120, 240)],
+        atol=1e-3,
+    )
 
 
 def test_yolov5_head_multiplies_objectness() -> None:

@@ -59,8 +59,9 @@ def test_letterbox_into_float_layout_pixels() -> None:
     np.testing.assert_allclose(out[:, :80], pad, atol=1e-6)  # top padding
     np.testing.assert_allclose(out[:, 560:], pad, atol=1e-6)  # bottom padding
     # Content is RGB scaled to [0, 1].
-    np.testing.assert_allclose(out[:, 80:560].reshape(3, -1).mean(axis=1),
-                               [30 / 255, 20 / 255, 10 / 255], atol=1e-6)
+    np.testing.assert_allclose(
+        out[:, 80:560].reshape(3, -1).mean(axis=1), [30 / 255, 20 / 255, 10 / 255], atol=1e-6
+    )
 
 
 def test_reused_buffer_keeps_padding_without_repaint() -> None:
@@ -78,7 +79,8 @@ def test_letterbox_into_uint8_layout_is_bgr_bytes() -> None:
     image = np.zeros((576, 768, 3), np.uint8)
     image[..., 0] = 7
     out = np.empty((640, 640, 3), np.uint8)
-    letterbox_into(image, out, compute_letterbox(image.shape[:2], (640, 640)),
-                   InputLayout.NHWC_U8_BGR)
+    letterbox_into(
+        image, out, compute_letterbox(image.shape[:2], (640, 640)), InputLayout.NHWC_U8_BGR
+    )
     assert out[0, 0].tolist() == [114, 114, 114]
     assert out[320, 320].tolist() == [7, 0, 0]

@@ -50,18 +50,24 @@ def test_other_class_is_not_suppressed() -> None:
 
 def test_greedy_chain_keeps_the_third_box() -> None:
     # A suppresses B; B would suppress C, but B is gone and C barely touches A: C stays.
-    xyxy, scores, classes = _arrays([
-        [0, 0, 10, 10, 0.9, 0],
-        [4, 0, 14, 10, 0.8, 0],   # IoU(A, B) = 60 / 140 = 0.43
-        [8, 0, 18, 10, 0.7, 0],   # IoU(B, C) = 0.43, IoU(A, C) = 20 / 180 = 0.11
-    ])
+    xyxy, scores, classes = _arrays(
+        [
+            [0, 0, 10, 10, 0.9, 0],
+            [4, 0, 14, 10, 0.8, 0],  # IoU(A, B) = 60 / 140 = 0.43
+            [8, 0, 18, 10, 0.7, 0],  # IoU(B, C) = 0.43, IoU(A, C) = 20 / 180 = 0.11
+        ]
+    )
     assert nms(xyxy, scores, classes, 0.4).tolist() == [0, 2]
 
 
 def test_result_is_best_score_first_and_capped() -> None:
-    xyxy, scores, classes = _arrays([
-        [0, 0, 10, 10, 0.5, 1], [50, 50, 60, 60, 0.9, 0], [100, 100, 110, 110, 0.7, 2],
-    ])
+    xyxy, scores, classes = _arrays(
+        [
+            [0, 0, 10, 10, 0.5, 1],
+            [50, 50, 60, 60, 0.9, 0],
+            [100, 100, 110, 110, 0.7, 2],
+        ]
+    )
     assert nms(xyxy, scores, classes, 0.5).tolist() == [1, 2, 0]
     assert nms(xyxy, scores, classes, 0.5, max_det=2).tolist() == [1, 2]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import write_video
+
 from visionrt import BackendOptions, Pipeline, PipelineOptions, SourceOptions
 from visionrt.errors import SourceError
 from visionrt.sinks import JsonlSink, VideoSink
@@ -41,8 +41,9 @@ def test_several_sources_each_in_order(tmp_path: Path, tiny_model: Path) -> None
 
 
 def test_parallel_inference_workers_keep_order(small_video: Path, tiny_model: Path) -> None:
-    pipeline = Pipeline([str(small_video)], tiny_model, "null",
-                        BackendOptions(settings={"delay_ms": "3"}))
+    pipeline = Pipeline(
+        [str(small_video)], tiny_model, "null", BackendOptions(settings={"delay_ms": "3"})
+    )
     pipeline.backend.concurrency = 3  # results overtake each other; the pipeline reorders
     indices = [r.frame.index for r in pipeline]
     pipeline.close()
@@ -55,8 +56,9 @@ def test_batching_processes_every_frame(small_video: Path, tiny_model: Path) -> 
     pipeline.close()
 
 
-def test_run_into_sinks_writes_complete_files(tmp_path: Path, small_video: Path,
-                                              tiny_model: Path) -> None:
+def test_run_into_sinks_writes_complete_files(
+    tmp_path: Path, small_video: Path, tiny_model: Path
+) -> None:
     import av
 
     pipeline = Pipeline([str(small_video)], tiny_model, "onnxruntime")
@@ -76,10 +78,14 @@ def test_run_into_sinks_writes_complete_files(tmp_path: Path, small_video: Path,
 
 def test_live_mode_drops_are_counted(tiny_model: Path) -> None:
     # A source faster than inference: the freshest frame wins, every drop is counted.
-    pipeline = Pipeline(["synthetic:320x240:150"], tiny_model, "null",
-                        BackendOptions(settings={"delay_ms": "20"}),
-                        source_options=SourceOptions(mode="live"),
-                        options=PipelineOptions(queue_size=1, warmup=0))
+    pipeline = Pipeline(
+        ["synthetic:320x240:150"],
+        tiny_model,
+        "null",
+        BackendOptions(settings={"delay_ms": "20"}),
+        source_options=SourceOptions(mode="live"),
+        options=PipelineOptions(queue_size=1, warmup=0),
+    )
     out = [r.frame.index for r in pipeline]
     pipeline.close()
     summary = pipeline.summary()
@@ -91,8 +97,9 @@ def test_live_mode_drops_are_counted(tiny_model: Path) -> None:
 
 
 def test_stop_finishes_frames_in_flight(small_video: Path, tiny_model: Path) -> None:
-    pipeline = Pipeline([str(small_video)], tiny_model, "null",
-                        BackendOptions(settings={"delay_ms": "5"}))
+    pipeline = Pipeline(
+        [str(small_video)], tiny_model, "null", BackendOptions(settings={"delay_ms": "5"})
+    )
     seen = []
     for result in pipeline:
         seen.append(result.frame.index)
@@ -110,8 +117,9 @@ def test_corrupt_middle_skips_and_counts(tmp_path: Path, tiny_model: Path) -> No
     video = write_video(tmp_path / "corrupt.avi", frames=60, width=160, height=120)
     data = bytearray(video.read_bytes())
     middle = len(data) // 2
-    data[middle : middle + 4000] = np.random.default_rng(1).integers(0, 256, 4000,
-                                                                      dtype=np.uint8).tobytes()
+    data[middle : middle + 4000] = (
+        np.random.default_rng(1).integers(0, 256, 4000, dtype=np.uint8).tobytes()
+    )
     video.write_bytes(bytes(data))
     pipeline = Pipeline([str(video)], tiny_model, "null")
     results = list(pipeline)
@@ -136,7 +144,7 @@ def test_truncated_file_ends_cleanly(tmp_path: Path, tiny_model: Path) -> None:
 def test_truncated_mp4_without_index_is_a_clear_error(tmp_path: Path, tiny_model: Path) -> None:
     video = write_video(tmp_path / "cut.mp4", frames=30)
     video.write_bytes(video.read_bytes()[:2000])  # the moov index is written last
-    with pytest.raises(SourceError, match="cannot open file|cannot be decoded"):
+    with pytest.raises(SourceError, match=r"cannot open file|cannot be decoded"):
         Pipeline([str(video)], tiny_model)
 
 
@@ -150,3 +158,50 @@ def test_not_a_video(tmp_path: Path, tiny_model: Path) -> None:
     bogus.write_bytes(b"this is not a video" * 100)
     with pytest.raises(SourceError, match="cannot open file"):
         Pipeline([str(bogus)], tiny_model)
+
+
+def test_fixed_batch_model_rejects_other_batch(small_video: Path, tiny_model: Path) -> None:
+    from visionrt.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="batch axis fixed at 1, got 4"):
+        Pipeline([str(small_video)], tiny_model, "onnxruntime", BackendOptions(batch=4))
+
+
+def test_image_folder_source(tmp_path: Path, tiny_model: Path) -> None:
+    import cv2
+
+    for i in range(5):
+        cv2.imwrite(str(tmp_path / f"img{i:02d}.png"), np.full((96, 128, 3), i * 40, np.uint8))
+    (tmp_path / "broken.png").write_bytes(b"not a png")
+    pipeline = Pipeline([str(tmp_path)], tiny_model, "onnxruntime")
+    results = list(pipeline)
+    pipeline.close()
+    assert [Path(r.frame.source_name).name for r in results] == [
+        f"img{i:02d}.png" for i in range(5)
+    ]
+    np.testing.assert_allclose(results[0].detections.xyxy, [[44, 38, 84, 58]], atol=1e-3)
+    assert pipeline.summary().sources[0]["corrupt"] == 1
+
+
+def test_dropped_stream_reconnects_then_reports(
+    tmp_path: Path, small_video: Path, tiny_model: Path
+) -> None:
+    import shutil
+
+    from visionrt.sources.video import VideoSource
+
+    # A file opened as a live stream, then removed: its end is a disconnect, and every
+    # reconnect fails until the source gives up.
+    stream = shutil.copy(small_video, tmp_path / "stream.mp4")
+    options = SourceOptions(mode="live", reconnect_attempts=2, reconnect_backoff=0.01)
+    source = VideoSource(str(stream), 0, options, kind="stream")
+    Path(stream).unlink()
+    pipeline = Pipeline([source], tiny_model, "null", options=PipelineOptions(stale_after=30))
+    results = list(pipeline)
+    pipeline.close()
+    summary = pipeline.summary()
+    assert summary.sources[0]["reconnects"] == 2
+    assert "gave up after 2 reconnects" in summary.error
+    assert summary.frames_in == 40
+    assert summary.accounted
+    assert [r.frame.index for r in results] == sorted(r.frame.index for r in results)

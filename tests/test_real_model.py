@@ -20,8 +20,12 @@ FRAMES = 50
 
 @pytest.fixture(scope="module")
 def results(demo_model: Path, demo_video: Path):
-    pipeline = Pipeline([str(demo_video)], demo_model, "onnxruntime",
-                        source_options=SourceOptions(max_frames=FRAMES))
+    pipeline = Pipeline(
+        [str(demo_video)],
+        demo_model,
+        "onnxruntime",
+        source_options=SourceOptions(max_frames=FRAMES),
+    )
     out = list(pipeline)
     pipeline.close()
     return out
@@ -35,9 +39,12 @@ def test_people_are_found_inside_the_frame(results) -> None:
     assert 2 <= np.median(counts) <= 20
     for result in results:
         xyxy = result.detections.xyxy
-        assert (xyxy[:, 0] >= 0).all() and (xyxy[:, 2] <= 768).all()
-        assert (xyxy[:, 1] >= 0).all() and (xyxy[:, 3] <= 576).all()
-        assert (xyxy[:, 2] > xyxy[:, 0]).all() and (xyxy[:, 3] > xyxy[:, 1]).all()
+        assert (xyxy[:, 0] >= 0).all()
+        assert (xyxy[:, 2] <= 768).all()
+        assert (xyxy[:, 1] >= 0).all()
+        assert (xyxy[:, 3] <= 576).all()
+        assert (xyxy[:, 2] > xyxy[:, 0]).all()
+        assert (xyxy[:, 3] > xyxy[:, 1]).all()
     assert results[0].class_names == ("Normal", "Fall")
 
 
@@ -50,8 +57,9 @@ def test_preprocessing_equals_a_plain_numpy_letterbox(demo_video: Path) -> None:
     plain[80:560] = cv2.resize(image, (640, 480), interpolation=cv2.INTER_LINEAR)
     expected = plain[:, :, ::-1].transpose(2, 0, 1).astype(np.float32) / 255.0
     ours = np.empty((3, 640, 640), np.float32)
-    letterbox_into(image, ours, compute_letterbox(image.shape[:2], (640, 640)),
-                   InputLayout.NCHW_FLOAT)
+    letterbox_into(
+        image, ours, compute_letterbox(image.shape[:2], (640, 640)), InputLayout.NCHW_FLOAT
+    )
     np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-7)
 
 

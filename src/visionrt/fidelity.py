@@ -7,9 +7,10 @@ The reference's detections are taken as ground truth; no labels are needed. Matc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -18,7 +19,7 @@ from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError
 from visionrt.types import Detections
 
-# Rounded so that an IoU of exactly 0.6 passes the 0.6 threshold (linspace gives 0.6000000000000001).
+# Rounded to the decimal values (linspace gives 0.8999999999999999 for 0.9).
 IOU_THRESHOLDS: npt.NDArray[np.float64] = np.round(np.linspace(0.5, 0.95, 10), 2)
 RECALL_POINTS: npt.NDArray[np.float64] = np.linspace(0.0, 1.0, 101)
 REFERENCE_BACKEND = "onnxruntime"
@@ -53,7 +54,7 @@ class FidelityReport:
     extra_class_boxes: int = 0
     per_class: dict[int, ClassFidelity] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "map50": round(self.map50, 4),
             "map50_95": round(self.map50_95, 4),
@@ -72,6 +73,23 @@ class FidelityReport:
                 for cls, c in sorted(self.per_class.items())
             },
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FidelityReport:
+        """The inverse of `to_json` (values as rounded there)."""
+        return cls(
+            map50=float(data["map50"]),
+            map50_95=float(data["map50_95"]),
+            count_match=float(data["count_match"]),
+            frames=int(data["frames"]),
+            reference_boxes=int(data["reference_boxes"]),
+            candidate_boxes=int(data["candidate_boxes"]),
+            extra_class_boxes=int(data.get("extra_class_boxes", 0)),
+            per_class={
+                int(cls_id): ClassFidelity(**values)
+                for cls_id, values in data.get("per_class", {}).items()
+            },
+        )
 
     def __str__(self) -> str:
         return (
@@ -158,9 +176,7 @@ def fidelity(reference: Sequence[Detections], candidate: Sequence[Detections]) -
         if frames
         else 1.0
     )
-    extra = sum(
-        int(np.isin(det.class_id, ref_classes, invert=True).sum()) for det in candidate
-    )
+    extra = sum(int(np.isin(det.class_id, ref_classes, invert=True).sum()) for det in candidate)
     per_class: dict[int, ClassFidelity] = {}
     for cls in ref_classes:
         pooled_scores, pooled_hits, positives, cand_count = [], [], 0, 0

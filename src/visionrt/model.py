@@ -77,31 +77,50 @@ def _class_names(raw: str | None) -> tuple[str, ...]:
     return ()
 
 
-def read_model_spec(path: str | Path) -> ModelSpec:
-    """Read an ONNX detector's input/output description and Ultralytics metadata."""
-    import onnx
+# OpenVINO's ONNX frontend keeps the ONNX metadata (class names, imgsz, ...) in the IR's rt_info
+# under 'framework'; Ultralytics' own IR exports use 'model_info'.
+IR_METADATA_KEYS = ("framework", "model_info")
 
-    path = Path(path)
-    if not path.is_file():
-        raise ModelLoadError(f"model file not found: {path}")
+
+def _read_ir_spec(path: Path) -> ModelSpec:
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        import openvino as ov
+    except ImportError as err:
+        raise ModelLoadError(f"{path} is an OpenVINO IR: pip install 'visionrt[openvino]'") from err
+    try:
+        model = ov.Core().read_model(str(path))
     except Exception as err:
-        raise ModelLoadError(f"{path} is not a readable ONNX model ({err})") from err
-    graph = model.graph
-    initializers = {init.name for init in graph.initializer}
-    inputs = [i for i in graph.input if i.name not in initializers]
-    if len(inputs) != 1:
-        raise ModelLoadError(f"{path}: expected one image input, got {len(inputs)} inputs")
-    dims = _dims(inputs[0])
+        raise ModelLoadError(f"{path} is not a readable OpenVINO IR ({err})") from err
+    meta: dict[str, str] = {}
+    for section in IR_METADATA_KEYS:
+        if model.has_rt_info([section]):
+            items = model.get_rt_info([section]).astype(dict).items()
+            meta = {key: value.astype(str) for key, value in items}
+            break
+    if len(model.inputs) != 1:
+        raise ModelLoadError(f"{path}: expected one image input, got {len(model.inputs)} inputs")
+    shape = model.inputs[0].get_partial_shape()
+    dims = tuple(d.get_length() if d.is_static else -1 for d in shape)
+    out_shape = model.outputs[0].get_partial_shape()
+    out_dims = tuple(d.get_length() if d.is_static else -1 for d in out_shape)
+    return _spec(
+        path, model.inputs[0].get_any_name(), dims, model.outputs[0].get_any_name(), out_dims, meta
+    )
+
+
+def _spec(
+    path: Path,
+    input_name: str,
+    dims: tuple[int, ...],
+    output_name: str,
+    out_dims: tuple[int, ...],
+    meta: dict[str, str],
+) -> ModelSpec:
     if len(dims) != 4 or dims[1] not in (3, -1):
         raise ModelLoadError(
             f"{path}: expected an image input shaped [N, 3, H, W], got {list(dims)}"
-            f" for input '{inputs[0].name}'"
+            f" for input '{input_name}'"
         )
-    if len(graph.output) < 1:
-        raise ModelLoadError(f"{path}: the model has no outputs")
-    meta = {p.key: p.value for p in model.metadata_props}
     height, width = dims[2], dims[3]
     dynamic_hw = height <= 0 or width <= 0
     if dynamic_hw:
@@ -111,13 +130,40 @@ def read_model_spec(path: str | Path) -> ModelSpec:
     end2end = meta.get("end2end", "").lower() == "true" or "'nms': True" in args
     return ModelSpec(
         path=path,
-        input_name=inputs[0].name,
+        input_name=input_name,
         input_size=(int(height), int(width)),
         batch=dims[0],
         dynamic_hw=dynamic_hw,
-        output_name=graph.output[0].name,
-        output_shape=_dims(graph.output[0]),
+        output_name=output_name,
+        output_shape=out_dims,
         class_names=_class_names(meta.get("names")),
         stride=int(meta.get("stride", 32) or 32),
         end2end=end2end,
+    )
+
+
+def read_model_spec(path: str | Path) -> ModelSpec:
+    """Read a detector's (ONNX or OpenVINO IR) input/output description and Ultralytics
+    metadata."""
+    import onnx
+
+    path = Path(path)
+    if not path.is_file():
+        raise ModelLoadError(f"model file not found: {path}")
+    if path.suffix == ".xml":
+        return _read_ir_spec(path)
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as err:
+        raise ModelLoadError(f"{path} is not a readable ONNX model ({err})") from err
+    graph = model.graph
+    initializers = {init.name for init in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in initializers]
+    if len(inputs) != 1:
+        raise ModelLoadError(f"{path}: expected one image input, got {len(inputs)} inputs")
+    if len(graph.output) < 1:
+        raise ModelLoadError(f"{path}: the model has no outputs")
+    meta = {p.key: p.value for p in model.metadata_props}
+    return _spec(
+        path, inputs[0].name, _dims(inputs[0]), graph.output[0].name, _dims(graph.output[0]), meta
     )

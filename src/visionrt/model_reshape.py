@@ -83,9 +83,9 @@ def _rewrite_float(
     ]
     for old_value, new_value in candidates:
         rows = old_value.shape[0]
-        if value.size == rows * count and value.shape[-1] == count:
-            if np.array_equal(value.reshape(rows, count), old_value):
-                return new_value.reshape(*value.shape[:-1], new_value.shape[1])
+        fits = value.size == rows * count and value.shape[-1] == count
+        if fits and np.array_equal(value.reshape(rows, count), old_value):
+            return new_value.reshape(*value.shape[:-1], new_value.shape[1])
     raise ModelLoadError(
         f"constant '{name}' with shape {list(value.shape)} depends on the anchor count {count}"
         " but is neither an anchor grid (2 rows: x, y) nor a stride row that make_anchors gives"

@@ -117,6 +117,12 @@ class Pipeline:
             out_shape, len(self.class_names), self.spec.end2end, self.postprocess.head
         )
         self.batch = max(1, (backend_options or BackendOptions()).batch)
+        fixed = in_shape[0]
+        if isinstance(fixed, int) and fixed > 0 and fixed != self.batch:
+            raise ConfigError(
+                f"inference.batch: {info.runtime} runs this model with its batch axis fixed at"
+                f" {fixed}, got {self.batch} (export with a dynamic batch)"
+            )
         self.telemetry = Telemetry()
         self._stop = threading.Event()
         self._errors: list[BaseException] = []

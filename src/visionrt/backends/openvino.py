@@ -1,4 +1,4 @@
-"""Intel OpenVINO: ONNX or IR on CPU/GPU/NPU, bf16/f16 hints, throughput streams, folded preprocessing."""
+"""Intel OpenVINO: ONNX or IR on CPU/GPU/NPU, precision hints, streams, folded preprocessing."""
 
 from __future__ import annotations
 
@@ -67,7 +67,9 @@ class OpenVINOBackend(Backend):
             )
         hint = options.settings.get("hint", "latency").lower()
         if hint not in _HINTS:
-            raise ConfigError(f"inference.settings.hint: expected latency or throughput, got {hint}")
+            raise ConfigError(
+                f"inference.settings.hint: expected latency or throughput, got {hint}"
+            )
         core = ov.Core()
         device = _device_name(options.device)
         if device.split(".")[0] not in {d.split(".")[0] for d in core.available_devices}:
@@ -107,6 +109,7 @@ class OpenVINOBackend(Backend):
                 f"openvino precision 'int8': {source.name} is not quantized; make an INT8 model"
                 " with `visionrt export --precision int8` and load that"
             )
+        _make_static(graph, source, options)
         if options.fold_preprocess:
             graph = _fold_preprocess(graph)
         try:
@@ -164,7 +167,7 @@ class OpenVINOBackend(Backend):
         if spec.dynamic_hw or spec.input_size == options.input_size:
             return model
         height, width = options.input_size
-        root = options.cache_dir or Path.home() / ".cache" / "visionrt"
+        root = Path(options.cache_dir or Path.home() / ".cache" / "visionrt")
         digest = file_sha256(model)[:16]
         target = root / "reshaped" / f"{model.stem}-{digest}-{height}x{width}.onnx"
         if not target.is_file():
@@ -194,6 +197,31 @@ def _first_line(err: BaseException) -> str:
     return (reasons or lines or [type(err).__name__])[0]
 
 
+def _make_static(graph: Any, source: Path, options: BackendOptions) -> None:
+    """Fix a dynamic input to [batch, 3, H, W] (the CPU plugin is faster on static shapes);
+    refuse a batch that a static model cannot take."""
+    shape = graph.inputs[0].get_partial_shape()
+    if shape.is_static:
+        if options.batch > 1 and shape[0].get_length() != options.batch:
+            raise ConfigError(
+                f"openvino batch {options.batch}: {source.name} has a static batch of"
+                f" {shape[0].get_length()}; export it with a dynamic batch axis"
+            )
+        return
+    if options.input_size is None and source.suffix != ".onnx":
+        return  # an IR without metadata: leave it dynamic
+    from visionrt.model import read_model_spec
+
+    height, width = options.input_size or read_model_spec(source).input_size
+    try:
+        graph.reshape([options.batch, 3, height, width])
+    except Exception as err:
+        raise ConfigError(
+            f"openvino cannot fix {source.name} to [{options.batch}, 3, {height}, {width}]:"
+            f" {_first_line(err)}"
+        ) from err
+
+
 def _fold_preprocess(graph: Any) -> Any:
     """Make `graph` take uint8 BGR NHWC and convert, reorder, scale and transpose inside it."""
     from openvino import Layout, Type
@@ -201,7 +229,9 @@ def _fold_preprocess(graph: Any) -> Any:
 
     shape = graph.inputs[0].get_partial_shape()
     if shape.rank.is_dynamic or len(shape) != 4 or shape[1] != 3:
-        raise ModelLoadError(f"fold_preprocess: expected an NCHW input with 3 channels, got {shape}")
+        raise ModelLoadError(
+            f"fold_preprocess: expected an NCHW input with 3 channels, got {shape}"
+        )
     ppp = PrePostProcessor(graph)
     image = ppp.input()
     image.tensor().set_element_type(Type.u8).set_layout(Layout("NHWC")).set_color_format(

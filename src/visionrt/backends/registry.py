@@ -47,10 +47,10 @@ ROWS: tuple[BackendRow, ...] = (
         "torch",
         "visionrt.backends.torch:TorchBackend",
         (".onnx", ".pt"),
-        ("torch", "onnx2torch"),
+        ("torch",),
         "torch",
         ("cpu", "cuda"),
-        "PyTorch eager/compile/CUDA graphs on the ONNX graph converted by onnx2torch",
+        "PyTorch eager/compile/CUDA graphs on the ONNX graph (visionrt's converter) or a .pt",
     ),
     BackendRow(
         "tensorrt",

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from visionrt.backends.registry import AUTO_ORDER, ROWS, unavailable_reason
@@ -83,7 +84,7 @@ def doctor_command(
     for name, version in report["packages"].items():
         table.add_row(name, version)
     for name, state in report["backends"].items():
-        table.add_row(f"backend {name}", state)
+        table.add_row(f"backend {name}", escape(state))  # '[extra]' is not rich markup
     table.add_row("demo model", report["demo_model"])
     table.add_row("demo video", report["demo_video"])
     console.print(table)

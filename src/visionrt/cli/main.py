@@ -21,9 +21,9 @@ app.command("run", help=run_command.__doc__)(run_command)
 
 def _register_optional() -> None:
     """Subcommands that live in modules of their own."""
-    from visionrt.cli import bench, doctor
+    from visionrt.cli import bench, doctor, export
 
-    for module in (bench, doctor):
+    for module in (bench, doctor, export):
         module.register(app)
 
 

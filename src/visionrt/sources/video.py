@@ -46,8 +46,10 @@ class VideoSource(Source):
         stream = self._container.streams.video[0]
         if stream.codec_context is None:
             self._container.close()
-            raise SourceError(f"'{self.name}': the video stream cannot be decoded"
-                              " (no codec parameters; truncated or corrupt file?)")
+            raise SourceError(
+                f"'{self.name}': the video stream cannot be decoded"
+                " (no codec parameters; truncated or corrupt file?)"
+            )
         # Frame threading keeps one core decoding while the other runs the model.
         stream.thread_type = "AUTO"
         if self.options.decode_threads:
@@ -102,6 +104,8 @@ class VideoSource(Source):
     def _decode(self) -> Iterator[Any]:
         import av
 
+        if self._container is None:
+            raise SourceError(f"'{self.name}': not connected")
         corrupt_run = 0
         try:
             for packet in self._container.demux(self._stream):

@@ -1,0 +1,124 @@
+"""`visionrt export`: make an optimized artifact of a model, show what was kept and its fidelity."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from visionrt.cli.run import _parse_size
+from visionrt.export import TARGETS, ExportResult, export_model
+
+# DESIGN.md's default accuracy budget (fidelity mAP50) per precision.
+_BUDGET = {"fp16": 0.97, "int8": 0.90}
+
+
+def _budget(target: str) -> float | None:
+    spec = TARGETS[target]
+    return _BUDGET["int8"] if spec.int8 else _BUDGET.get(spec.precision)
+
+
+def _table(result: ExportResult) -> Table:
+    report = result.report
+    target = report["target"]
+    table = Table(title=f"visionrt export · {target}", show_header=False)
+    table.add_column("", style="bold")
+    table.add_column("")
+    table.add_row("model", f"{Path(report['model']).name} (sha256 {report['model_sha256'][:12]})")
+    table.add_row("runtime", report["runtime"])
+    table.add_row("input (h×w)", "×".join(map(str, report["input_hw"])))
+    verb = "quantized" if TARGETS[target].int8 else "converted"
+    took = f"{verb} in {report['convert_s']:.1f} s ({report['duration_s']:.1f} s in all)"
+    table.add_row("cache", "reused a cached artifact" if result.cached else f"built: {took}")
+    if "calibration" in report:
+        calibration = report["calibration"]
+        table.add_row(
+            "calibration",
+            f"{calibration['frames']} frames spread over {Path(calibration['video']).name}",
+        )
+    kept = report.get("kept_in_float") or []
+    if kept or TARGETS[target].int8:
+        shown = ", ".join(kept[:4]) + (f", … ({len(kept)} in all)" if len(kept) > 4 else "")
+        table.add_row("kept in float", shown or "nothing")
+    fidelity = result.fidelity
+    if fidelity is not None:
+        budget = _budget(target)
+        verdict = ""
+        if budget is not None:
+            verdict = " · within" if fidelity.map50 >= budget else " · OUTSIDE"
+            verdict += f" the default budget (mAP50 ≥ {budget:.2f})"
+        table.add_row(
+            "fidelity",
+            f"mAP50 {fidelity.map50:.3f} · mAP50-95 {fidelity.map50_95:.3f}"
+            f" · count match {fidelity.count_match:.1%} over {fidelity.frames} frames{verdict}",
+        )
+    return table
+
+
+def export_command(
+    to: Annotated[str, typer.Option("--to", help=f"One of: {', '.join(TARGETS)}.")],
+    model: Annotated[
+        str | None, typer.Argument(help="ONNX model or Ultralytics .pt. Default: the demo model.")
+    ] = None,
+    calibrate: Annotated[
+        str | None,
+        typer.Option(help="Video for calibration and fidelity. Default: the demo video."),
+    ] = None,
+    frames: Annotated[int, typer.Option(help="Calibration frames (INT8 targets).")] = 300,
+    imgsz: Annotated[
+        str | None, typer.Option(help="Reshape the model to HEIGHTxWIDTH first, e.g. 512x640.")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Artifact cache folder. Default: ~/.cache/visionrt/artifacts."),
+    ] = None,
+    fidelity_frames: Annotated[
+        int, typer.Option(help="Frames on which to score against the FP32 reference.")
+    ] = 100,
+    no_fidelity: Annotated[
+        bool, typer.Option("--no-fidelity", help="Skip the fidelity check.")
+    ] = False,
+    conf: Annotated[float, typer.Option(help="Confidence threshold for fidelity.")] = 0.25,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the report as JSON here.")
+    ] = None,
+) -> None:
+    """Export a model to FP16/INT8 ONNX, OpenVINO IR (FP32/INT8) or a TensorRT engine, cached."""
+    size: Any = None
+    if imgsz:
+        height, width = _parse_size(imgsz)
+        size = (height, width)
+    result = export_model(
+        model,
+        to,
+        calibrate=calibrate,
+        frames=frames,
+        imgsz=size,
+        out=out,
+        progress=True,
+        fidelity_frames=0 if no_fidelity else fidelity_frames,
+        conf=conf,
+    )
+    err = Console(stderr=True, soft_wrap=True)
+    if result.cached:
+        err.print(f"reusing the cached artifact in {result.path.parent}")
+    elif TARGETS[to].int8:
+        err.print(f"quantization took {result.report['convert_s']:.1f} s")
+    console = Console(soft_wrap=True)
+    console.print(_table(result))
+    console.print(f"artifact: {result.path}")
+    if json_out:
+        json_out.write_text(
+            json.dumps(
+                {"path": str(result.path), "cached": result.cached, **result.report}, indent=2
+            ),
+            encoding="utf-8",
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export", help=export_command.__doc__)(export_command)

@@ -1,0 +1,290 @@
+"""`export_model`: make (or reuse) one optimized artifact of a model, and measure its fidelity."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from visionrt.backends import BackendOptions
+from visionrt.errors import ConfigError, ModelLoadError, SourceNotFoundError
+from visionrt.export import cache
+from visionrt.fidelity import FidelityReport, compare_to_reference
+from visionrt.model import DEMO_VIDEO, demo_model_path, file_sha256, read_model_spec
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One kind of artifact: its file name, whether it needs calibration, and the backend (with
+    device and precision) that runs it for the fidelity check."""
+
+    name: str
+    filename: str
+    int8: bool
+    backend: str
+    device: str
+    precision: str
+    # Bump when the recipe changes, so older cached artifacts are not reused.
+    recipe: str
+
+    def options(self) -> BackendOptions:
+        """How the fidelity check loads the artifact."""
+        return BackendOptions(device=self.device, precision=self.precision)
+
+
+TARGETS: dict[str, Target] = {
+    t.name: t
+    for t in (
+        Target("onnx-fp16", "model.onnx", False, "onnxruntime", "cpu", "fp16", "fp16-keepio-1"),
+        Target("onnx-int8", "model.onnx", True, "onnxruntime", "cpu", "int8", "qdq-u8s8-pc-1"),
+        Target("openvino", "model.xml", False, "openvino", "cpu", "fp32", "ir-fp32-1"),
+        Target("openvino-int8", "model.xml", True, "openvino", "cpu", "int8", "nncf-mixed-1"),
+        Target("tensorrt", "model.engine", False, "tensorrt", "cuda", "fp16", "trt-fp16-1"),
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ExportResult:
+    """The artifact, its report (what report.json holds), whether it came from the cache, and
+    its fidelity against the ONNX Runtime FP32 reference (None when not measured)."""
+
+    path: Path
+    report: dict[str, Any]
+    cached: bool
+    fidelity: FidelityReport | None = None
+
+
+class _Progress:
+    """A rich progress bar on stderr when enabled; a no-op otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._bar: Any = None
+
+    @contextmanager
+    def bar(self) -> Iterator[_Progress]:
+        if not self.enabled:
+            yield self
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        columns = (
+            "{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=Console(stderr=True), transient=True) as self._bar:
+            yield self
+        self._bar = None
+
+    def task(self, description: str, total: int) -> Callable[..., None]:
+        """A callback that advances a new task by one per call (any arguments ignored)."""
+        if self._bar is None:
+            return lambda *_: None
+        task_id = self._bar.add_task(description, total=total)
+        return lambda *_: self._bar.advance(task_id)
+
+    def status(self, text: str) -> Any:
+        if not self.enabled:
+            return nullcontext()
+        from rich.console import Console
+
+        return Console(stderr=True).status(text)
+
+
+def _runtime_version(target: Target) -> str:
+    if target.name.startswith("onnx-"):
+        import onnxruntime as ort
+
+        return "ort" + ort.__version__
+    if target.name.startswith("openvino"):
+        from visionrt.export.openvino_ir import require_openvino, runtime_version
+
+        require_openvino(int8=target.int8)
+        return runtime_version(int8=target.int8)
+    from visionrt.export.tensorrt import require_tensorrt, runtime_version
+
+    require_tensorrt()
+    return runtime_version()
+
+
+def _reshape(source: Path, imgsz: tuple[int, int], target: Path) -> Path:
+    if importlib.util.find_spec("visionrt.model_reshape") is None:
+        raise ConfigError(
+            f"--imgsz {imgsz[0]}x{imgsz[1]}: this visionrt has no model reshaping"
+            " (visionrt.model_reshape); export at the model's own size"
+        )
+    reshape = importlib.import_module("visionrt.model_reshape").reshape_detector_onnx
+    reshape(source, imgsz[0], imgsz[1], target)
+    return target
+
+
+def _build(
+    target: Target,
+    source: Path,
+    folder: Path,
+    imgsz: tuple[int, int] | None,
+    video: Path,
+    frames: int,
+    progress: _Progress,
+) -> dict[str, Any]:
+    """Write the artifact into `folder`; return the report's build section."""
+    spec = read_model_spec(source)
+    if imgsz is not None and spec.input_size != imgsz:
+        source = _reshape(source, imgsz, folder / "reshaped.onnx")
+        spec = read_model_spec(source)
+    artifact = folder / target.filename
+    built: dict[str, Any] = {"input_hw": list(spec.input_size)}
+    calibration: Any = None
+    with progress.bar():
+        if target.int8:
+            from visionrt.export.calibration import calibration_frames
+
+            on_frame = progress.task("calibration frames", frames)
+            calibration = calibration_frames(video, frames, spec.input_size, on_frame)
+            built["calibration"] = {
+                "video": str(video),
+                "frames": len(calibration),
+                "indices": calibration.indices,
+            }
+        started = time.perf_counter()
+        if target.name == "onnx-fp16":
+            from visionrt.export.onnx_variants import export_fp16
+
+            built.update(export_fp16(source, artifact))
+        elif target.name == "onnx-int8":
+            from visionrt.export.onnx_variants import export_int8
+
+            on_pass = progress.task("calibrating (ONNX Runtime)", len(calibration))
+            built.update(export_int8(source, artifact, spec.input_name, calibration, on_pass))
+        elif target.name == "openvino":
+            from visionrt.export.openvino_ir import export_ir
+
+            built.update(export_ir(source, artifact))
+    if target.name == "openvino-int8":  # outside our bar: NNCF shows its own
+        from visionrt.export.openvino_ir import export_ir_int8
+
+        built.update(export_ir_int8(source, artifact, calibration))
+    elif target.name == "tensorrt":
+        from visionrt.export.tensorrt import export_engine
+
+        with progress.status("building the TensorRT engine (minutes)"):
+            built.update(export_engine(source, artifact))
+    built["convert_s"] = round(time.perf_counter() - started, 2)
+    (folder / "reshaped.onnx").unlink(missing_ok=True)
+    return built
+
+
+def _fidelity(
+    target: Target,
+    artifact: Path,
+    reference: Path,
+    video: Path,
+    frames: int,
+    conf: float,
+    progress: _Progress,
+) -> FidelityReport:
+    options = target.options()
+    with progress.status(f"fidelity: FP32 reference vs {target.name} on {frames} frames"):
+        return compare_to_reference(
+            video, reference, target.backend, options, frames, conf, candidate_model=artifact
+        )
+
+
+def export_model(
+    model: str | Path | None,
+    target: str,
+    calibrate: str | Path | None = None,
+    frames: int = 300,
+    imgsz: tuple[int, int] | None = None,
+    out: str | Path | None = None,
+    progress: bool = True,
+    fidelity_frames: int = 100,
+    conf: float = 0.25,
+) -> ExportResult:
+    """Export `model` (default: the demo model) to `target`, or reuse the cached artifact.
+
+    INT8 targets calibrate on `frames` frames spread over `calibrate` (default: the demo video),
+    letterboxed as the pipeline does. Artifacts live in `out` (default
+    ~/.cache/visionrt/artifacts) under a folder named by model hash, target, runtime version and
+    settings, next to a report.json. With `fidelity_frames` > 0 the artifact is scored against
+    the ONNX Runtime FP32 reference on that many frames of the video (kept in the report)."""
+    if target not in TARGETS:
+        raise ConfigError(f"export target '{target}': expected one of {', '.join(TARGETS)}")
+    spec = TARGETS[target]
+    model_path = Path(model) if model else demo_model_path()
+    if not model_path.is_file():
+        raise ModelLoadError(f"model file not found: {model_path}")
+    if model_path.suffix not in (".onnx", ".pt"):
+        raise ModelLoadError(f"{model_path}: expected an ONNX model (.onnx) or a .pt checkpoint")
+    if model_path.suffix == ".pt":
+        from visionrt.export.onnx_variants import require_ultralytics
+
+        require_ultralytics(model_path)
+    if imgsz is not None and any(d < 32 or d % 32 for d in imgsz):
+        raise ConfigError(f"--imgsz: expected height and width multiples of 32, got {list(imgsz)}")
+    if frames < 1:
+        raise ConfigError(f"--frames: expected >= 1, got {frames}")
+    video = Path(calibrate) if calibrate else DEMO_VIDEO
+    if (spec.int8 or fidelity_frames > 0) and not video.is_file():
+        raise SourceNotFoundError(f"calibration video not found: {video}")
+    runtime = _runtime_version(spec)
+    model_hash = file_sha256(model_path)
+    settings: dict[str, Any] = {"recipe": spec.recipe, "imgsz": list(imgsz) if imgsz else None}
+    if spec.int8:
+        settings["calibration"] = {"video": cache.video_fingerprint(video), "frames": frames}
+    if target == "tensorrt":
+        from visionrt.export.tensorrt import gpu_name
+
+        settings["gpu"] = gpu_name()
+    root = Path(out).expanduser() if out else cache.default_root()
+    folder = cache.artifact_dir(root, model_hash, target, runtime, settings)
+    show = _Progress(progress)
+
+    found = cache.read_cached(folder, spec.filename)
+    cached = found is not None
+    if found is not None:
+        artifact, report = found
+    else:
+        started = time.perf_counter()
+        with cache.staging(folder) as scratch:
+            source = model_path
+            if model_path.suffix == ".pt":
+                from visionrt.export.onnx_variants import export_from_pytorch
+
+                source = export_from_pytorch(model_path, scratch / "reference.onnx", imgsz)
+            built = _build(spec, source, scratch, imgsz, video, frames, show)
+            report = {
+                "model": str(model_path),
+                "model_sha256": model_hash,
+                "reference_model": str(folder / source.name) if source != model_path else None,
+                "target": target,
+                "runtime": runtime,
+                "settings": settings,
+                **built,
+                "duration_s": round(time.perf_counter() - started, 2),
+            }
+            cache.write_report(scratch, report)
+        artifact = folder / spec.filename
+    result_fidelity = None
+    if fidelity_frames > 0:
+        reference = Path(report.get("reference_model") or model_path)
+        previous = report.get("fidelity") or {}
+        key = {"video": str(video), "frames": fidelity_frames, "conf": conf}
+        if previous.get("measured_on") == key:
+            result_fidelity = FidelityReport.from_json(previous)
+        else:
+            measured = _fidelity(spec, artifact, reference, video, fidelity_frames, conf, show)
+            report["fidelity"] = {**measured.to_json(), "measured_on": key}
+            cache.write_report(folder, report)
+            # As the report holds it, so a cache hit returns exactly the same values.
+            result_fidelity = FidelityReport.from_json(report["fidelity"])
+    return ExportResult(artifact, report, cached, result_fidelity)
