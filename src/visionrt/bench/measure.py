@@ -5,7 +5,6 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,14 +101,11 @@ def measure_model_only(
     return [per_frame] * runs
 
 
-def measure_end_to_end(make_pipeline: Callable[[], Pipeline]) -> tuple[float, dict[str, Any]]:
-    """FPS of a full run into a JSONL sink (model load and warm-up excluded), and its summary."""
-    pipeline = make_pipeline()
+def measure_end_to_end(pipeline: Pipeline) -> tuple[float, dict[str, Any]]:
+    """FPS of a full run into a JSONL sink (model load and warm-up excluded), and its summary.
+    The pipeline stays open so its backend can be measured alone right after."""
     with tempfile.TemporaryDirectory() as tmp:
-        try:
-            summary = pipeline.run([JsonlSink(Path(tmp) / "bench.jsonl")])
-        finally:
-            pipeline.close()
+        summary = pipeline.run([JsonlSink(Path(tmp) / "bench.jsonl")])
     if not summary.accounted or summary.frames_out == 0:
         raise RuntimeError(
             f"benchmark run lost frames: {summary.frames_in} in,"

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from visionrt.backends import BackendOptions, load_backend
+from visionrt.backends import BackendOptions
 from visionrt.bench import (
     BenchResult,
     Spread,
@@ -25,35 +25,50 @@ from visionrt.errors import ConfigError
 from visionrt.model import DEMO_VIDEO, demo_model_path
 from visionrt.pipeline import Pipeline
 from visionrt.postprocess import PostprocessOptions
-from visionrt.preprocess import InputLayout
 from visionrt.sources import SourceOptions
 
 
 @dataclass(frozen=True, slots=True)
 class Variant:
-    """`backend[:precision[:HxW[:model]]]`, e.g. `openvino:bf16:512x640`."""
+    """`backend[:precision[:HxW[:model]]][+fold][+threads=N][+key=value...]`, e.g.
+    `openvino:int8:512x640:model.xml+fold+hint=throughput` (`key=value` goes to the backend's
+    settings)."""
 
     backend: str
     options: BackendOptions
     model: str
+    text: str = ""
 
     @property
     def label(self) -> str:
-        size = "x".join(map(str, self.options.input_size)) if self.options.input_size else "native"
-        return f"{self.backend}:{self.options.precision}:{size}"
+        return self.text or self.backend
 
 
 def parse_variant(text: str, base: BackendOptions, model: str) -> Variant:
-    parts = text.split(":", 3)
+    head, *extras = text.split("+")
+    parts = head.split(":", 3)
+    if not parts[0]:
+        raise ConfigError(f"--variant '{text}': expected backend[:precision[:HxW[:model]]]")
     options = base
     if len(parts) > 1 and parts[1]:
         options = replace(options, precision=parts[1])
-    if len(parts) > 2 and parts[2]:
+    if len(parts) > 2 and parts[2] and parts[2] != "native":
         height, width = _parse_size(parts[2])
         options = replace(options, input_size=(height, width))
-    if not parts[0]:
-        raise ConfigError(f"--variant '{text}': expected backend[:precision[:HxW[:model]]]")
-    return Variant(parts[0], options, parts[3] if len(parts) > 3 else model)
+    settings = dict(options.settings)
+    for extra in extras:
+        key, sep, value = extra.partition("=")
+        if key == "fold" and not sep:
+            options = replace(options, fold_preprocess=True)
+        elif key in ("threads", "batch") and sep and value.isdigit():
+            options = replace(options, **{key: int(value)})
+        elif sep:
+            settings[key] = value
+        else:
+            raise ConfigError(f"--variant '{text}': '+{extra}' is not fold or key=value")
+    options = replace(options, settings=settings)
+    label = text if len(parts) < 4 else text.replace(parts[3], Path(parts[3]).parent.name)
+    return Variant(parts[0], options, parts[3] if len(parts) > 3 else model, label)
 
 
 def run_bench(
@@ -64,47 +79,40 @@ def run_bench(
     max_frames: int,
     console: Console,
 ) -> list[BenchResult]:
-    """Each repetition measures every variant once (model-only, then end-to-end), so drifts in
-    machine speed hit all variants alike; ratios are taken within a repetition."""
+    """Each repetition measures every variant once, so drifts in machine speed hit all variants
+    alike. Within a repetition the end-to-end run is sandwiched between two halves of the
+    model-only calls on the very backend the pipeline used (same threads, same settings), so a
+    drift during the run hits both figures of the efficiency ratio alike."""
     rows: dict[str, dict[str, list[float]]] = {
         v.label: {"mo": [], "e2e": [], "p50": [], "p99": []} for v in variants
     }
     details: dict[str, Any] = {}
+    half = max(1, model_only_calls // 2)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("bench", total=runs * len(variants))
         for _ in range(runs):
             for variant in variants:
                 progress.update(task, description=f"{variant.label}")
                 row = rows[variant.label]
-                backend = load_backend(variant.backend, variant.model, variant.options)
+                pipeline = Pipeline(
+                    [video],
+                    variant.model,
+                    variant.backend,
+                    variant.options,
+                    PostprocessOptions(),
+                    SourceOptions(mode="file", max_frames=max_frames),
+                )
                 try:
-                    info = backend.info
-                    layout = (
-                        InputLayout.NHWC_U8_BGR
-                        if info.inputs[0].dtype == "uint8"
-                        else InputLayout.NCHW_FLOAT
-                    )
-                    shape = info.inputs[0].shape
-                    hw = shape[1:3] if layout is InputLayout.NHWC_U8_BGR else shape[2:4]
-                    inputs = prepared_inputs(video, (int(hw[0]), int(hw[1])), layout)
-                    times = sorted(measure_model_only(backend, inputs, model_only_calls))
+                    inputs = prepared_inputs(video, pipeline.input_hw, pipeline.layout)
+                    times = measure_model_only(pipeline.backend, inputs, half)
+                    fps, summary = measure_end_to_end(pipeline)
+                    times += measure_model_only(pipeline.backend, inputs, half, warmup=0)
                 finally:
-                    backend.close()
+                    pipeline.close()
+                times.sort()
                 row["mo"].append(len(times) / sum(times))
                 row["p50"].append(1e3 * times[len(times) // 2])
                 row["p99"].append(1e3 * times[min(len(times) - 1, int(len(times) * 0.99))])
-
-                def make(v: Variant = variant) -> Pipeline:
-                    return Pipeline(
-                        [video],
-                        v.model,
-                        v.backend,
-                        v.options,
-                        PostprocessOptions(),
-                        SourceOptions(mode="file", max_frames=max_frames),
-                    )
-
-                fps, summary = measure_end_to_end(make)
                 row["e2e"].append(fps)
                 details[variant.label] = {
                     "backend": summary["backend"],

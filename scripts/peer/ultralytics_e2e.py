@@ -1,0 +1,73 @@
+"""The peer's end-to-end FPS: Ultralytics `predict` over a video, model load excluded.
+
+Runs inside the peer's environment (scripts/peer/setup.sh). Prints one JSON line.
+Usage: python ultralytics_e2e.py --format openvino|onnx|pt [--video V] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+import time
+from pathlib import Path
+
+VIDEO = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--format", default="openvino", choices=["openvino", "onnx", "pt"])
+    parser.add_argument("--video", default=VIDEO)
+    parser.add_argument("--workdir", default=".cache/peer")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch threads for .pt (0: its default)"
+    )
+    args = parser.parse_args()
+
+    import torch
+    from ultralytics import YOLO
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    spec = importlib.util.find_spec("fall_detection")
+    assert spec is not None
+    assert spec.submodule_search_locations
+    source = Path(next(iter(spec.submodule_search_locations))) / "models" / "best.pt"
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    weights = work / "best.pt"
+    if not weights.exists():
+        shutil.copy(source, weights)
+    if args.format == "pt":
+        target = str(weights)
+    elif args.format == "onnx":
+        target = str(work / "best.onnx")
+        if not Path(target).exists():
+            YOLO(str(weights)).export(format="onnx")
+    else:
+        target = str(work / "best_openvino_model")
+        if not Path(target).exists():
+            YOLO(str(weights)).export(format="openvino")
+    model = YOLO(target, task="detect")
+    model.predict(source=args.video, max_det=300, verbose=False, stream=False, vid_stride=200)
+    frames = 0
+    started = time.perf_counter()
+    for _ in model.predict(source=args.video, stream=True, verbose=False):
+        frames += 1
+    seconds = time.perf_counter() - started
+    print(
+        json.dumps(
+            {
+                "peer": f"ultralytics-{args.format}",
+                "frames": frames,
+                "seconds": seconds,
+                "fps": frames / seconds,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
