@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import numpy.typing as npt
 
@@ -31,11 +32,14 @@ _POLL = 0.1  # seconds a blocked stage waits before re-checking for stop
 @dataclass(frozen=True, slots=True)
 class PipelineOptions:
     """`queue_size` bounds each queue between stages; `stale_after` (seconds) is the live-mode
-    age past which a frame is dropped before inference; `warmup` inferences run at load."""
+    age past which a frame is dropped before inference; `warmup` inferences run at load;
+    `opencv_threads` sizes OpenCV's process-wide pool while the pipeline runs (0: its default)."""
 
     queue_size: int = 4
     stale_after: float = 0.5
     warmup: int = 2
+    # OpenCV's own thread pool: its parallel resize only competes with the inference threads.
+    opencv_threads: int = 1
 
     def __post_init__(self) -> None:
         if self.queue_size < 1:
@@ -248,6 +252,8 @@ class Pipeline:
                 for i in range(concurrency)
             ),
         ]
+        if self.options.opencv_threads:
+            cv2.setNumThreads(self.options.opencv_threads)
         self.telemetry.start()
         for thread in [*readers, *workers]:
             thread.start()

@@ -107,7 +107,7 @@ class OpenVINOBackend(Backend):
         if options.precision == "int8" and not quantized:
             raise ConfigError(
                 f"openvino precision 'int8': {source.name} is not quantized; make an INT8 model"
-                " with `visionrt export --precision int8` and load that"
+                " with `visionrt export --to openvino-int8` and load that"
             )
         _make_static(graph, source, options)
         if options.fold_preprocess:
@@ -147,6 +147,7 @@ class OpenVINOBackend(Backend):
                 "threads": int(self.compiled.get_property("INFERENCE_NUM_THREADS")),
                 "float_precision": float_precision,
                 "fold_preprocess": options.fold_preprocess,
+                "capabilities": list(core.get_property(device, "OPTIMIZATION_CAPABILITIES")),
             },
         )
         self._outputs = list(self.compiled.outputs)

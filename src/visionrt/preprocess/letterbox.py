@@ -74,8 +74,9 @@ def letterbox_into(
     if fill_padding:
         out[...] = np.float32(PAD_VALUE / 255.0)
     scale = np.float32(1.0 / 255.0)
-    for channel in range(3):  # BGR → RGB while scaling, one strided pass per channel
-        np.multiply(resized[:, :, 2 - channel], scale, out=out[channel, rows, cols])
+    planes = cv2.split(resized)  # contiguous planes: scaling them is faster than strided reads
+    for channel in range(3):  # BGR → RGB
+        np.multiply(planes[2 - channel], scale, out=out[channel, rows, cols])
 
 
 def boxes_to_source(xyxy: npt.NDArray[np.float32], box: Letterbox) -> npt.NDArray[np.float32]:
