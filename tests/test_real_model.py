@@ -75,3 +75,25 @@ def test_pipeline_equals_plain_onnxruntime(results, demo_model: Path) -> None:
         np.testing.assert_allclose(result.detections.xyxy, expected.xyxy, atol=1e-3)
         np.testing.assert_allclose(result.detections.confidence, expected.confidence, atol=1e-5)
         np.testing.assert_array_equal(result.detections.class_id, expected.class_id)
+
+
+def test_onnxruntime_runs_the_model_at_512x640(results, demo_model: Path, demo_video: Path) -> None:
+    from visionrt import BackendOptions
+    from visionrt.fidelity import box_iou
+
+    pipeline = Pipeline(
+        [str(demo_video)],
+        demo_model,
+        "onnxruntime",
+        BackendOptions(input_size=(512, 640)),
+        source_options=SourceOptions(max_frames=10),
+    )
+    smaller = list(pipeline)
+    pipeline.close()
+    assert pipeline.input_hw == (512, 640)
+    assert pipeline.backend.info.inputs[0].shape == (1, 3, 512, 640)
+    for big, small in zip(results[:10], smaller, strict=True):
+        # 16 px pads keep YOLO's grid where the 640 letterbox put it: the same people.
+        assert abs(len(big.detections) - len(small.detections)) <= 1
+        iou = box_iou(big.detections.xyxy, small.detections.xyxy)
+        assert (iou.max(axis=1) > 0.8).mean() >= 0.8

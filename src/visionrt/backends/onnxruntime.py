@@ -8,6 +8,7 @@ from typing import Any
 
 from visionrt.backends.base import Array, Backend, BackendOptions
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
+from visionrt.model_reshape import sized_model
 from visionrt.types import BackendInfo, TensorSpec
 
 _DTYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(uint8)": "uint8"}
@@ -77,18 +78,13 @@ class OnnxRuntimeBackend(Backend):
         spin = options.settings.get("spin", "0")
         session_options.add_session_config_entry("session.intra_op.allow_spinning", spin)
         providers = _providers(options, ort.get_available_providers())
+        # A detector can run at another input size: a rewritten copy (cached) is loaded instead.
+        source = sized_model(model, options.input_size, options.cache_dir)
         try:
-            self.session = ort.InferenceSession(str(model), session_options, providers=providers)
+            self.session = ort.InferenceSession(str(source), session_options, providers=providers)
         except Exception as err:
             raise ModelLoadError(f"ONNX Runtime cannot load {model}: {err}") from err
         inputs = _specs(self.session.get_inputs())
-        if options.input_size is not None:
-            static = inputs[0].shape[2:]
-            if all(isinstance(d, int) for d in static) and tuple(static) != options.input_size:
-                raise ConfigError(
-                    f"onnxruntime cannot reshape {model.name} from {static} to"
-                    f" {options.input_size}; use --backend openvino or export at that size"
-                )
         used = self.session.get_providers()
         self.info = BackendInfo(
             runtime="onnxruntime",
@@ -97,7 +93,11 @@ class OnnxRuntimeBackend(Backend):
             precision=options.precision,
             inputs=inputs,
             outputs=_specs(self.session.get_outputs()),
-            details={"providers": used, "threads": options.threads or "default"},
+            details={
+                "providers": used,
+                "threads": options.threads or "default",
+                "model": str(source),
+            },
         )
         self._output_names = [o.name for o in self.info.outputs]
 

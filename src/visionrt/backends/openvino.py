@@ -11,6 +11,7 @@ import numpy as np
 
 from visionrt.backends.base import Array, Backend, BackendOptions
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
+from visionrt.model_reshape import sized_model
 from visionrt.types import BackendInfo, TensorSpec
 
 _HINTS = ("latency", "throughput")
@@ -96,7 +97,12 @@ class OpenVINOBackend(Backend):
         if cache:
             config["CACHE_DIR"] = str(Path(cache).expanduser())
 
-        source = self._sized_model(Path(model), options)
+        if options.input_size is not None and Path(model).suffix != ".onnx":
+            raise ConfigError(
+                f"openvino input_size {list(options.input_size)}: only ONNX models can be"
+                f" reshaped here, got {Path(model).name}; export the IR at that size"
+            )
+        source = sized_model(Path(model), options.input_size, options.cache_dir)
         try:
             graph = core.read_model(str(source))
         except Exception as err:
@@ -151,29 +157,6 @@ class OpenVINOBackend(Backend):
             },
         )
         self._outputs = list(self.compiled.outputs)
-
-    def _sized_model(self, model: Path, options: BackendOptions) -> Path:
-        """`model` itself, or a cached ONNX copy rewritten for `options.input_size`."""
-        if options.input_size is None:
-            return model
-        if model.suffix != ".onnx":
-            raise ConfigError(
-                f"openvino input_size {list(options.input_size)}: only ONNX models can be"
-                f" reshaped here, got {model.name}; export the IR at that size"
-            )
-        from visionrt.model import file_sha256, read_model_spec
-        from visionrt.model_reshape import reshape_detector_onnx
-
-        spec = read_model_spec(model)
-        if spec.dynamic_hw or spec.input_size == options.input_size:
-            return model
-        height, width = options.input_size
-        root = Path(options.cache_dir or Path.home() / ".cache" / "visionrt")
-        digest = file_sha256(model)[:16]
-        target = root / "reshaped" / f"{model.stem}-{digest}-{height}x{width}.onnx"
-        if not target.is_file():
-            reshape_detector_onnx(model, height, width, target)
-        return target
 
     def infer(self, inputs: Mapping[str, Array]) -> list[Array]:
         request = self._requests.get()

@@ -84,7 +84,7 @@ def build_engine(model: Path, options: BackendOptions) -> Path:
     ):
         raise ConfigError(
             f"tensorrt int8 needs a QDQ-quantized ONNX, and {model.name} has no QuantizeLinear"
-            " nodes: make one with `visionrt export --precision int8`"
+            " nodes: make one with `visionrt export --to onnx-int8`"
         )
     gpu = torch.cuda.get_device_name()
     folder = cache_dir(options)

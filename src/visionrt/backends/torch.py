@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from visionrt.backends.base import Array, Backend, BackendOptions
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
+from visionrt.model_reshape import sized_model
 from visionrt.types import BackendInfo, TensorSpec
 
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
@@ -162,8 +163,11 @@ class TorchBackend(Backend):
             torch.backends.cudnn.benchmark = benchmark
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
             details.update(cudnn_benchmark=benchmark, tf32=tf32, gpu=torch.cuda.get_device_name())
-        loader = _load_pt if model.suffix == ".pt" else _load_onnx
-        module, input_spec, output_spec = loader(model, options)
+        if model.suffix == ".pt":
+            module, input_spec, output_spec = _load_pt(model, options)
+        else:  # an ONNX detector at another input size: load a rewritten copy (cached)
+            sized = sized_model(model, options.input_size, options.cache_dir)
+            module, input_spec, output_spec = _load_onnx(sized, options)
         # bf16 through autocast: convolutions run in bf16 while the box decoding keeps its fp32
         # constants (anchors, strides); a plain .to(bfloat16) moved boxes by several pixels.
         self._autocast = options.precision == "bf16"

@@ -190,8 +190,10 @@ def run_command(
     )
     if info.precision == "fp32" and "BF16" in info.details.get("capabilities", ()):
         # OpenVINO would pick bf16 by itself on this CPU; we run what was asked, and say so.
-        console.print("note: this CPU has bf16; --precision bf16 runs about 1.7× faster"
-                      " at fidelity mAP50 ≈ 0.99 on the demo (docs/benchmarks.md)")
+        console.print(
+            "note: this CPU has bf16; --precision bf16 runs about 1.7× faster"
+            " at fidelity mAP50 ≈ 0.99 on the demo (docs/benchmarks.md)"
+        )
     sinks = _make_sinks(cfg, pipeline)
     _install_signal_handlers(pipeline)
     total = None if pipeline.live else sum(s.frame_count for s in pipeline.sources) or None

@@ -6,9 +6,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from visionrt.errors import BackendUnavailable, ModelLoadError
-
-_WORKSPACE = 4 << 30  # bytes of GPU scratch TensorRT may use while choosing tactics
+from visionrt.errors import BackendUnavailable
 
 
 def require_tensorrt() -> None:
@@ -38,24 +36,13 @@ def gpu_name() -> str:
 
 
 def export_engine(source: Path, target: Path) -> dict[str, Any]:
-    """Parse the ONNX, build an FP16 engine and serialize it to `target`."""
+    """Build an FP16 engine with the backend's builder (same caches) and copy it to `target`."""
     require_tensorrt()
-    import tensorrt as trt
+    import shutil
 
-    logger = trt.Logger(trt.Logger.WARNING)
-    builder = trt.Builder(logger)
-    network = builder.create_network(0)  # explicit batch is the only mode in TensorRT 10
-    parser = trt.OnnxParser(network, logger)
-    if not parser.parse_from_file(str(source)):
-        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-        raise ModelLoadError(f"TensorRT cannot parse {source}: {errors}")
-    config = builder.create_builder_config()
-    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, _WORKSPACE)
-    fp16 = builder.platform_has_fast_fp16
-    if fp16:
-        config.set_flag(trt.BuilderFlag.FP16)
-    engine = builder.build_serialized_network(network, config)
-    if engine is None:
-        raise ModelLoadError(f"TensorRT failed to build an engine from {source} (see its log)")
-    target.write_bytes(bytes(engine))
-    return {"precision": "fp16" if fp16 else "fp32", "gpu": gpu_name(), "kept_in_float": []}
+    from visionrt.backends.base import BackendOptions
+    from visionrt.backends.tensorrt import build_engine
+
+    engine = build_engine(source, BackendOptions(device="cuda", precision="fp16"))
+    shutil.copyfile(engine, target)
+    return {"precision": "fp16", "gpu": gpu_name(), "kept_in_float": []}
