@@ -28,6 +28,18 @@ from visionrt.model import DEMO_VIDEO, demo_model_path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def other_variants(model: str, video: str) -> list[str]:
+    """The backends and artifacts outside the main comparison: torch, ONNX Runtime INT8 and
+    ONNX Runtime at 512×640."""
+    int8 = export_model(model, "onnx-int8", video, 300, fidelity_frames=0, progress=False).path
+    return [
+        "onnxruntime:fp32:512x640",
+        f"onnxruntime:int8:native:{int8}",
+        "torch:fp32",
+        "torch:bf16",
+    ]
+
+
 def variants(int8_640: Path, int8_512: Path) -> list[str]:
     return [
         "onnxruntime:fp32",
@@ -66,6 +78,10 @@ def main() -> None:
     parser.add_argument("--fidelity-frames", type=int, default=200)
     parser.add_argument("--peer-python", default=str(ROOT / ".peer-venv" / "bin" / "python"))
     parser.add_argument("--only", nargs="*", help="variant labels to keep (default: all)")
+    parser.add_argument(
+        "--others", action="store_true", help="measure torch, ONNX Runtime INT8 and 512×640 instead"
+    )
+    parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--json", type=Path, default=ROOT / "docs" / "results" / "vs_peer.json")
     args = parser.parse_args()
     console = Console(stderr=True)
@@ -78,7 +94,8 @@ def main() -> None:
     int8_512 = export_model(
         model, "openvino-int8", video, 300, imgsz=(512, 640), fidelity_frames=0, progress=False
     ).path
-    chosen = [parse_variant(v, BackendOptions(), model) for v in variants(int8_640, int8_512)]
+    texts = other_variants(model, video) if args.others else variants(int8_640, int8_512)
+    chosen = [parse_variant(v, BackendOptions(), model) for v in texts]
     if args.only:
         chosen = [v for v in chosen if v.label in args.only]
 
@@ -92,7 +109,7 @@ def main() -> None:
         scores[variant.label] = fidelity(reference, candidate)
         console.print(f"  {variant.label}: mAP50 {scores[variant.label].map50:.3f}")
 
-    peer_ok = Path(args.peer_python).exists()
+    peer_ok = Path(args.peer_python).exists() and not args.no_peer
     peer_fps: list[float] = []
     rounds = []
     for index in range(args.runs):

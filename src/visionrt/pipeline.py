@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import os
 import queue
 import threading
 import time
@@ -16,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from visionrt.backends import Backend, BackendOptions, load_backend
-from visionrt.errors import ConfigError, VisionRTError
+from visionrt.errors import ConfigError
 from visionrt.model import ModelSpec, read_model_spec
 from visionrt.postprocess import PostprocessOptions, detect_layout
 from visionrt.postprocess.yolo import decode_one
@@ -40,6 +41,10 @@ class PipelineOptions:
     warmup: int = 2
     # OpenCV's own thread pool: its parallel resize only competes with the inference threads.
     opencv_threads: int = 1
+    # Niceness of the decode and preprocess threads: they then run in the inference runtime's
+    # idle moments instead of preempting its workers (which stalls all of them at the next
+    # barrier). 0 leaves them at the process's priority.
+    helper_nice: int = 10
 
     def __post_init__(self) -> None:
         if self.queue_size < 1:
@@ -81,7 +86,7 @@ class Pipeline:
         self,
         sources: Sequence[str | Source],
         model: str | Path,
-        backend: str = "onnxruntime",
+        backend: str | Backend = "onnxruntime",
         backend_options: BackendOptions | None = None,
         postprocess: PostprocessOptions | None = None,
         source_options: SourceOptions | None = None,
@@ -99,7 +104,11 @@ class Pipeline:
         ]
         self.live = any(s.live for s in self.sources)
         self.spec: ModelSpec = read_model_spec(model)
-        self.backend: Backend = load_backend(backend, model, backend_options)
+        # A loaded Backend can be shared by several pipelines in turn; its caller closes it.
+        self._owns_backend = isinstance(backend, str)
+        self.backend: Backend = (
+            load_backend(backend, model, backend_options) if isinstance(backend, str) else backend
+        )
         self.class_names = self.spec.class_names
         info = self.backend.info
         in_shape = info.inputs[0].shape
@@ -200,7 +209,8 @@ class Pipeline:
     def close(self) -> None:
         for source in self.sources:
             source.close()
-        self.backend.close()
+        if self._owns_backend:
+            self.backend.close()
 
     # -- stages ----------------------------------------------------------------------------
     def _new_buffer(self) -> npt.NDArray[Any]:
@@ -269,6 +279,8 @@ class Pipeline:
     def _guard(self, stage: Any, *args: Any) -> None:
         """Run a stage; an exception stops the pipeline and reaches the caller."""
         try:
+            if self.options.helper_nice and stage in (self._read, self._preprocess):
+                _lower_priority(self.options.helper_nice)
             stage(*args)
         except BaseException as err:
             self._errors.append(err)
@@ -461,8 +473,10 @@ class Pipeline:
                 time.sleep(0.01)
 
 
-def run_error(summary: RunSummary) -> VisionRTError | None:
-    """The error a finished run should exit with (a source that ended early), if any."""
-    from visionrt.errors import SourceError
-
-    return SourceError(summary.error) if summary.error else None
+def _lower_priority(nice: int) -> None:
+    """Raise the calling thread's niceness by `nice` (Linux threads have their own)."""
+    try:
+        current = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, current + nice))
+    except (AttributeError, OSError):  # not Linux, or not allowed: run at normal priority
+        pass

@@ -4,8 +4,16 @@ from visionrt.bench.measure import (
     BenchResult,
     Spread,
     measure_end_to_end,
+    measure_interleaved,
     measure_model_only,
     prepared_inputs,
 )
 
-__all__ = ["BenchResult", "Spread", "measure_end_to_end", "measure_model_only", "prepared_inputs"]
+__all__ = [
+    "BenchResult",
+    "Spread",
+    "measure_end_to_end",
+    "measure_interleaved",
+    "measure_model_only",
+    "prepared_inputs",
+]

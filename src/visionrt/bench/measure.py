@@ -5,7 +5,8 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +46,14 @@ class BenchResult:
     model_only_ms_p50: list[float]
     model_only_ms_p99: list[float]
     details: dict[str, Any]
+    interleaved: list[float] = field(default_factory=list)
 
     @property
     def efficiency(self) -> Spread:
-        """End-to-end FPS / model-only FPS, paired by repetition (same minute of the machine)."""
+        """End-to-end FPS / model-only FPS per repetition: from the interleaved segments when
+        measured, else from the whole run and the model-only calls around it."""
+        if self.interleaved:
+            return Spread.of(self.interleaved)
         return Spread.of(
             [e / m for e, m in zip(self.end_to_end_fps, self.model_only_fps, strict=True)]
         )
@@ -112,3 +117,30 @@ def measure_end_to_end(pipeline: Pipeline) -> tuple[float, dict[str, Any]]:
             f" {summary.frames_out} out, {summary.dropped}"
         )
     return summary.fps, summary.to_json()
+
+
+def measure_interleaved(
+    make_pipeline: Callable[[], Pipeline],
+    inputs: list[npt.NDArray[Any]],
+    segments: int,
+    calls: int,
+) -> float:
+    """Efficiency (end-to-end FPS / model-only FPS) from `segments` short end-to-end runs, each
+    followed by `calls` model-only calls on the same backend. Interleaving at a few seconds'
+    grain cancels the machine's drift, which otherwise swamps a few-percent difference.
+
+    `make_pipeline` must return a pipeline over a short clip sharing one loaded backend."""
+    frames = seconds = 0.0
+    model_calls = model_seconds = 0.0
+    for _ in range(segments):
+        pipeline = make_pipeline()
+        try:
+            _, summary = measure_end_to_end(pipeline)
+            times = measure_model_only(pipeline.backend, inputs, calls, warmup=0)
+        finally:
+            pipeline.close()
+        frames += summary["frames_out"]
+        seconds += summary["seconds"]
+        model_calls += len(times)
+        model_seconds += sum(times)
+    return (frames / seconds) / (model_calls / model_seconds)

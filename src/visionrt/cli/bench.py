@@ -17,6 +17,7 @@ from visionrt.bench import (
     BenchResult,
     Spread,
     measure_end_to_end,
+    measure_interleaved,
     measure_model_only,
     prepared_inputs,
 )
@@ -78,13 +79,14 @@ def run_bench(
     model_only_calls: int,
     max_frames: int,
     console: Console,
+    interleave: int = 0,
 ) -> list[BenchResult]:
     """Each repetition measures every variant once, so drifts in machine speed hit all variants
     alike. Within a repetition the end-to-end run is sandwiched between two halves of the
     model-only calls on the very backend the pipeline used (same threads, same settings), so a
     drift during the run hits both figures of the efficiency ratio alike."""
     rows: dict[str, dict[str, list[float]]] = {
-        v.label: {"mo": [], "e2e": [], "p50": [], "p99": []} for v in variants
+        v.label: {"mo": [], "e2e": [], "p50": [], "p99": [], "eff": []} for v in variants
     }
     details: dict[str, Any] = {}
     half = max(1, model_only_calls // 2)
@@ -107,6 +109,21 @@ def run_bench(
                     times = measure_model_only(pipeline.backend, inputs, half)
                     fps, summary = measure_end_to_end(pipeline)
                     times += measure_model_only(pipeline.backend, inputs, half, warmup=0)
+                    if interleave:
+                        row["eff"].append(
+                            measure_interleaved(
+                                lambda v=variant, b=pipeline.backend: Pipeline(
+                                    [video],
+                                    v.model,
+                                    b,
+                                    v.options,
+                                    source_options=SourceOptions(mode="file", max_frames=60),
+                                ),
+                                inputs,
+                                interleave,
+                                15,
+                            )
+                        )
                 finally:
                     pipeline.close()
                 times.sort()
@@ -128,6 +145,7 @@ def run_bench(
             rows[v.label]["p50"],
             rows[v.label]["p99"],
             details[v.label],
+            rows[v.label]["eff"],
         )
         for v in variants
     ]
@@ -146,6 +164,13 @@ def bench_command(
     runs: Annotated[int, typer.Option(help="Repetitions (alternating variants).")] = 3,
     calls: Annotated[int, typer.Option(help="Model-only calls per repetition.")] = 100,
     max_frames: Annotated[int, typer.Option(help="End-to-end frames (0: all).")] = 0,
+    interleave: Annotated[
+        int,
+        typer.Option(
+            help="Also measure efficiency from N short end-to-end segments interleaved with"
+            " model-only calls (cancels machine drift)."
+        ),
+    ] = 0,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write results as JSON here.")
     ] = None,
@@ -156,7 +181,7 @@ def bench_command(
     base = BackendOptions(threads=threads)
     variants = [parse_variant(v, base, model_path) for v in (variant or ["onnxruntime:fp32"])]
     console = Console(stderr=True)
-    results = run_bench(variants, video, runs, calls, max_frames, console)
+    results = run_bench(variants, video, runs, calls, max_frames, console, interleave)
     table = Table(title=f"{Path(video).name} · {runs} runs · median (min–max)")
     for column in (
         "variant",
@@ -185,6 +210,7 @@ def bench_command(
                         "end_to_end_fps": r.end_to_end_fps,
                         "model_only_ms_p50": r.model_only_ms_p50,
                         "model_only_ms_p99": r.model_only_ms_p99,
+                        "interleaved_efficiency": r.interleaved,
                         "efficiency": r.efficiency.median,
                         "details": r.details,
                     }
