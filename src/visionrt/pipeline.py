@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from visionrt.backends import Backend, BackendOptions, load_backend
-from visionrt.errors import ConfigError
+from visionrt.errors import ConfigError, SinkError
 from visionrt.model import ModelSpec, read_model_spec
 from visionrt.postprocess import PostprocessOptions, detect_layout
 from visionrt.postprocess.yolo import decode_one
@@ -165,7 +165,14 @@ class Pipeline:
             for result in self._results():
                 started = time.perf_counter()
                 for sink in sinks:
-                    sink.write(result)
+                    try:
+                        sink.write(result)
+                    except SinkError:
+                        raise
+                    except OSError as err:  # a full disk, a vanished folder: one line, not a trace
+                        raise SinkError(
+                            f"writing {type(sink).__name__} output failed: {err}"
+                        ) from err
                 self.telemetry.record("sink", time.perf_counter() - started)
                 if on_result is not None:
                     on_result(result)
@@ -270,7 +277,8 @@ class Pipeline:
         try:
             yield from self._postprocess(inferred, concurrency)
         finally:
-            self.stop() if self._errors else None
+            if self._errors:
+                self.stop()
             self.telemetry.stop()
             self._stop_threads(readers + workers, [decoded, prepared, inferred])
         if self._errors:
