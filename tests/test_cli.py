@@ -169,3 +169,21 @@ def test_interrupt_finalizes_outputs(tmp_path: Path, tiny_model: Path, signum: i
     with av.open(str(out / "long.mp4")) as container:  # playable: the muxer was closed
         assert sum(1 for _ in container.decode(video=0)) == frames
     assert not list(out.glob("*.partial*"))
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("output.codec=nonexist", "unknown encoder 'nonexist'"),
+        ("output.preset=bogus", "cannot encode"),
+    ],
+)
+def test_bad_encoder_settings(
+    tmp_path: Path, small_video: Path, tiny_model: Path, setting: str, message: str
+) -> None:
+    proc = visionrt(
+        "run", str(small_video), "-m", str(tiny_model), "-o", str(tmp_path), "--set", setting
+    )
+    assert_one_line_error(proc, 6, message)
+    assert not (tmp_path / "small.mp4").exists()
+    assert not (tmp_path / "small.jsonl").exists()

@@ -27,6 +27,8 @@ class OutputOptions:
     jsonl: bool = True
     telemetry: str = ""
     codec: str = "libx264"
+    # x264 speed/size trade: veryfast ~4 ms of CPU per 768×576 frame, ultrafast ~2 ms at 3× size.
+    preset: str = "veryfast"
 
 
 @dataclass(frozen=True, slots=True)

@@ -179,7 +179,11 @@ class Pipeline:
             complete = True
         finally:
             for sink in sinks:
-                outputs.extend(sink.close(complete=complete))
+                try:
+                    outputs.extend(sink.close(complete=complete))
+                except Exception:
+                    if complete:  # on the error path the first error is the one to report
+                        raise
         summary = self.summary()
         summary.outputs = [str(p) for p in outputs]
         return summary

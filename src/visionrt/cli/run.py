@@ -89,14 +89,20 @@ def _make_sinks(config: RunConfig, pipeline: Pipeline) -> list[Sink]:
         stem = Path(source.name.rstrip("/")).stem or f"source{i}"
         stems.append(stem if stem not in stems else f"{stem}-{i}")
     sinks: list[Sink] = []
+    if config.output.video:  # first: an unknown encoder fails before any file is opened
+        for i, source in enumerate(pipeline.sources):
+            sinks.append(
+                VideoSink(
+                    out / f"{stems[i]}.mp4",
+                    source.fps,
+                    config.output.codec,
+                    source_id=i,
+                    preset=config.output.preset,
+                )
+            )
     if config.output.jsonl:
         name = f"{stems[0]}.jsonl" if len(stems) == 1 else "detections.jsonl"
         sinks.append(JsonlSink(out / name))
-    if config.output.video:
-        for i, source in enumerate(pipeline.sources):
-            sinks.append(
-                VideoSink(out / f"{stems[i]}.mp4", source.fps, config.output.codec, source_id=i)
-            )
     return sinks
 
 

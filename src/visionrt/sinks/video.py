@@ -56,8 +56,14 @@ class VideoSink(Sink):
         source_id: int | None = None,
         preset: str = "veryfast",
     ) -> None:
+        import av
+
         self.path = Path(path)
         self.source_id = source_id
+        try:  # an unknown codec fails here, before any frame is processed
+            av.codec.Codec(codec, "w")
+        except (av.FFmpegError, ValueError) as err:
+            raise SinkError(f"cannot encode {self.path}: unknown encoder '{codec}'") from err
         check_writable(self.path)
         self.fps = fps if fps > 0 else 30.0
         self.codec = codec
@@ -73,12 +79,13 @@ class VideoSink(Sink):
             self._container = av.open(str(self._partial), mode="w")
             rate = Fraction(self.fps).limit_denominator(1001)
             stream = self._container.add_stream(self.codec, rate=rate)
+            stream.width, stream.height = width - width % 2, height - height % 2
+            stream.pix_fmt = "yuv420p"
+            if self.codec == "libx264":
+                stream.options = {"preset": self.preset, "crf": "23"}
+            stream.codec_context.open()  # bad options (an unknown preset) fail here, clearly
         except (av.FFmpegError, ValueError) as err:
             raise SinkError(f"cannot encode {self.path} with {self.codec}: {err}") from err
-        stream.width, stream.height = width - width % 2, height - height % 2
-        stream.pix_fmt = "yuv420p"
-        if self.codec == "libx264":
-            stream.options = {"preset": self.preset, "crf": "23"}
         self._stream = stream
 
     def write(self, result: FrameResult) -> None:
@@ -98,9 +105,10 @@ class VideoSink(Sink):
     def close(self, complete: bool = True) -> list[Path]:
         if self._container is None:
             return []
-        self._container.mux(self._stream.encode(None))  # flush delayed frames
-        self._container.close()
-        self._container = None
+        container, self._container = self._container, None
+        if self._stream is not None:
+            container.mux(self._stream.encode(None))  # flush delayed frames
+        container.close()
         if not complete:
             return [self._partial]
         self._partial.replace(self.path)
