@@ -141,6 +141,8 @@ class Pipeline:
         self._errors: list[BaseException] = []
         self._buffers: list[npt.NDArray[Any]] = []
         self._free: queue.Queue[int] = queue.Queue()
+        self._take_lock = threading.Lock()
+        self._next_seq: dict[int, int] = {}
         self._warm_up()
 
     # -- public ----------------------------------------------------------------------------
@@ -240,8 +242,10 @@ class Pipeline:
             self.backend.infer({name: blank})
 
     def _results(self) -> Iterator[FrameResult]:
-        size = self.options.queue_size
         concurrency = max(1, self.backend.concurrency)
+        # Live: one frame waits per stage at most, so latency cannot build up behind a queue;
+        # the freshest decoded frame replaces the waiting one.
+        size = concurrency * self.batch if self.live else self.options.queue_size
         pool = size + concurrency * self.batch + 2
         self._buffers = [self._new_buffer() for _ in range(pool)]
         self._geometry: list[Letterbox | None] = [None] * pool
@@ -320,14 +324,15 @@ class Pipeline:
                 item = _Item(frame, timings={"decode": time.perf_counter() - started})
                 self.telemetry.record("decode", item.timings["decode"])
                 if source.live:
-                    self._put_latest(decoded, item)
+                    self._put_latest(decoded, item, "decode")
                 elif not self._put(decoded, item):
                     break
         finally:
             self._put(decoded, _END)
 
-    def _put_latest(self, target: queue.Queue[Any], item: _Item) -> None:
-        """Live mode: never block the camera; the oldest waiting frame makes room."""
+    def _put_latest(self, target: queue.Queue[Any], item: _Item, stage: str) -> None:
+        """Live mode: never wait; the oldest waiting frame makes room and is counted as dropped
+        by `stage` (its input buffer goes back to the pool)."""
         while True:
             try:
                 target.put_nowait(item)
@@ -340,13 +345,14 @@ class Pipeline:
                 if old is _END:  # keep end markers; they are not frames
                     target.put(old)
                     continue
-                self.telemetry.drop("decode", "queue full, newer frame kept")
+                if old.slot >= 0:
+                    self._free.put(old.slot)
+                self.telemetry.drop(stage, "queue full, newer frame kept")
 
     def _preprocess(
         self, decoded: queue.Queue[Any], prepared: queue.Queue[Any], readers: int, concurrency: int
     ) -> None:
         ended = 0
-        next_seq: dict[int, int] = {}
         while ended < readers:
             item = decoded.get()
             if item is _END:
@@ -370,11 +376,11 @@ class Pipeline:
             )
             self._geometry[slot] = box
             item.letterbox, item.slot = box, slot
-            item.seq = next_seq.get(frame.source_id, 0)
-            next_seq[frame.source_id] = item.seq + 1
             item.timings["preprocess"] = time.perf_counter() - started
             self.telemetry.record("preprocess", item.timings["preprocess"])
-            if not self._put(prepared, item):
+            if self.sources[frame.source_id].live:
+                self._put_latest(prepared, item, "preprocess")
+            elif not self._put(prepared, item):
                 return
         for _ in range(concurrency):
             self._put(prepared, _END)
@@ -382,20 +388,11 @@ class Pipeline:
     def _infer(self, prepared: queue.Queue[Any], inferred: queue.Queue[Any]) -> None:
         name = self.backend.info.inputs[0].name
         while True:
-            item = prepared.get()
-            if item is _END:
+            batch = self._take(prepared)
+            if not batch:
                 self._put(inferred, _END)
                 return
-            batch = [item]
-            while len(batch) < self.batch:  # take what is already waiting; never wait for more
-                try:
-                    extra = prepared.get_nowait()
-                except queue.Empty:
-                    break
-                if extra is _END:
-                    prepared.put(_END)
-                    break
-                batch.append(extra)
+            item = batch[0]
             started = time.perf_counter()
             if len(batch) == 1:
                 tensor = self._buffers[item.slot]
@@ -413,6 +410,29 @@ class Pipeline:
                 self.telemetry.record("infer", seconds)
                 if not self._put(inferred, member):
                     return
+
+    def _take(self, prepared: queue.Queue[Any]) -> list[_Item]:
+        """The next batch (empty at the end), numbered per source in the order taken: frames
+        dropped before this point leave no gap, so the consumer's reordering never waits."""
+        with self._take_lock:
+            item = prepared.get()
+            if item is _END:
+                return []
+            batch = [item]
+            while len(batch) < self.batch:  # take what is already waiting; never wait for more
+                try:
+                    extra = prepared.get_nowait()
+                except queue.Empty:
+                    break
+                if extra is _END:
+                    prepared.put(_END)
+                    break
+                batch.append(extra)
+            for member in batch:
+                source_id = member.frame.source_id
+                member.seq = self._next_seq.get(source_id, 0)
+                self._next_seq[source_id] = member.seq + 1
+            return batch
 
     def _fixed_batch(self) -> bool:
         first = self.backend.info.inputs[0].shape[0]

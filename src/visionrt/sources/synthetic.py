@@ -1,4 +1,5 @@
-"""Generated frames (`synthetic:640x480:100`), for tests and overhead baselines without media."""
+"""Generated frames (`synthetic:640x480:100`), for tests and overhead baselines without media;
+in live mode they come at 30 FPS, like a camera."""
 
 from __future__ import annotations
 
@@ -36,9 +37,12 @@ class SyntheticSource(Source):
         limit = self.frame_count
         if self.options.max_frames:
             limit = min(limit, self.options.max_frames)
+        started = time.perf_counter()
         for index in range(limit):
             if self._stopped:
                 return
+            if self.live:  # a live source delivers at its frame rate, like a camera
+                time.sleep(max(0.0, started + index / self.fps - time.perf_counter()))
             image = np.roll(base, index, axis=1)
             yield Frame(
                 self.source_id, index, image, index / self.fps, time.perf_counter(), self.name
