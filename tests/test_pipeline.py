@@ -12,6 +12,7 @@ from conftest import write_video
 from visionrt import BackendOptions, Pipeline, PipelineOptions, SourceOptions
 from visionrt.errors import SourceError
 from visionrt.sinks import JsonlSink, VideoSink
+from visionrt.telemetry import RunSummary
 
 
 def test_every_frame_in_order_with_known_box(small_video: Path, tiny_model: Path) -> None:
@@ -76,19 +77,24 @@ def test_run_into_sinks_writes_complete_files(
     assert summary.stages["infer"]["p50"] > 0
 
 
+def run_live(model: Path, frames: int, delay_ms: int) -> tuple[list[int], RunSummary]:
+    """A 30 FPS live synthetic source through a null backend taking `delay_ms` per frame."""
+    pipeline = Pipeline(
+        [f"synthetic:320x240:{frames}"],
+        model,
+        "null",
+        BackendOptions(settings={"delay_ms": str(delay_ms)}),
+        source_options=SourceOptions(mode="live"),
+        options=PipelineOptions(warmup=0),
+    )
+    indices = [r.frame.index for r in pipeline]
+    pipeline.close()
+    return indices, pipeline.summary()
+
+
 def test_live_mode_drops_are_counted(tiny_model: Path) -> None:
     # A source faster than inference: the freshest frame wins, every drop is counted.
-    pipeline = Pipeline(
-        ["synthetic:320x240:90"],
-        tiny_model,
-        "null",
-        BackendOptions(settings={"delay_ms": "50"}),
-        source_options=SourceOptions(mode="live"),
-        options=PipelineOptions(queue_size=1, warmup=0),
-    )
-    out = [r.frame.index for r in pipeline]
-    pipeline.close()
-    summary = pipeline.summary()
+    out, summary = run_live(tiny_model, frames=90, delay_ms=50)
     assert summary.frames_in == 90
     assert 0 < len(out) < 90
     assert out == sorted(out)
@@ -210,17 +216,7 @@ def test_dropped_stream_reconnects_then_reports(
 def test_live_latency_does_not_build_up(tiny_model: Path) -> None:
     # A 30 FPS live source and a 50 ms inference: queues must not hold old frames, so
     # glass-to-result latency stays near one or two inference times (4-deep queues: ~450 ms).
-    pipeline = Pipeline(
-        ["synthetic:320x240:60"],
-        tiny_model,
-        "null",
-        BackendOptions(settings={"delay_ms": "50"}),
-        source_options=SourceOptions(mode="live"),
-        options=PipelineOptions(warmup=0),
-    )
-    results = list(pipeline)
-    pipeline.close()
-    summary = pipeline.summary()
+    results, summary = run_live(tiny_model, frames=60, delay_ms=50)
     assert summary.accounted
     assert 20 <= len(results) < 60
     assert summary.latency["p95"] < 150, summary.latency
