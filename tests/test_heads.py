@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -76,6 +78,46 @@ def test_class_filter() -> None:
 )
 def test_detect_layout(shape, nc, end2end, expected) -> None:
     assert detect_layout(shape, nc, end2end) is expected
+
+
+@pytest.mark.parametrize(
+    ("shape", "nc", "expected"),
+    [
+        # The demo model's output transposed: 8400 rows are the anchors of a 640 input, so
+        # 6 columns are 4 + 2 classes, not an end-to-end head's x1 y1 x2 y2 score class.
+        ((1, 8400, 6), 2, HeadLayout.ANCHOR_FREE_T),
+        ((1, 8400, 6), 0, HeadLayout.ANCHOR_FREE_T),
+        ((1, 6, 8400), 0, HeadLayout.ANCHOR_FREE),
+        ((1, 25200, 6), 1, HeadLayout.YOLOV5),
+        ((1, 25200, 85), 0, HeadLayout.YOLOV5),
+        ((1, 300, 6), 2, HeadLayout.END2END),
+    ],
+)
+def test_layout_resolved_from_the_anchor_count(shape, nc, expected) -> None:
+    assert detect_layout(shape, nc, input_hw=(640, 640)) is expected
+
+
+@pytest.mark.parametrize(
+    ("shape", "nc", "message"),
+    [
+        ((1, 300, 6), 0, "unknown detector output layout [1, 300, 6] with no class names"),
+        ((1, 8400, 9), 2, "unknown detector output layout [1, 8400, 9] with 2 classes"),
+    ],
+)
+def test_layout_that_the_facts_cannot_settle_is_refused(shape, nc, message) -> None:
+    with pytest.raises(OutputLayoutError, match=re.escape(message)):
+        detect_layout(shape, nc, input_hw=(640, 640))
+
+
+def test_transposed_head_decodes_like_the_original() -> None:
+    output = np.zeros((6, 8400), np.float32)
+    output[:, 0] = [320, 320, 100, 50, 0.9, 0.1]
+    output[:, 7] = [100, 100, 20, 20, 0.05, 0.8]
+    original = decode_one(output, HeadLayout.ANCHOR_FREE, BOX, OPTIONS)
+    transposed = decode_one(np.ascontiguousarray(output.T), HeadLayout.ANCHOR_FREE_T, BOX, OPTIONS)
+    assert len(original) == 2
+    np.testing.assert_array_equal(original.xyxy, transposed.xyxy)
+    np.testing.assert_array_equal(original.class_id, transposed.class_id)
 
 
 @pytest.mark.parametrize("shape", [(1, 1000), (1, 7, 7, 7), (1, 3, 3)])

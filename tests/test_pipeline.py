@@ -74,7 +74,12 @@ def test_run_into_sinks_writes_complete_files(
         assert sum(1 for _ in container.decode(video=0)) == 40
     assert not list(tmp_path.glob("*.partial*"))
     assert sorted(summary.outputs) == sorted([str(jsonl), str(mp4)])
-    assert summary.stages["infer"]["p50"] > 0
+    # Every frame was timed once per stage, and the percentiles are of those samples.
+    for stage in ("decode", "preprocess", "infer", "postprocess", "sink"):
+        assert len(pipeline.telemetry.samples[stage]) == 40, stage
+        figures = summary.stages[stage]
+        assert 0 < figures["p50"] <= figures["p95"] <= figures["p99"], (stage, figures)
+    assert 0 < summary.latency["p50"] <= summary.latency["p99"]
 
 
 def run_live(model: Path, frames: int, delay_ms: int) -> tuple[list[int], RunSummary]:
@@ -219,4 +224,7 @@ def test_live_latency_does_not_build_up(tiny_model: Path) -> None:
     results, summary = run_live(tiny_model, frames=60, delay_ms=50)
     assert summary.accounted
     assert 20 <= len(results) < 60
-    assert summary.latency["p95"] < 150, summary.latency
+    # Measured against the inference time of the same run, not the clock of this machine: a
+    # frame waits for at most the one in inference plus itself (~2×); 4-deep queues give ~9×.
+    infer_ms = summary.stages["infer"]["p50"]
+    assert summary.latency["p95"] < 4 * infer_ms, (summary.latency, infer_ms)

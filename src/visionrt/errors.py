@@ -47,6 +47,13 @@ class SinkError(VisionRTError, OSError):
     exit_code = 6
 
 
+class StageError(VisionRTError, RuntimeError):
+    """A pipeline stage failed mid-run on something other than a visionrt error (a runtime that
+    rejects a real frame, a bug); the run stopped and its outputs were finalized."""
+
+    exit_code = 1
+
+
 class Interrupted(VisionRTError):
     """The run was stopped by a signal; outputs were finalized."""
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from visionrt.errors import ModelLoadError
+from visionrt.types import BackendInfo
 
 DEMO_VIDEO = Path("/usr/share/doc/opencv-doc/examples/data/vtest.avi")
 
@@ -142,6 +143,25 @@ def _spec(
     )
 
 
+# Files that carry their own input/output description and metadata; the others (.pt, .engine)
+# are described by the runtime that loads them (`spec_from_backend`).
+SELF_DESCRIBING = (".onnx", ".xml")
+
+
+def spec_from_backend(path: Path, info: BackendInfo) -> ModelSpec:
+    """A ModelSpec from what a loaded runtime reports (for .pt checkpoints and TensorRT engines).
+
+    Class names come from `info.details["class_names"]` when the runtime knows them."""
+    in_spec, out_spec = info.inputs[0], info.outputs[0]
+    dims = tuple(d if isinstance(d, int) and d > 0 else -1 for d in in_spec.shape)
+    out_dims = tuple(d if isinstance(d, int) and d > 0 else -1 for d in out_spec.shape)
+    if in_spec.dtype == "uint8" and len(dims) == 4:  # folded preprocessing: NHWC
+        dims = (dims[0], dims[3], dims[1], dims[2])
+    names = info.details.get("class_names") or ()
+    meta = {"names": repr(list(names))} if names else {}
+    return _spec(path, in_spec.name, dims, out_spec.name, out_dims, meta)
+
+
 def read_model_spec(path: str | Path) -> ModelSpec:
     """Read a detector's (ONNX or OpenVINO IR) input/output description and Ultralytics
     metadata."""
@@ -152,6 +172,11 @@ def read_model_spec(path: str | Path) -> ModelSpec:
         raise ModelLoadError(f"model file not found: {path}")
     if path.suffix == ".xml":
         return _read_ir_spec(path)
+    if path.suffix not in SELF_DESCRIBING:
+        raise ModelLoadError(
+            f"{path}: a {path.suffix or 'suffix-less'} file is described by the runtime that"
+            " loads it; expected an .onnx or OpenVINO .xml here"
+        )
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as err:

@@ -1,4 +1,5 @@
-"""Values passed between stages: frames, detections, tensor specs and backend facts."""
+"""Values passed between stages: frames, letterbox geometry, detections, tensor specs and backend
+facts."""
 
 from __future__ import annotations
 
@@ -48,6 +49,38 @@ class BackendInfo:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Letterbox:
+    """Source (h, w) → input (h, w): resize by `scale` to (new_h, new_w), pad by (top, left)."""
+
+    source_hw: tuple[int, int]
+    input_hw: tuple[int, int]
+    scale: float
+    new_hw: tuple[int, int]
+    top: int
+    left: int
+
+
+def boxes_to_source(xyxy: npt.NDArray[np.float32], box: Letterbox) -> npt.NDArray[np.float32]:
+    """Input-pixel boxes → source-pixel boxes, clipped to the source frame."""
+    out = xyxy.astype(np.float32, copy=True)
+    out[:, 0::2] -= box.left
+    out[:, 1::2] -= box.top
+    out /= np.float32(box.scale)
+    src_h, src_w = box.source_hw
+    np.clip(out[:, 0::2], 0, src_w, out=out[:, 0::2])
+    np.clip(out[:, 1::2], 0, src_h, out=out[:, 1::2])
+    return out
+
+
+def boxes_to_input(xyxy: npt.NDArray[np.float32], box: Letterbox) -> npt.NDArray[np.float32]:
+    """Source-pixel boxes → input-pixel boxes (the forward map, for tests and calibration)."""
+    out = xyxy.astype(np.float32, copy=True) * np.float32(box.scale)
+    out[:, 0::2] += box.left
+    out[:, 1::2] += box.top
+    return out
 
 
 def _check(condition: bool, message: str) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from visionrt.backends.base import Backend, BackendOptions
-from visionrt.errors import BackendUnavailable, ConfigError
+from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +79,41 @@ AUTO_ORDER: dict[str, tuple[str, ...]] = {
 }
 
 
+# Which runtime reads a model file when none is named: the first row in this order that lists its
+# suffix (ONNX Runtime for .onnx: the FP32 reference every other configuration is checked against).
+FILE_ORDER = ("onnxruntime", "openvino", "torch", "tensorrt")
+
+
+def _readers(suffix: str) -> list[str]:
+    return [r.name for r in ROWS if suffix in r.suffixes and r.name != "null"]
+
+
+def row_for_file(model: Path) -> BackendRow:
+    """The backend that reads `model` when none is named, chosen by its suffix."""
+    for name in FILE_ORDER:
+        row = find_row(name)
+        if model.suffix in row.suffixes:
+            return row
+    known = sorted({s for r in ROWS for s in r.suffixes})
+    readers = ", ".join(f"{s} ({' or '.join(_readers(s))})" for s in known)
+    raise ModelLoadError(
+        f"{model}: no backend reads {model.suffix or 'a file without a suffix'}: expected {readers}"
+    )
+
+
+def check_reads(row: BackendRow, model: Path) -> None:
+    """A one-line error when the named backend cannot read `model`, naming those that can."""
+    if model.suffix in row.suffixes:
+        return
+    readers = _readers(model.suffix)
+    if not readers:
+        row_for_file(model)  # raises: nothing reads it
+    raise ConfigError(
+        f"backend '{row.name}' cannot read {model.name}: {model.suffix} files are read by"
+        f" {' or '.join(readers)} (use --backend {readers[0]}, or leave --backend out)"
+    )
+
+
 def find_row(name: str) -> BackendRow:
     for row in ROWS:
         if row.name == name:
@@ -120,10 +155,15 @@ def choose_auto(device: str, model: Path) -> tuple[BackendRow, str]:
 
 
 def load_backend(name: str, model: str | Path, options: BackendOptions | None = None) -> Backend:
-    """Import the runtime named `name` (or pick one with 'auto') and load `model` into it."""
+    """Import the runtime named `name` and load `model` into it. `name` "" picks the runtime
+    that reads the file (by suffix), 'auto' the fastest one available for the device."""
     model = Path(model)
     options = options or BackendOptions()
-    row = choose_auto(options.device, model)[0] if name == "auto" else find_row(name)
+    if name == "auto":
+        row = choose_auto(options.device, model)[0]
+    else:
+        row = find_row(name) if name else row_for_file(model)
+        check_reads(row, model)
     reason = unavailable_reason(row)
     if reason is not None:
         raise BackendUnavailable(reason)

@@ -6,6 +6,7 @@ from visionrt.bench.measure import (
     measure_end_to_end,
     measure_interleaved,
     measure_model_only,
+    plain_session,
     prepared_inputs,
 )
 
@@ -15,5 +16,6 @@ __all__ = [
     "measure_end_to_end",
     "measure_interleaved",
     "measure_model_only",
+    "plain_session",
     "prepared_inputs",
 ]

@@ -19,6 +19,7 @@ from visionrt.bench import (
     measure_end_to_end,
     measure_interleaved,
     measure_model_only,
+    plain_session,
     prepared_inputs,
 )
 from visionrt.cli.run import _parse_size
@@ -86,7 +87,8 @@ def run_bench(
     model-only calls on the very backend the pipeline used (same threads, same settings), so a
     drift during the run hits both figures of the efficiency ratio alike."""
     rows: dict[str, dict[str, list[float]]] = {
-        v.label: {"mo": [], "e2e": [], "p50": [], "p99": [], "eff": []} for v in variants
+        v.label: {"mo": [], "e2e": [], "p50": [], "p99": [], "eff": [], "plain": []}
+        for v in variants
     }
     details: dict[str, Any] = {}
     half = max(1, model_only_calls // 2)
@@ -104,10 +106,17 @@ def run_bench(
                     PostprocessOptions(),
                     SourceOptions(mode="file", max_frames=max_frames),
                 )
+                # The same runtime and model file with the runtime's own defaults.
+                info = pipeline.backend.info
+                plain = plain_session(info.runtime, info.details.get("model", variant.model))
                 try:
                     inputs = prepared_inputs(video, pipeline.input_hw, pipeline.layout)
                     times = measure_model_only(pipeline.backend, inputs, half)
+                    plain_times = measure_model_only(plain, inputs, half) if plain else []
                     fps, summary = measure_end_to_end(pipeline)
+                    if plain:
+                        plain_times += measure_model_only(plain, inputs, half, warmup=0)
+                        row["plain"].append(len(plain_times) / sum(plain_times))
                     times += measure_model_only(pipeline.backend, inputs, half, warmup=0)
                     if interleave:
                         row["eff"].append(
@@ -122,10 +131,13 @@ def run_bench(
                                 inputs,
                                 interleave,
                                 15,
+                                baseline=plain,
                             )
                         )
                 finally:
                     pipeline.close()
+                    if plain:
+                        plain.close()
                 times.sort()
                 row["mo"].append(len(times) / sum(times))
                 row["p50"].append(1e3 * times[len(times) // 2])
@@ -146,6 +158,7 @@ def run_bench(
             rows[v.label]["p99"],
             details[v.label],
             rows[v.label]["eff"],
+            rows[v.label]["plain"],
         )
         for v in variants
     ]
@@ -187,6 +200,7 @@ def bench_command(
         "variant",
         "model-only ms p50",
         "model-only FPS",
+        "plain session FPS",
         "end-to-end FPS",
         "efficiency",
     ):
@@ -196,9 +210,14 @@ def bench_command(
             result.label,
             str(Spread.of(result.model_only_ms_p50)),
             str(Spread.of(result.model_only_fps)),
+            str(Spread.of(result.plain_fps)) if result.plain_fps else "same session",
             str(Spread.of(result.end_to_end_fps)),
             str(result.efficiency),
         )
+    console.print(
+        "efficiency = end-to-end FPS / model-only FPS of the plain session (the runtime's own"
+        " defaults on the same model) where one is listed, else of the pipeline's own session"
+    )
     Console().print(table)
     if json_out:
         json_out.write_text(
@@ -207,6 +226,7 @@ def bench_command(
                     {
                         "variant": r.label,
                         "model_only_fps": r.model_only_fps,
+                        "plain_session_fps": r.plain_fps,
                         "end_to_end_fps": r.end_to_end_fps,
                         "model_only_ms_p50": r.model_only_ms_p50,
                         "model_only_ms_p99": r.model_only_ms_p99,

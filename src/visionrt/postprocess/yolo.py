@@ -11,15 +11,16 @@ import numpy.typing as npt
 
 from visionrt.errors import ConfigError, OutputLayoutError
 from visionrt.postprocess.nms import nms
-from visionrt.preprocess.letterbox import Letterbox, boxes_to_source
-from visionrt.types import Detections
+from visionrt.types import Detections, Letterbox, boxes_to_source
 
 
 class HeadLayout(Enum):
-    """ANCHOR_FREE: [B, 4+nc, N] (Ultralytics v8/9/11/12). YOLOV5: [B, N, 5+nc] with objectness.
+    """ANCHOR_FREE: [B, 4+nc, N] (Ultralytics v8/9/11/12). ANCHOR_FREE_T: the same transposed,
+    [B, N, 4+nc] (some exports for other runtimes). YOLOV5: [B, N, 5+nc] with objectness.
     END2END: [B, K, 6] rows of x1, y1, x2, y2, score, class (NMS already applied)."""
 
     ANCHOR_FREE = "anchor_free"
+    ANCHOR_FREE_T = "anchor_free_t"
     YOLOV5 = "yolov5"
     END2END = "end2end"
 
@@ -49,34 +50,66 @@ class PostprocessOptions:
             )
 
 
+STRIDES = (8, 16, 32)
+_LAYOUTS = "[B, 4+nc, N], [B, N, 4+nc], [B, N, 5+nc] or [B, K, 6]"
+
+
+def anchor_count(input_hw: tuple[int, int], strides: Sequence[int] = STRIDES) -> int:
+    """Grid cells over the strides of an anchor-free head (8400 at 640×640); YOLOv5 has 3 per
+    cell."""
+    height, width = input_hw
+    return sum((height // s) * (width // s) for s in strides)
+
+
 def detect_layout(
-    shape: Sequence[int], num_classes: int, end2end: bool = False, forced: str = "auto"
+    shape: Sequence[int],
+    num_classes: int,
+    end2end: bool = False,
+    forced: str = "auto",
+    input_hw: tuple[int, int] | None = None,
 ) -> HeadLayout:
-    """Which head produced an output of `shape` (batch axis included); dynamic axes are -1."""
+    """Which head produced an output of `shape` (batch axis included; dynamic axes are -1).
+
+    The model's facts settle what the shape alone cannot: the class count (metadata) and the
+    anchor count the input size implies. A shape that still fits more than one head is refused
+    with an error naming it (`postprocess.head` forces one)."""
     if forced != "auto":
         return HeadLayout(forced)
     if len(shape) != 3:
         raise OutputLayoutError(
-            f"unknown detector output layout {list(shape)}: expected 3 axes"
-            " ([B, 4+nc, N], [B, N, 5+nc] or [B, K, 6])"
+            f"unknown detector output layout {list(shape)}: expected 3 axes ({_LAYOUTS})"
         )
     _, rows, cols = shape
+    anchors = anchor_count(input_hw) if input_hw else 0
     if end2end and cols == 6:
         return HeadLayout.END2END
+    fits: list[HeadLayout] = []
     if num_classes:
         if rows == 4 + num_classes and cols != rows:
-            return HeadLayout.ANCHOR_FREE
-        if cols == 5 + num_classes:
-            return HeadLayout.YOLOV5
-        if cols == 6:
-            return HeadLayout.END2END
-    elif rows > 4 and cols > rows:
-        return HeadLayout.ANCHOR_FREE
-    elif cols > 5 and rows > cols:
-        return HeadLayout.YOLOV5
+            fits.append(HeadLayout.ANCHOR_FREE)
+        if cols == 4 + num_classes and rows != cols and rows in (anchors, -1):
+            fits.append(HeadLayout.ANCHOR_FREE_T)
+        if cols == 5 + num_classes and rows != 4 + num_classes:
+            fits.append(HeadLayout.YOLOV5)
+        if cols == 6 and rows not in (anchors, 3 * anchors):
+            fits.append(HeadLayout.END2END)
+    elif anchors:  # no class names: the anchor axis must say which is which
+        if cols == anchors and rows > 4:
+            fits.append(HeadLayout.ANCHOR_FREE)
+        if rows == anchors and cols > 4:
+            fits.append(HeadLayout.ANCHOR_FREE_T)
+        if rows == 3 * anchors and cols > 5:
+            fits.append(HeadLayout.YOLOV5)
+    elif rows > 4 and cols > rows:  # no facts at all: only the one unambiguous shape
+        fits.append(HeadLayout.ANCHOR_FREE)
+    if len(fits) == 1:
+        return fits[0]
+    what = f"{num_classes} classes" if num_classes else "no class names in the metadata"
+    facts = f"{what}, {anchors} anchors for input {list(input_hw)}" if input_hw else what
+    kind = f"ambiguous ({' or '.join(f.value for f in fits)})" if fits else "unknown"
     raise OutputLayoutError(
-        f"unknown detector output layout {list(shape)} for {num_classes or 'unknown'} classes:"
-        " expected [B, 4+nc, N], [B, N, 5+nc] or [B, K, 6] (set postprocess.head to force one)"
+        f"{kind} detector output layout {list(shape)} with {facts}: expected {_LAYOUTS}"
+        " (set postprocess.head to force one)"
     )
 
 
@@ -97,6 +130,8 @@ def _candidates(
             rows[:, 4].astype(np.float32),
             rows[:, 5].astype(np.int32),
         )
+    if layout is HeadLayout.ANCHOR_FREE_T:
+        output, layout = output.T, HeadLayout.ANCHOR_FREE
     if layout is HeadLayout.ANCHOR_FREE:
         scores_all = output[4:]  # (nc, N): filter before transposing, most anchors are empty
         best = scores_all.max(axis=0)

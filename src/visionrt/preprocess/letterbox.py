@@ -1,13 +1,14 @@
-"""Letterbox a frame into a model input buffer in one resize, and map boxes back."""
+"""Letterbox a frame into a model input buffer in one resize (the geometry lives in types)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 
 import cv2
 import numpy as np
 import numpy.typing as npt
+
+from visionrt.types import Letterbox
 
 PAD_VALUE = 114  # Ultralytics' grey; matching it keeps results equal to the exporter's own
 
@@ -22,18 +23,6 @@ class InputLayout(Enum):
 
     NCHW_FLOAT = "nchw_float"
     NHWC_U8_BGR = "nhwc_u8_bgr"
-
-
-@dataclass(frozen=True, slots=True)
-class Letterbox:
-    """Source (h, w) → input (h, w): resize by `scale` to (new_h, new_w), pad by (top, left)."""
-
-    source_hw: tuple[int, int]
-    input_hw: tuple[int, int]
-    scale: float
-    new_hw: tuple[int, int]
-    top: int
-    left: int
 
 
 def compute_letterbox(source_hw: tuple[int, int], input_hw: tuple[int, int]) -> Letterbox:
@@ -77,23 +66,3 @@ def letterbox_into(
     planes = cv2.split(resized)  # contiguous planes: scaling them is faster than strided reads
     for channel in range(3):  # BGR → RGB
         np.multiply(planes[2 - channel], scale, out=out[channel, rows, cols])
-
-
-def boxes_to_source(xyxy: npt.NDArray[np.float32], box: Letterbox) -> npt.NDArray[np.float32]:
-    """Input-pixel boxes → source-pixel boxes, clipped to the source frame."""
-    out = xyxy.astype(np.float32, copy=True)
-    out[:, 0::2] -= box.left
-    out[:, 1::2] -= box.top
-    out /= np.float32(box.scale)
-    src_h, src_w = box.source_hw
-    np.clip(out[:, 0::2], 0, src_w, out=out[:, 0::2])
-    np.clip(out[:, 1::2], 0, src_h, out=out[:, 1::2])
-    return out
-
-
-def boxes_to_input(xyxy: npt.NDArray[np.float32], box: Letterbox) -> npt.NDArray[np.float32]:
-    """Source-pixel boxes → input-pixel boxes (the forward map, for tests and calibration)."""
-    out = xyxy.astype(np.float32, copy=True) * np.float32(box.scale)
-    out[:, 0::2] += box.left
-    out[:, 1::2] += box.top
-    return out

@@ -1,0 +1,136 @@
+"""`visionrt tune`: find this machine's fastest configuration within an accuracy budget, print
+reference vs chosen vs runners-up, and write the plan a plain `run` then uses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from visionrt.errors import SourceError
+from visionrt.model import DEMO_VIDEO, demo_model_path
+from visionrt.tune import Limits, Plan, cached_plan, tune
+from visionrt.tune.search import SearchResult, Trial
+
+Opt = typer.Option
+
+
+def _status(trial: Trial, search: SearchResult) -> str:
+    if search.best is trial:
+        return "[bold green]chosen[/]"
+    if trial.candidate.reference:
+        return "reference"
+    if trial.why_out:
+        return f"out: {trial.why_out}"
+    return f"{len(trial.runs)} round(s)" if trial.runs else "not run (budget)"
+
+
+def results_table(search: SearchResult, title: str) -> Table:
+    """Every configuration tried: reference first, then by how far it got and how fast."""
+    reference_fps = search.reference.last.fps if search.reference and search.reference.runs else 0
+    table = Table(title=title)
+    for column in ("configuration", "frames", "FPS", "× reference", "p50 / p99 ms", "fidelity"):
+        table.add_column(column, justify="left" if column == "configuration" else "right")
+    table.add_column("status")
+    ranked = sorted(
+        search.trials,
+        key=lambda t: (
+            not t.candidate.reference,
+            t is not search.best,
+            bool(t.why_out),
+            -len(t.runs),
+            -(t.last.fps if t.runs else 0),
+        ),
+    )
+    for trial in ranked:
+        if not trial.runs:
+            table.add_row(trial.candidate.label, "", "", "", "", "", _status(trial, search))
+            continue
+        last = trial.last
+        ratio = f"{last.fps / reference_fps:.2f}×" if reference_fps and last.fps else ""
+        table.add_row(
+            trial.candidate.label,
+            str(last.frames),
+            f"{last.fps:.1f}" if last.fps else "",
+            ratio,
+            f"{last.p50_ms:.0f} / {last.p99_ms:.0f}" if last.fps else "",
+            f"{last.fidelity:.3f}" if last.fps else "",
+            _status(trial, search),
+        )
+    return table
+
+
+def tune_command(
+    source: Annotated[
+        str | None, typer.Argument(help="Video to tune on (your own). Default: the demo video.")
+    ] = None,
+    model: Annotated[
+        str | None, Opt("--model", "-m", help="ONNX detector. Default: the demo model.")
+    ] = None,
+    objective: Annotated[str, Opt(help="throughput (FPS) or latency (p99).")] = "throughput",
+    min_fidelity: Annotated[
+        float, Opt(help="Least fidelity mAP50 against the FP32 reference.")
+    ] = 0.95,
+    max_p99_ms: Annotated[
+        float, Opt(help="Most per-frame processing p99 in ms (0: no limit).")
+    ] = 0.0,
+    budget_minutes: Annotated[float, Opt(help="Wall-clock budget of the search.")] = 10.0,
+    plan_out: Annotated[
+        Path | None, Opt("--plan", help="Also write the plan here (it is always cached).")
+    ] = None,
+    if_missing: Annotated[
+        bool, Opt("--if-missing", help="Do nothing when a plan for this model and machine exists.")
+    ] = False,
+    json_out: Annotated[bool, Opt("--json", help="Print the plan's figures as JSON.")] = False,
+) -> None:
+    """Search backends × precisions × input sizes × request settings on your video, within an
+    accuracy budget, and cache the best as the plan a plain `visionrt run` uses."""
+    model_path = Path(model) if model else demo_model_path()
+    video = source or str(DEMO_VIDEO)
+    if not source and not DEMO_VIDEO.is_file():
+        raise SourceError(f"no video given and the demo video {DEMO_VIDEO} is missing")
+    err = Console(stderr=True, soft_wrap=True)
+    if if_missing and (found := cached_plan(model_path)) is not None:
+        plan, path = found
+        err.print(f"plan {path.name}: {plan.summary_line()} (cached; `visionrt tune` to redo)")
+        return
+    limits = Limits(min_fidelity, max_p99_ms, objective, budget_minutes * 60)
+    with err.status("tuning") as status:
+
+        def show(trial: Trial, frames: int) -> None:
+            last = trial.last
+            verdict = trial.why_out or f"{last.fps:.1f} FPS, fidelity {last.fidelity:.3f}"
+            err.print(f"  {trial.candidate.label} · {frames} frames: {verdict}")
+            status.update(f"tuning: {trial.candidate.label} done")
+
+        outcome = tune(video, model_path, limits, on_trial=show, progress=False)
+    search = outcome.search
+    title = (
+        f"visionrt tune · {Path(video).name} · {search.seconds:.0f} s"
+        f"{' (budget reached)' if search.out_of_time else ''}"
+    )
+    Console(soft_wrap=True).print(results_table(search, title))
+    if outcome.plan is None or outcome.path is None:
+        raise SourceError(
+            f"no configuration met fidelity ≥ {min_fidelity}"
+            + (f" and p99 ≤ {max_p99_ms} ms" if max_p99_ms else "")
+        )
+    _finish(outcome.plan, outcome.path, plan_out, err)
+    if json_out:
+        print(json.dumps({"plan": str(outcome.path), **outcome.plan.tuned}, default=str))
+
+
+def _finish(plan: Plan, path: Path, copy_to: Path | None, err: Console) -> None:
+    err.print(f"plan: {plan.summary_line()}")
+    err.print(f"cached as {path}: a plain `visionrt run` with this model now uses it")
+    if copy_to is not None:
+        plan.save(copy_to)
+        err.print(f"wrote {copy_to}: `visionrt run --plan {copy_to}` reproduces it")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tune", help=tune_command.__doc__)(tune_command)

@@ -1,0 +1,124 @@
+"""A YOLO-family detector as a task: the model's facts, its input buffers, inference, decoding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from visionrt.backends import Backend, BackendOptions, load_backend
+from visionrt.errors import ConfigError
+from visionrt.model import SELF_DESCRIBING, ModelSpec, read_model_spec, spec_from_backend
+from visionrt.postprocess import PostprocessOptions, detect_layout
+from visionrt.postprocess.yolo import decode_one
+from visionrt.preprocess import InputLayout, compute_letterbox, letterbox_into
+from visionrt.types import Detections, Letterbox
+
+
+class DetectTask:
+    """A detector loaded into a backend. Model facts (input size and layout, head, class names,
+    batch) are derived here once, from the file and from what the runtime reports.
+
+    `backend` "" picks the runtime that reads the file; a loaded Backend can be shared by several
+    tasks in turn (its caller closes it)."""
+
+    def __init__(
+        self,
+        model: str | Path,
+        backend: str | Backend = "",
+        backend_options: BackendOptions | None = None,
+        postprocess: PostprocessOptions | None = None,
+    ) -> None:
+        model = Path(model)
+        options = backend_options or BackendOptions()
+        self.postprocess = postprocess or PostprocessOptions()
+        # ONNX and IR files describe themselves before any runtime loads; .pt/.engine files are
+        # described by the runtime that reads them.
+        spec = read_model_spec(model) if model.suffix in SELF_DESCRIBING else None
+        self.owns_backend = isinstance(backend, str)
+        self.backend: Backend = (
+            load_backend(backend, model, options) if isinstance(backend, str) else backend
+        )
+        info = self.backend.info
+        self.spec: ModelSpec = spec or spec_from_backend(model, info)
+        self.class_names = self.spec.class_names
+        self.input_name = info.inputs[0].name
+        in_shape = info.inputs[0].shape
+        folded = info.inputs[0].dtype == "uint8"
+        self.layout = InputLayout.NHWC_U8_BGR if folded else InputLayout.NCHW_FLOAT
+        hw = in_shape[1:3] if folded else in_shape[2:4]
+        static = all(isinstance(d, int) and d > 0 for d in hw)
+        self.input_hw: tuple[int, int] = (
+            (int(hw[0]), int(hw[1])) if static else options.input_size or self.spec.input_size
+        )
+        out_shape = [d if isinstance(d, int) else -1 for d in info.outputs[0].shape]
+        self.head = detect_layout(
+            out_shape,
+            len(self.class_names),
+            self.spec.end2end,
+            self.postprocess.head,
+            input_hw=self.input_hw,
+        )
+        self.batch = options.batch
+        fixed = in_shape[0]
+        if isinstance(fixed, int) and fixed > 0 and fixed != self.batch:
+            raise ConfigError(
+                f"inference.batch: {info.runtime} runs this model with its batch axis fixed at"
+                f" {fixed}, got {self.batch} (export with a dynamic batch)"
+            )
+        self._pad_batches = isinstance(fixed, int) and fixed > 1
+
+    def new_buffer(self) -> npt.NDArray[Any]:
+        """One batch row of input: (1, 3, H, W) float32, or (1, H, W, 3) uint8 when folded."""
+        height, width = self.input_hw
+        if self.layout is InputLayout.NHWC_U8_BGR:
+            return np.empty((1, height, width, 3), np.uint8)
+        return np.empty((1, 3, height, width), np.float32)
+
+    def prepare(
+        self, image: npt.NDArray[np.uint8], buffer: npt.NDArray[Any], last: Letterbox | None
+    ) -> Letterbox:
+        """Letterbox `image` into `buffer` (one batch row); `last` is the geometry the buffer
+        holds already (its padding is then kept). Returns the geometry to map boxes back."""
+        box = compute_letterbox(image.shape[:2], self.input_hw)
+        letterbox_into(image, buffer[0], box, self.layout, fill_padding=last != box)
+        return box
+
+    def infer(self, rows: list[npt.NDArray[Any]]) -> npt.NDArray[np.float32]:
+        """Run prepared rows as one batch; returns the raw output, one row per input row."""
+        tensor = rows[0] if len(rows) == 1 else np.concatenate(rows)
+        if self._pad_batches and tensor.shape[0] < self.batch:  # a fixed batch axis: pad
+            pad = np.repeat(tensor[:1], self.batch - tensor.shape[0], axis=0)
+            tensor = np.concatenate([tensor, pad])
+        return self.backend.infer({self.input_name: tensor})[0]  # type: ignore[return-value]
+
+    def decode(self, output: npt.NDArray[np.float32], box: Letterbox) -> Detections:
+        """One row of raw output → Detections in source pixels."""
+        return decode_one(output, self.head, box, self.postprocess)
+
+    def warm_up(self, calls: int) -> None:
+        blank = np.zeros_like(self.new_buffer())
+        if self.batch > 1:
+            blank = np.repeat(blank, self.batch, axis=0)
+        for _ in range(calls):
+            self.backend.infer({self.input_name: blank})
+
+    def describe(self) -> dict[str, Any]:
+        """What ran, for the run summary."""
+        info = self.backend.info
+        return {
+            "runtime": info.runtime,
+            "version": info.version,
+            "device": info.device,
+            "precision": info.precision,
+            "input_hw": list(self.input_hw),
+            "batch": self.batch,
+            "concurrency": self.backend.concurrency,
+            **info.details,
+        }
+
+    def close(self) -> None:
+        if self.owns_backend:
+            self.backend.close()

@@ -1,0 +1,109 @@
+"""What `tune` may try on this machine: backend × precision × input size × request settings,
+pruned by what the hardware and the installed runtimes support."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from visionrt.preprocess import compute_letterbox
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One configuration `run` can reproduce. `export` names the artifact target it needs
+    (built and cached by `visionrt export`), "" when it runs the model file as it is."""
+
+    backend: str
+    precision: str
+    input_size: tuple[int, int] | None = None  # None: the model's own size
+    fold: bool = False
+    settings: tuple[tuple[str, str], ...] = ()
+    export: str = ""
+    reference: bool = False
+
+    @property
+    def label(self) -> str:
+        size = f"{self.input_size[0]}×{self.input_size[1]}" if self.input_size else "native"
+        extras = [f"{k}={v}" for k, v in self.settings] + (["fold"] if self.fold else [])
+        return " ".join([self.backend, self.precision, size, *extras])
+
+    def options(self) -> dict[str, Any]:
+        """The `inference` section of a run config for this candidate."""
+        return {
+            "precision": self.precision,
+            "input_size": list(self.input_size) if self.input_size else None,
+            "fold_preprocess": self.fold,
+            "settings": dict(self.settings),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    """What the search may use: installed runtimes and the CPU's instruction sets."""
+
+    runtimes: frozenset[str]
+    cpu_features: frozenset[str] = field(default_factory=frozenset)
+    int8_export: bool = False  # NNCF present: OpenVINO INT8 artifacts can be made
+
+    @property
+    def bf16(self) -> bool:
+        return bool({"avx512_bf16", "amx_bf16"} & self.cpu_features)
+
+    @property
+    def int8(self) -> bool:
+        # VNNI (or AMX) makes INT8 pay; without it INT8 convolutions are barely faster.
+        return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & self.cpu_features)
+
+
+def aligned_sizes(
+    source_hw: tuple[int, int], model_hw: tuple[int, int], stride: int = 32
+) -> list[tuple[int, int]]:
+    """Smaller inputs that keep the letterboxed content where the model's own size puts it,
+    modulo the stride: the detection grid then falls on the same pixels, so results match the
+    reference far better than a tight crop does (MEASUREMENTS.md: 0.99 vs 0.94 for 768×576).
+
+    Only the padded axis shrinks; the first size whose padding keeps the phase is returned."""
+    box = compute_letterbox(source_hw, model_hw)
+    (new_h, new_w), (in_h, in_w) = box.new_hw, model_hw
+    sizes = []
+    for axis, content, full, offset in ((0, new_h, in_h, box.top), (1, new_w, in_w, box.left)):
+        if full - content < 2 * stride:
+            continue  # no padding worth removing on this axis
+        phase = offset % stride
+        start = math.ceil(content / stride) * stride
+        for size in range(start, full, stride):
+            if round((size - content) / 2 - 0.1) % stride == phase:
+                sizes.append((size, in_w) if axis == 0 else (in_h, size))
+                break
+    return sizes
+
+
+def candidates(
+    machine: Machine,
+    model_hw: tuple[int, int],
+    source_hw: tuple[int, int],
+    objective: str = "throughput",
+) -> list[Candidate]:
+    """The search space for a detector on a CPU, reference first."""
+    found = [Candidate("onnxruntime", "fp32", reference=True)]
+    if "openvino" not in machine.runtimes:
+        return found
+    hint = (("hint", objective),)
+    sizes: list[tuple[int, int] | None] = [None, *aligned_sizes(source_hw, model_hw)]
+    precisions = ["fp32"] + (["bf16"] if machine.bf16 else [])
+    for precision in precisions:
+        for size in sizes:
+            found.append(Candidate("openvino", precision, size, fold=True, settings=hint))
+    if machine.int8_export and machine.int8:
+        for size in sizes:
+            found.append(
+                Candidate("openvino", "int8", size, fold=True, settings=hint, export="openvino-int8")
+            )
+    return found
+
+
+def labels(items: Iterable[Candidate]) -> list[str]:
+    return [c.label for c in items]

@@ -1,0 +1,121 @@
+"""Measure one candidate on the user's video: build its artifact if it needs one (cached), run
+the pipeline over the first frames, and score its detections against the FP32 reference's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from visionrt.backends import BackendOptions
+from visionrt.errors import VisionRTError
+from visionrt.export import export_model
+from visionrt.fidelity import fidelity
+from visionrt.pipeline import Pipeline
+from visionrt.postprocess import PostprocessOptions
+from visionrt.sources import SourceOptions
+from visionrt.tune.candidates import Candidate
+from visionrt.tune.search import Measurement
+from visionrt.types import Detections
+
+# Stages whose p99s add up to a frame's processing latency (queueing excluded: in file mode the
+# queues are full by design, so glass-to-result there measures the queue, not the plan).
+LATENCY_STAGES = ("decode", "preprocess", "infer", "postprocess")
+
+
+class VideoEvaluator:
+    """Runs candidates on `video`. The reference candidate must be evaluated first: its
+    detections on the first `fidelity_frames` frames are what the others are scored against."""
+
+    def __init__(
+        self,
+        video: str | Path,
+        model: str | Path,
+        fidelity_frames: int = 60,
+        calibration_frames: int = 150,
+        conf: float = 0.25,
+        progress: bool = False,
+    ) -> None:
+        self.video, self.model = str(video), Path(model)
+        self.fidelity_frames, self.calibration_frames = fidelity_frames, calibration_frames
+        self.conf, self.progress = conf, progress
+        self.reference: list[Detections] | None = None
+        self.artifacts: dict[Candidate, Path] = {}
+
+    def artifact(self, candidate: Candidate) -> Path:
+        """The model file the candidate runs: an export artifact (built once, cached on disk by
+        `export`), or the model itself."""
+        if not candidate.export:
+            return self.model
+        if candidate not in self.artifacts:
+            result = export_model(
+                self.model,
+                candidate.export,
+                calibrate=self.video,
+                frames=self.calibration_frames,
+                imgsz=candidate.input_size,
+                progress=self.progress,
+                fidelity_frames=0,  # scored here, on the same frames as every other candidate
+            )
+            self.artifacts[candidate] = result.path
+        return self.artifacts[candidate]
+
+    def run_config(self, candidate: Candidate) -> dict[str, Any]:
+        """The model, backend and inference sections `run` needs to reproduce the candidate."""
+        inference = candidate.options()
+        if candidate.export:  # the artifact is already at its size
+            inference["input_size"] = None
+        return {
+            "model": str(self.artifact(candidate)),
+            "backend": candidate.backend,
+            "inference": inference,
+        }
+
+    def __call__(self, candidate: Candidate, frames: int) -> Measurement:
+        try:
+            return self._measure(candidate, frames)
+        except (VisionRTError, RuntimeError, MemoryError) as err:
+            first = (str(err).splitlines() or [type(err).__name__])[0]
+            return Measurement(0.0, 0.0, 0.0, 0.0, 0, error=first)
+
+    def _measure(self, candidate: Candidate, frames: int) -> Measurement:
+        config = self.run_config(candidate)
+        inference = config["inference"]
+        options = BackendOptions(
+            precision=inference["precision"],
+            input_size=tuple(inference["input_size"]) if inference["input_size"] else None,
+            fold_preprocess=inference["fold_preprocess"],
+            settings=inference["settings"],
+        )
+        pipeline = Pipeline(
+            [self.video],
+            config["model"],
+            config["backend"],
+            options,
+            PostprocessOptions(conf=self.conf),
+            SourceOptions(mode="file", max_frames=frames),
+        )
+        detections: list[Detections] = []
+        try:
+            for result in pipeline:
+                if len(detections) < self.fidelity_frames:
+                    detections.append(result.detections)
+        finally:
+            pipeline.close()
+        summary = pipeline.summary()
+        if candidate.reference and self.reference is None:
+            self.reference = detections
+        if candidate.reference:
+            score = 1.0
+        else:
+            if self.reference is None:
+                raise RuntimeError("the reference candidate must be measured first")
+            count = min(len(self.reference), len(detections))
+            score = fidelity(self.reference[:count], detections[:count]).map50
+        stages = summary.stages
+        return Measurement(
+            fps=summary.fps,
+            p50_ms=sum(stages[s]["p50"] for s in LATENCY_STAGES if s in stages),
+            p99_ms=sum(stages[s]["p99"] for s in LATENCY_STAGES if s in stages),
+            fidelity=score,
+            frames=summary.frames_out,
+        )

@@ -1,0 +1,137 @@
+"""Plans: the configuration `tune` chose, as a run-config YAML with what was measured and the
+machine it was measured on; cached per (model, machine) so a plain `run` finds it."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from visionrt import hardware
+from visionrt.errors import ConfigError
+from visionrt.model import file_sha256
+
+# CPU features that change which configuration is fastest; other flags do not matter here.
+RELEVANT_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16",
+                     "amx_int8")  # fmt: skip
+RUNTIMES = ("onnxruntime", "openvino", "torch", "tensorrt")
+RUN_KEYS = ("model", "backend", "inference")
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def machine_fingerprint() -> dict[str, Any]:
+    """What a plan's figures depend on: the CPU, its core count and the runtime versions."""
+    features = hardware.cpu_features()
+    return {
+        "cpu": hardware.cpu_model() or platform.processor() or platform.machine(),
+        "cpus": os.cpu_count() or 0,
+        "features": [f for f in RELEVANT_FEATURES if f in features],
+        "runtimes": {name: v for name in RUNTIMES if (v := _version(name))},
+        "visionrt": _version("visionrt"),
+    }
+
+
+def fingerprint_key(fingerprint: dict[str, Any]) -> str:
+    text = json.dumps(fingerprint, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def default_root() -> Path:
+    return Path(os.environ.get("VISIONRT_CACHE", Path.home() / ".cache" / "visionrt")) / "plans"
+
+
+@dataclass(slots=True)
+class Plan:
+    """`run` holds the config sections a run needs (model, backend, inference); `tuned` what
+    was measured (fps, latency, fidelity, the reference's figures, the video) and on what."""
+
+    run: dict[str, Any]
+    tuned: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        return dict(self.tuned.get("fingerprint", {}))
+
+    def summary_line(self) -> str:
+        """One line: what runs, when it was tuned, what it measured."""
+        inference = self.run.get("inference", {})
+        size = inference.get("input_size") or self.tuned.get("input_hw")
+        size_text = f" {size[0]}×{size[1]}" if size else ""
+        measured = self.tuned.get("measured", {})
+        return (
+            f"{self.run.get('backend')} {inference.get('precision', 'fp32')}{size_text},"
+            f" tuned {str(self.tuned.get('at', '?'))[:10]},"
+            f" {measured.get('fps', 0):.1f} FPS, fidelity {measured.get('fidelity', 0):.3f}"
+        )
+
+    def to_yaml(self) -> str:
+        header = (
+            "# visionrt plan, written by `visionrt tune`: `visionrt run --plan THIS_FILE`\n"
+            "# reproduces it. Sections as in a run config; `tuned` records what was measured.\n"
+        )
+        body = {**self.run, "tuned": self.tuned}
+        return header + yaml.safe_dump(body, sort_keys=False, allow_unicode=True)
+
+    def save(self, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(self.to_yaml(), encoding="utf-8")
+        partial.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as err:
+            raise ConfigError(f"cannot read plan {path}: {err.strerror or err}") from err
+        except (yaml.YAMLError, UnicodeDecodeError) as err:
+            raise ConfigError(f"plan {path} is not valid YAML: {str(err).splitlines()[0]}") from err
+        if not isinstance(data, dict) or "backend" not in data or "model" not in data:
+            raise ConfigError(f"plan {path}: expected a visionrt plan (model, backend, inference)")
+        tuned = data.pop("tuned", {}) or {}
+        unknown = sorted(set(data) - set(RUN_KEYS))
+        if unknown:
+            raise ConfigError(f"plan {path}: unknown section '{unknown[0]}'")
+        return cls(run=data, tuned=tuned if isinstance(tuned, dict) else {})
+
+
+def plan_path(model: Path, fingerprint: dict[str, Any], root: Path | None = None) -> Path:
+    """Where the plan for `model` on this machine is cached."""
+    digest = file_sha256(model)[:16]
+    return (root or default_root()) / f"{model.stem}-{digest}-{fingerprint_key(fingerprint)}.yaml"
+
+
+def cached_plan(model: Path, root: Path | None = None) -> tuple[Plan, Path] | None:
+    """The cached plan for `model` on this machine (same fingerprint), if one was tuned."""
+    path = plan_path(model, machine_fingerprint(), root)
+    if not path.is_file():
+        return None
+    plan = Plan.load(path)
+    if not Path(str(plan.run.get("model", ""))).is_file():
+        return None  # its artifact was deleted: tune again
+    return plan, path
+
+
+def fingerprint_differences(plan: Plan) -> list[str]:
+    """How this machine differs from the one the plan was tuned on (empty: the same)."""
+    now, then = machine_fingerprint(), plan.fingerprint
+    return [
+        f"{key}: tuned on {then.get(key)!r}, this machine {now[key]!r}"
+        for key in now
+        if then.get(key) != now[key]
+    ]

@@ -1,0 +1,128 @@
+"""Successive halving over candidates: every candidate gets a short run, the better half a longer
+one, the finalists a full confirming run; accuracy and latency limits prune at every round."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from visionrt.tune.candidates import Candidate
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One run of one candidate: speed, latency and fidelity against the FP32 reference."""
+
+    fps: float
+    p50_ms: float
+    p99_ms: float
+    fidelity: float  # mAP50 against the reference (1.0 for the reference itself)
+    frames: int
+    error: str = ""  # set when the candidate could not run; it is then out
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The user's budget: least fidelity (mAP50), most p99 latency (0: none), what to maximise
+    (throughput: FPS; latency: lowest p99) and the wall-clock budget of the whole search."""
+
+    min_fidelity: float = 0.95
+    max_p99_ms: float = 0.0
+    objective: str = "throughput"
+    budget_s: float = 600.0
+
+    def allows(self, result: Measurement) -> bool:
+        if result.error or result.fidelity < self.min_fidelity:
+            return False
+        return not (self.max_p99_ms and result.p99_ms > self.max_p99_ms)
+
+    def score(self, result: Measurement) -> float:
+        """Higher is better."""
+        return result.fps if self.objective == "throughput" else -result.p99_ms
+
+
+@dataclass(slots=True)
+class Trial:
+    """A candidate and its measurements, the latest (longest) last."""
+
+    candidate: Candidate
+    runs: list[Measurement] = field(default_factory=list)
+    why_out: str = ""
+
+    @property
+    def last(self) -> Measurement:
+        return self.runs[-1]
+
+
+Evaluate = Callable[[Candidate, int], Measurement]
+
+
+@dataclass(slots=True)
+class SearchResult:
+    """Every trial (the chosen one first among the feasible), and whether the budget cut the
+    search short."""
+
+    trials: list[Trial]
+    best: Trial | None
+    reference: Trial | None
+    out_of_time: bool = False
+    seconds: float = 0.0
+
+
+def successive_halving(
+    candidates: Sequence[Candidate],
+    evaluate: Evaluate,
+    limits: Limits,
+    rounds: Sequence[int] = (60, 150, 300),
+    finalists: int = 2,
+    clock: Callable[[], float] = time.monotonic,
+    on_trial: Callable[[Trial, int], None] | None = None,
+) -> SearchResult:
+    """Run every candidate for `rounds[0]` frames, keep the better half of those within the
+    limits for `rounds[1]` frames, and so on; the last round runs at most `finalists`. The
+    reference candidate runs every round (it is the table's baseline) but is chosen only if
+    it is the best. When the budget runs out, the best measured so far wins."""
+    started = clock()
+    trials = [Trial(c) for c in candidates]
+    alive = list(trials)
+    out_of_time = False
+    for number, frames in enumerate(rounds):
+        last_round = number == len(rounds) - 1
+        if last_round:
+            alive = _best(alive, limits, finalists, keep_reference=True)
+        for trial in alive:
+            if clock() - started > limits.budget_s:
+                out_of_time = True
+                break
+            trial.runs.append(evaluate(trial.candidate, frames))
+            if not limits.allows(trial.last) and not trial.why_out:
+                trial.why_out = _why(trial.last, limits)
+            if on_trial is not None:
+                on_trial(trial, frames)
+        if out_of_time or last_round:
+            break
+        keep = max(finalists, (len(alive) + 1) // 2)
+        alive = _best(alive, limits, keep, keep_reference=True)
+    feasible = [t for t in trials if t.runs and not t.why_out]
+    ranked = sorted(feasible, key=lambda t: (len(t.runs), limits.score(t.last)), reverse=True)
+    reference = next((t for t in trials if t.candidate.reference), None)
+    return SearchResult(
+        trials, ranked[0] if ranked else None, reference, out_of_time, clock() - started
+    )
+
+
+def _best(trials: list[Trial], limits: Limits, count: int, keep_reference: bool) -> list[Trial]:
+    ran = [t for t in trials if t.runs and not t.why_out]
+    chosen = sorted(ran, key=lambda t: limits.score(t.last), reverse=True)[:count]
+    if keep_reference:
+        chosen += [t for t in trials if t.candidate.reference and t not in chosen and t.runs]
+    return chosen
+
+
+def _why(result: Measurement, limits: Limits) -> str:
+    if result.error:
+        return result.error
+    if result.fidelity < limits.min_fidelity:
+        return f"fidelity {result.fidelity:.3f} < {limits.min_fidelity:.2f}"
+    return f"p99 {result.p99_ms:.0f} ms > {limits.max_p99_ms:.0f} ms"
