@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from visionrt import hardware
 from visionrt.backends.base import Array, Backend, BackendOptions
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
 from visionrt.model_reshape import sized_model
@@ -73,6 +74,9 @@ class OpenVINOBackend(Backend):
             )
         core = ov.Core()
         device = _device_name(options.device)
+        if options.precision == "bf16" and device.split(".")[0] == "CPU":
+            # Before OpenVINO's own capability check, so the refusal reads as torch's does.
+            hardware.require_cpu_bf16("openvino")
         if device.split(".")[0] not in {d.split(".")[0] for d in core.available_devices}:
             raise BackendUnavailable(
                 f"OpenVINO has no {device} device here (available:"

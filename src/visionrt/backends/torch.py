@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from visionrt import hardware
 from visionrt.backends.base import Array, Backend, BackendOptions
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
 from visionrt.model_reshape import sized_model
@@ -77,20 +78,75 @@ def _load_onnx(path: Path, options: BackendOptions) -> tuple[nn.Module, TensorSp
     )
 
 
+# Exactly the classes an Ultralytics detection checkpoint (YOLOv5u, YOLOv8, YOLO11) pickles,
+# and the namespace an unstripped one keeps its training arguments in (newer, older releases).
+# A prefix rule ("torch.*") let a pickle call torch.fx.graph_module._forward_from_src, which
+# execs code; a name off this list is refused before any module it names is imported.
+PT_ALLOWED_GLOBALS = frozenset(
+    [
+        "torch.nn.modules.activation.SiLU",
+        "torch.nn.modules.batchnorm.BatchNorm2d",
+        "torch.nn.modules.container.ModuleList",
+        "torch.nn.modules.container.Sequential",
+        "torch.nn.modules.conv.Conv2d",
+        "torch.nn.modules.linear.Identity",
+        "torch.nn.modules.pooling.MaxPool2d",
+        "torch.nn.modules.upsampling.Upsample",
+        "ultralytics.nn.tasks.DetectionModel",
+        "ultralytics.nn.modules.block.Attention",
+        "ultralytics.nn.modules.block.Bottleneck",
+        "ultralytics.nn.modules.block.C2f",
+        "ultralytics.nn.modules.block.C2PSA",
+        "ultralytics.nn.modules.block.C3",
+        "ultralytics.nn.modules.block.C3k",
+        "ultralytics.nn.modules.block.C3k2",
+        "ultralytics.nn.modules.block.DFL",
+        "ultralytics.nn.modules.block.PSABlock",
+        "ultralytics.nn.modules.block.SPPF",
+        "ultralytics.nn.modules.conv.Concat",
+        "ultralytics.nn.modules.conv.Conv",
+        "ultralytics.nn.modules.conv.DWConv",
+        "ultralytics.nn.modules.head.Detect",
+        "ultralytics.utils.IterableSimpleNamespace",
+        "ultralytics.yolo.utils.IterableSimpleNamespace",
+    ]
+)
+
+
+def _allowed_classes(path: Path) -> list[Any]:
+    """The classes `path` pickles, all on PT_ALLOWED_GLOBALS, imported; refused otherwise."""
+    try:
+        names = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+    except Exception as err:
+        raise ModelLoadError(f"{path}: not a readable torch checkpoint ({err})") from err
+    refused = sorted(set(names) - PT_ALLOWED_GLOBALS)
+    if refused:
+        raise ModelLoadError(
+            f"{path}: refusing to unpickle {', '.join(refused)}: not a class of an Ultralytics"
+            " detection checkpoint (export it to ONNX where it was made and load that)"
+        )
+    classes = []
+    for name in names:
+        module, _, attribute = name.rpartition(".")
+        try:
+            classes.append(getattr(importlib.import_module(module), attribute))
+        except (ImportError, AttributeError) as err:
+            raise ModelLoadError(
+                f"{path} needs {name}, which the installed ultralytics lacks ({err});"
+                " upgrade ultralytics or export the checkpoint to ONNX"
+            ) from err
+    return classes
+
+
 def _load_pt(path: Path, options: BackendOptions) -> tuple[nn.Module, TensorSpec, TensorSpec]:
     if importlib.util.find_spec("ultralytics") is None:
         raise BackendUnavailable(
             f"{path.name} is an Ultralytics checkpoint and needs the 'ultralytics' package"
             " (pip install ultralytics), or export it to ONNX: yolo export model=... format=onnx"
         )
-    # weights_only=True with an allow-list of exactly the classes the pickle names, and only
-    # from torch and ultralytics: nothing else in the file can run code on load.
-    names = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
-    foreign = [n for n in names if not n.startswith(("torch.", "ultralytics."))]
-    if foreign:
-        raise ModelLoadError(f"{path}: refusing to unpickle {', '.join(foreign)}")
-    classes = [getattr(importlib.import_module(n.rpartition(".")[0]), n.rpartition(".")[2])
-               for n in names]  # fmt: skip
+    # weights_only=True with exactly the allow-listed classes the pickle names: nothing else in
+    # the file can run code on load.
+    classes = _allowed_classes(path)
     try:
         with torch.serialization.safe_globals(classes):
             checkpoint = torch.load(str(path), map_location="cpu", weights_only=True)
@@ -138,6 +194,8 @@ class TorchBackend(Backend):
                 f"torch precision '{options.precision}' on {options.device}: expected fp32 or"
                 " bf16 on cpu, fp32, fp16 or bf16 on cuda"
             )
+        if options.precision == "bf16" and not cuda:
+            hardware.require_cpu_bf16("torch")
         compile_mode = settings.get("compile", "none")
         if compile_mode not in COMPILE_MODES:
             raise ConfigError(

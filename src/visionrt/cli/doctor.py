@@ -15,6 +15,7 @@ from rich.table import Table
 
 from visionrt.backends.registry import AUTO_ORDER, ROWS, unavailable_reason
 from visionrt.errors import VisionRTError
+from visionrt.hardware import cpu_features
 from visionrt.model import DEMO_VIDEO, demo_model_path
 
 
@@ -26,15 +27,9 @@ def _version(package: str) -> str:
 
 
 def _cpu_flags() -> list[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            flags = next(
-                (line.split(":", 1)[1].split() for line in handle if line.startswith("flags")), []
-            )
-    except OSError:
-        return []
+    features = cpu_features()
     wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
-    return [f for f in wanted if f in flags]
+    return [f for f in wanted if f in features]
 
 
 def doctor_report() -> dict[str, Any]:

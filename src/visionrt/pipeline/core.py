@@ -70,6 +70,7 @@ class Pipeline:
         self._errors: list[BaseException] = []
         self._buffers: list[npt.NDArray[Any]] = []
         self._free: queue.Queue[int] = queue.Queue()
+        self._queues: dict[str, queue.Queue[Any]] = {}
         self._take_lock = threading.Lock()
         self._next_seq: dict[int, int] = {}
         self.task.warm_up(self.options.warmup)
@@ -89,6 +90,10 @@ class Pipeline:
         self._flow.stopping.set()
         for source in self.sources:
             source.stop()
+
+    def queue_depths(self) -> dict[str, int]:
+        """Frames waiting between stages now (empty before the run starts)."""
+        return {name: waiting.qsize() for name, waiting in self._queues.items()}
 
     @property
     def interrupted(self) -> bool:
@@ -227,6 +232,7 @@ class Pipeline:
         if self.options.opencv_threads:
             cv2.setNumThreads(self.options.opencv_threads)
         self._readers = readers
+        self._queues = {"decoded": decoded, "prepared": prepared, "inferred": inferred}
         self.telemetry.start()
         for thread in [*readers, *workers]:
             thread.start()

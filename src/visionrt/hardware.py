@@ -1,0 +1,42 @@
+"""What this machine's CPU can do, read once from /proc/cpuinfo, and the checks built on it."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from visionrt.errors import BackendUnavailable
+
+CPUINFO = Path("/proc/cpuinfo")
+# Either gives native bf16 arithmetic; without them runtimes emulate it (torch, slower and less
+# accurate) or refuse it (OpenVINO), so visionrt refuses it for every runtime alike.
+BF16_FEATURES = frozenset({"avx512_bf16", "amx_bf16"})
+
+
+@functools.cache
+def cpu_features() -> frozenset[str]:
+    """The CPU's feature flags ('avx2', 'avx512_bf16', …), or an empty set when /proc/cpuinfo
+    cannot be read (not Linux)."""
+    try:
+        with CPUINFO.open(encoding="utf-8") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_has_bf16() -> bool:
+    """True when the CPU has bf16 instructions (AVX512_BF16 or AMX-BF16)."""
+    return bool(BF16_FEATURES & cpu_features())
+
+
+def require_cpu_bf16(runtime: str) -> None:
+    """Refuse bf16 on a CPU without bf16 instructions, with the same message for every runtime."""
+    if not cpu_has_bf16():
+        raise BackendUnavailable(
+            f"{runtime} bf16 on cpu needs BF16 instructions (AVX512_BF16 or AMX); this CPU has"
+            " none: use fp32, or int8 via `visionrt export`"
+        )

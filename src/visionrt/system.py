@@ -1,0 +1,281 @@
+"""The system checklist behind `visionrt doctor`: what in the OS and hardware decides inference
+speed, read from /proc and /sys (no root needed), each finding with a severity and its fix."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+OK, INFO, WARN = "ok", "info", "warn"
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One line of the checklist: `section` groups it, `fix` says what to do when it warns."""
+
+    section: str
+    name: str
+    value: str
+    severity: str = OK
+    fix: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {k: getattr(self, k) for k in ("section", "name", "value", "severity", "fix")}
+
+
+class Probe:
+    """Reads the machine under `root` (a fake tree in tests), with the environment and the
+    process's affinity given explicitly."""
+
+    def __init__(
+        self,
+        root: Path = Path("/"),
+        environ: Mapping[str, str] | None = None,
+        affinity: set[int] | None = None,
+    ) -> None:
+        self.root = root
+        self.environ = dict(os.environ if environ is None else environ)
+        if affinity is None:
+            affinity = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
+        self.affinity = affinity
+
+    def read(self, relative: str) -> str | None:
+        try:
+            return (self.root / relative).read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            return None
+
+    def glob(self, pattern: str) -> list[Path]:
+        return sorted(self.root.glob(pattern))
+
+
+def _cpuinfo(probe: Probe) -> dict[str, str]:
+    info: dict[str, str] = {}
+    for line in (probe.read("proc/cpuinfo") or "").splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in info:
+            info[key.strip()] = value.strip()
+    return info
+
+
+def _cpu(probe: Probe) -> list[Finding]:
+    info = _cpuinfo(probe)
+    flags = set(info.get("flags", "").split())
+    model = info.get("model name", "unknown")
+    if "cpu family" in info:
+        model += f" (family {info['cpu family']} model {info.get('model', '?')})"
+    isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if f in flags]
+    found = [Finding("cpu", "model", model), Finding("cpu", "instruction sets", ", ".join(isa))]
+    if "avx512_bf16" in flags or "amx_bf16" in flags:
+        found.append(Finding("cpu", "bf16", "yes: bf16 runs at about 2× fp32"))
+    else:
+        found.append(
+            Finding("cpu", "bf16", "no", INFO, "use INT8 (visionrt export / tune), not bf16")
+        )
+    if not ({"avx512_vnni", "avx_vnni", "amx_int8"} & flags):
+        found.append(
+            Finding("cpu", "int8", "no VNNI: INT8 gains little", INFO, "fp32/bf16 plans only")
+        )
+    logical = len(probe.glob("sys/devices/system/cpu/cpu[0-9]*/topology"))
+    siblings = {
+        probe.read(str(p.relative_to(probe.root) / "thread_siblings_list"))
+        for p in probe.glob("sys/devices/system/cpu/cpu[0-9]*/topology")
+    }
+    physical = len(siblings - {None}) or logical
+    smt = f"{physical} physical cores, {logical} logical CPUs"
+    found.append(
+        Finding(
+            "cpu",
+            "cores",
+            smt,
+            INFO if logical > physical else OK,
+            "inference threads = physical cores; SMT siblings add little"
+            if logical > physical
+            else "",
+        )
+    )
+    governor = probe.read("sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+    if governor is None:
+        found.append(Finding("cpu", "frequency governor", "not exposed (virtual machine?)", INFO))
+    elif governor != "performance":
+        found.append(
+            Finding(
+                "cpu",
+                "frequency governor",
+                governor,
+                WARN,
+                "for steady latency: cpupower frequency-set -g performance (root)",
+            )
+        )
+    else:
+        found.append(Finding("cpu", "frequency governor", governor))
+    return found
+
+
+def _limits(probe: Probe) -> list[Finding]:
+    found = []
+    logical = len(probe.glob("sys/devices/system/cpu/cpu[0-9]*/topology")) or os.cpu_count() or 0
+    quota = probe.read("sys/fs/cgroup/cpu.max")
+    if quota and quota.split()[0] != "max":
+        limit, period = (int(v) for v in quota.split()[:2])
+        cpus = limit / period
+        severity = WARN if cpus < logical else OK
+        fix = f"set inference threads to {max(1, int(cpus))}: the cgroup allows {cpus:g} CPUs"
+        found.append(Finding("limits", "cgroup cpu quota", f"{cpus:g} CPUs", severity, fix))
+    else:
+        found.append(Finding("limits", "cgroup cpu quota", "none"))
+    if probe.affinity and len(probe.affinity) < logical:
+        found.append(
+            Finding(
+                "limits",
+                "affinity",
+                f"{len(probe.affinity)} of {logical} CPUs",
+                WARN,
+                "the process is pinned to fewer CPUs than the machine has (taskset/numactl)",
+            )
+        )
+    else:
+        found.append(Finding("limits", "affinity", f"{len(probe.affinity) or logical} CPUs"))
+    for variable in THREAD_VARIABLES:
+        value = probe.environ.get(variable)
+        if value is None:
+            continue
+        wrong = not value.isdigit() or int(value) > logical
+        fix = f"{variable} above the {logical} CPUs oversubscribes them" if wrong else ""
+        found.append(Finding("limits", variable, value, WARN if wrong else OK, fix))
+    nodes = len(probe.glob("sys/devices/system/node/node[0-9]*"))
+    found.append(
+        Finding(
+            "limits",
+            "NUMA nodes",
+            str(nodes or 1),
+            INFO if nodes > 1 else OK,
+            "pin each pipeline to one node (numactl --cpunodebind)" if nodes > 1 else "",
+        )
+    )
+    return found
+
+
+def _memory(probe: Probe) -> list[Finding]:
+    meminfo = {}
+    for line in (probe.read("proc/meminfo") or "").splitlines():
+        match = re.match(r"(\w+):\s+(\d+)", line)
+        if match:
+            meminfo[match.group(1)] = int(match.group(2)) // 1024  # MiB
+    total, available = meminfo.get("MemTotal", 0), meminfo.get("MemAvailable", 0)
+    found = [
+        Finding(
+            "memory",
+            "RAM",
+            f"{available} MiB available of {total} MiB",
+            WARN if total and available < 2048 else OK,
+            "under 2 GiB free: models and frame queues may swap" if available < 2048 else "",
+        )
+    ]
+    swap = meminfo.get("SwapTotal", 0)
+    swappiness = probe.read("proc/sys/vm/swappiness") or "?"
+    swap_fix = "lower vm.swappiness (e.g. 10) so model weights are not swapped out"
+    high = swap and swappiness.isdigit() and int(swappiness) > 30
+    found.append(
+        Finding(
+            "memory",
+            "swap",
+            f"{swap} MiB, swappiness {swappiness}",
+            INFO if high else OK,
+            swap_fix if high else "",
+        )
+    )
+    thp = probe.read("sys/kernel/mm/transparent_hugepage/enabled") or ""
+    mode = re.search(r"\[(\w+)\]", thp)
+    found.append(Finding("memory", "transparent hugepages", mode.group(1) if mode else "unknown"))
+    return found
+
+
+def _runtimes(versions: Mapping[str, str]) -> list[Finding]:
+    found = [Finding("runtimes", name, version) for name, version in versions.items()]
+    try:
+        import onnxruntime as ort
+
+        found.append(
+            Finding("runtimes", "onnxruntime providers", ", ".join(ort.get_available_providers()))
+        )
+    except ImportError:
+        pass
+    try:
+        import openvino as ov
+
+        found.append(
+            Finding("runtimes", "openvino devices", ", ".join(ov.Core().available_devices))
+        )
+    except (ImportError, RuntimeError):
+        pass
+    return found
+
+
+def _gpus() -> list[Finding]:
+    try:
+        import pynvml
+    except ImportError:
+        return [Finding("gpu", "NVIDIA", "nvidia-ml-py not installed (no GPU checks)", INFO)]
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as err:
+        return [Finding("gpu", "NVIDIA", f"no driver or GPU ({err})", INFO)]
+    found = [Finding("gpu", "driver", str(pynvml.nvmlSystemGetDriverVersion()))]
+    for index in range(pynvml.nvmlDeviceGetCount()):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        clocks = pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+        reasons = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)
+        idle = getattr(pynvml, "nvmlClocksThrottleReasonGpuIdle", 1)
+        throttled = reasons & ~idle
+        found.append(
+            Finding(
+                "gpu",
+                f"cuda:{index}",
+                f"{pynvml.nvmlDeviceGetName(handle)}, {memory.free >> 20} of"
+                f" {memory.total >> 20} MiB free, SM {clocks} MHz",
+                WARN if throttled else OK,
+                f"clocks throttled (reasons 0x{throttled:x}): check cooling and power limits"
+                if throttled
+                else "",
+            )
+        )
+        try:
+            decoder = pynvml.nvmlDeviceGetDecoderUtilization(handle)[0]
+            found.append(Finding("gpu", f"cuda:{index} NVDEC", f"{decoder}% busy"))
+        except pynvml.NVMLError:
+            pass
+    pynvml.nvmlShutdown()
+    return found
+
+
+SECTIONS: dict[str, Callable[[Probe], list[Finding]]] = {
+    "cpu": _cpu,
+    "limits": _limits,
+    "memory": _memory,
+}
+
+
+def system_findings(
+    probe: Probe | None = None, versions: Mapping[str, str] | None = None, gpus: bool = True
+) -> list[Finding]:
+    """Every finding, section by section: cpu, limits, memory, runtimes, gpu."""
+    probe = probe or Probe()
+    found = [finding for section in SECTIONS.values() for finding in section(probe)]
+    found += _runtimes(versions or {})
+    if gpus:
+        found += _gpus()
+    return found
+
+
+def summarize(findings: list[Finding]) -> dict[str, Any]:
+    return {
+        "warnings": sum(f.severity == WARN for f in findings),
+        "findings": [f.to_json() for f in findings],
+    }

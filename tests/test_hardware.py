@@ -1,0 +1,101 @@
+"""CPU features from /proc/cpuinfo (a written copy here), the bf16 decision, and doctor's line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from visionrt import hardware
+from visionrt.errors import BackendUnavailable
+
+# Two logical CPUs, as the kernel writes them (x86): the flags line repeats per CPU.
+CPUINFO = """processor\t: {index}
+vendor_id\t: GenuineIntel
+model name\t: Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz
+flags\t\t: fpu sse2 avx2 avx512f avx512_vnni {extra}
+bugs\t\t: spectre_v1
+
+"""
+
+
+@pytest.fixture
+def cpuinfo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], None]]:
+    """Point hardware at a written cpuinfo whose flags end in the given extra ones."""
+    path = tmp_path / "cpuinfo"
+
+    def write(extra: str) -> None:
+        path.write_text("".join(CPUINFO.format(index=i, extra=extra) for i in range(2)))
+        hardware.cpu_features.cache_clear()
+
+    monkeypatch.setattr(hardware, "CPUINFO", path)
+    yield write
+    hardware.cpu_features.cache_clear()  # the next reader sees this machine again
+
+
+def test_flags_are_read(cpuinfo: Callable[[str], None]) -> None:
+    cpuinfo("avx512_bf16 amx_tile")
+    assert hardware.cpu_features() == {
+        "fpu", "sse2", "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile"
+    }  # fmt: skip
+
+
+def test_flags_are_read_once(cpuinfo: Callable[[str], None]) -> None:
+    cpuinfo("")
+    first = hardware.cpu_features()
+    hardware.CPUINFO.write_text("flags : something else\n")
+    assert hardware.cpu_features() is first
+
+
+def test_unreadable_cpuinfo_gives_no_features(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hardware, "CPUINFO", tmp_path / "absent")  # as on macOS or Windows
+    hardware.cpu_features.cache_clear()
+    try:
+        assert hardware.cpu_features() == frozenset()
+        assert not hardware.cpu_has_bf16()
+    finally:
+        hardware.cpu_features.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("extra", "has_bf16"),
+    [
+        ("avx512_bf16", True),  # Zen 4/5, Cooper Lake
+        ("amx_tile amx_bf16", True),  # Sapphire Rapids and later
+        ("", False),  # Ice Lake: AVX-512 and VNNI, no bf16
+        ("avx512_fp16", False),
+    ],
+)
+def test_bf16_needs_avx512_bf16_or_amx(
+    cpuinfo: Callable[[str], None], extra: str, has_bf16: bool
+) -> None:
+    cpuinfo(extra)
+    assert hardware.cpu_has_bf16() is has_bf16
+
+
+def test_refusal_is_one_line_with_the_way_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hardware, "cpu_has_bf16", lambda: False)
+    with pytest.raises(BackendUnavailable) as caught:
+        hardware.require_cpu_bf16("torch")
+    message = str(caught.value)
+    assert message.startswith("torch bf16 on cpu needs BF16 instructions (AVX512_BF16 or AMX)")
+    assert "use fp32, or int8 via `visionrt export`" in message
+    assert "\n" not in message
+    assert caught.value.exit_code == 5
+
+
+def test_bf16_cpu_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hardware, "cpu_has_bf16", lambda: True)
+    hardware.require_cpu_bf16("openvino")
+
+
+def test_doctor_reports_the_features_hardware_read(cpuinfo: Callable[[str], None]) -> None:
+    from visionrt.cli.doctor import doctor_report
+
+    cpuinfo("avx512_bf16 amx_tile amx_bf16")
+    assert doctor_report()["cpu_flags"] == [
+        "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16"
+    ]  # fmt: skip
