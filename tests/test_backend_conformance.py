@@ -1,25 +1,37 @@
 """One suite every backend usable here must pass, on real frames of the demo video.
 
 FP32: raw outputs equal to the ONNX Runtime FP32 reference within a stated tolerance.
-BF16/FP16: fidelity mAP50 ≥ 0.98, INT8: ≥ 0.90, on the first 200 frames (DESIGN.md's fidelity:
-the reference's detections are the ground truth)."""
+BF16: fidelity mAP50 ≥ 0.96 where the CPU has BF16 instructions (refused elsewhere, checked
+here too); INT8: ≥ 0.90. Fidelity as in docs/benchmarks.md (the reference's detections are the
+ground truth), on the first 100 frames rather than 200 to stay short on slower CPUs."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from visionrt import hardware
 from visionrt.backends import BackendOptions, load_backend
 from visionrt.backends.registry import find_row, unavailable_reason
 from visionrt.bench import prepared_inputs
-from visionrt.errors import ConfigError
+from visionrt.errors import BackendUnavailable
 from visionrt.fidelity import collect_detections, fidelity
 from visionrt.preprocess import InputLayout
 
-pytestmark = pytest.mark.slow
-FIDELITY_FRAMES = 200
+FIDELITY_FRAMES = 100
+# mAP50 measured on the 2-core Zen 5 machine (AVX-512, VNNI, BF16), first 100 / 200 frames:
+# bf16 openvino 0.994 / 0.990, torch 0.994 / 0.990; INT8 (32 calibration frames) onnx-int8
+# 0.974 / 0.959, openvino-int8 0.984 / 0.959. INT8 runs its float parts in f32 and uses VNNI
+# there and on Ice Lake alike (no AMX on either), so the INT8 bounds hold on both.
+MIN_MAP50 = {"bf16": 0.96, "int8": 0.90}
+# A marker, not a skip in the body: a skipped test then never computes the reference fixture.
+needs_bf16 = pytest.mark.skipif(
+    not hardware.cpu_has_bf16(),
+    reason="this CPU has no BF16 instructions (AVX512_BF16 or AMX): bf16 is refused",
+)
 
 # Box coordinates are in input pixels (0-640), scores in [0, 1]. Measured worst cases on the demo
 # model: OpenVINO f32 0.004 px / 2e-6, torch fp32 0.004 px / 2e-6.
@@ -48,6 +60,7 @@ def reference_detections(demo_model: Path, demo_video: Path):
     return collect_detections(demo_video, demo_model, frames=FIDELITY_FRAMES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["onnxruntime", "openvino", "torch"])
 def test_fp32_outputs_equal_the_reference(backend, demo_model, frames, reference_raw) -> None:
     _require(backend)
@@ -62,19 +75,35 @@ def test_fp32_outputs_equal_the_reference(backend, demo_model, frames, reference
             assert score_error < FP32_TOLERANCE["score"], f"{backend}: scores off by {score_error}"
 
 
+@pytest.mark.slow
+@needs_bf16
 @pytest.mark.parametrize(("backend", "precision"), [("openvino", "bf16"), ("torch", "bf16")])
 def test_reduced_precision_fidelity(
     backend, precision, demo_model, demo_video, reference_detections
 ) -> None:
     _require(backend)
-    try:
-        candidate = collect_detections(
-            demo_video, demo_model, backend, BackendOptions(precision=precision), FIDELITY_FRAMES
-        )
-    except ConfigError as err:  # e.g. a CPU without bf16
-        pytest.skip(str(err))
+    candidate = collect_detections(
+        demo_video, demo_model, backend, BackendOptions(precision=precision), FIDELITY_FRAMES
+    )
     report = fidelity(reference_detections, candidate)
-    assert report.map50 >= 0.98, report
+    assert report.map50 >= MIN_MAP50[precision], report
+
+
+@pytest.mark.parametrize("backend", ["openvino", "torch"])
+def test_bf16_without_bf16_instructions_is_refused(
+    backend: str, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Runs on every CPU: emulated bf16 (torch) fell below the fidelity bound on Ice Lake, and
+    # OpenVINO refused it there in its own words; both now refuse it the same way.
+    _require(backend)
+    monkeypatch.setattr(hardware, "cpu_has_bf16", lambda: False)
+    with pytest.raises(BackendUnavailable, match=r"bf16 on cpu needs BF16 instructions") as caught:
+        load_backend(backend, tiny_model, BackendOptions(precision="bf16"))
+    message = str(caught.value)
+    assert message.startswith(backend)
+    assert "use fp32, or int8 via `visionrt export`" in message
+    assert "\n" not in message
+    assert caught.value.exit_code == 5
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +111,7 @@ def artifact_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("int8")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("target", "backend"), [("onnx-int8", "onnxruntime"), ("openvino-int8", "openvino")]
 )
@@ -89,6 +119,8 @@ def test_int8_fidelity(
     target, backend, demo_model, demo_video, artifact_dir, reference_detections
 ) -> None:
     _require(backend)
+    if target == "openvino-int8" and importlib.util.find_spec("nncf") is None:
+        pytest.skip("openvino-int8 export needs nncf: pip install 'visionrt[openvino]'")
     from visionrt.export import export_model
 
     # 32 calibration frames keep the test quick; `visionrt export` uses 300 by default.
@@ -105,4 +137,4 @@ def test_int8_fidelity(
         demo_video, artifact.path, backend, BackendOptions(precision="int8"), FIDELITY_FRAMES
     )
     report = fidelity(reference_detections, candidate)
-    assert report.map50 >= 0.90, report
+    assert report.map50 >= MIN_MAP50["int8"], report

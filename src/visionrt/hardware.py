@@ -40,3 +40,24 @@ def require_cpu_bf16(runtime: str) -> None:
             f"{runtime} bf16 on cpu needs BF16 instructions (AVX512_BF16 or AMX); this CPU has"
             " none: use fp32, or int8 via `visionrt export`"
         )
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's name with its family and model numbers ('AMD EPYC (family 25 model 17)'): some
+    virtual machines report only the vendor's brand, the numbers still tell the kinds apart.
+    "" when /proc/cpuinfo cannot be read."""
+    fields: dict[str, str] = {}
+    try:
+        with CPUINFO.open(encoding="utf-8") as handle:
+            for line in handle:
+                key, sep, value = line.partition(":")
+                if not sep:
+                    break  # the end of the first processor's block
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return ""
+    name = fields.get("model name", "")
+    if "cpu family" in fields:
+        name += f" (family {fields['cpu family']} model {fields.get('model', '?')})"
+    return name.strip()
