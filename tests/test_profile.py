@@ -31,13 +31,12 @@ def test_a_slow_model_is_inference_bound(small_video: Path, tiny_model: Path) ->
     profile = _profile(small_video, tiny_model, delay_ms=25)
     assert profile.bottleneck == "infer", profile.busy
     assert profile.verdict.startswith("inference-bound")
-    assert "visionrt tune" in profile.verdict and "halving it →" in profile.verdict
+    assert "visionrt tune" in profile.verdict
+    assert "halving it →" in profile.verdict
     assert profile.frames == 40
 
 
-def test_a_heavy_video_with_a_free_model_is_decode_bound(
-    tmp_path: Path, tiny_model: Path
-) -> None:
+def test_a_heavy_video_with_a_free_model_is_decode_bound(tmp_path: Path, tiny_model: Path) -> None:
     video = write_video(tmp_path / "big.mp4", frames=24, width=1920, height=1088)
     profile = _profile(video, tiny_model)
     assert profile.bottleneck == "decode", (profile.busy, profile.stage_ms)

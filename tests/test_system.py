@@ -46,7 +46,8 @@ def test_a_constrained_machine_gets_warnings_with_fixes(tmp_path: Path) -> None:
     probe = Probe(root, environ={"OMP_NUM_THREADS": "16"}, affinity={0, 1})
     found = _by_name(system_findings(probe, gpus=False))
     assert found["model"].value == "Test CPU (family 6 model 106)"
-    assert found["bf16"].value == "no" and "INT8" in found["bf16"].fix
+    assert found["bf16"].value == "no"
+    assert "INT8" in found["bf16"].fix
     assert found["cores"].value == "2 physical cores, 4 logical CPUs"
     warned = {name for name, f in found.items() if f.severity == WARN}
     assert warned == {

@@ -73,7 +73,8 @@ def test_search_finds_the_known_optimum_within_budgets() -> None:
     # Successive halving: everything ran the short round, only finalists the long one.
     long_runs = {name for name, frames in evaluator.calls if frames == 300}
     assert long_runs == {"best", "runner-up", "reference"}
-    assert result.reference is not None and len(result.reference.runs) == 3
+    assert result.reference is not None
+    assert len(result.reference.runs) == 3
 
 
 def test_without_a_latency_limit_the_fastest_accurate_one_wins() -> None:
@@ -134,8 +135,12 @@ def _plan(model: Path) -> Plan:
         run={
             "model": str(model),
             "backend": "openvino",
-            "inference": {"precision": "int8", "input_size": None, "fold_preprocess": True,
-                          "settings": {"hint": "throughput"}},  # fmt: skip
+            "inference": {
+                "precision": "int8",
+                "input_size": None,
+                "fold_preprocess": True,
+                "settings": {"hint": "throughput"},
+            },
         },
         tuned={
             "at": "2026-11-22T15:00:00+00:00",
@@ -171,7 +176,8 @@ def test_plan_cache_is_per_model_and_machine(
     assert plans.cached_plan(source, root) is None
     _plan(artifact).save(plans.plan_path(source, plans.machine_fingerprint(), root))
     found = plans.cached_plan(source, root)
-    assert found is not None and found[0].run["model"] == str(artifact)
+    assert found is not None
+    assert found[0].run["model"] == str(artifact)
     # Another machine (here: another CPU) has its own plan, and this one's is not used there.
     real = plans.machine_fingerprint()
     monkeypatch.setattr(plans, "machine_fingerprint", lambda: {**real, "cpu": "Other CPU"})

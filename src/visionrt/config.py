@@ -13,7 +13,7 @@ import yaml
 
 from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError
-from visionrt.pipeline import PipelineOptions
+from visionrt.pipeline.options import PipelineOptions
 from visionrt.postprocess import PostprocessOptions
 from visionrt.sources import SourceOptions
 
@@ -37,7 +37,7 @@ class RunConfig:
 
     sources: tuple[str, ...] = ()
     model: str = ""
-    backend: str = "onnxruntime"
+    backend: str = ""  # "": the runtime that reads the model file (backends.registry)
     source: SourceOptions = field(default_factory=SourceOptions)
     inference: BackendOptions = field(default_factory=BackendOptions)
     postprocess: PostprocessOptions = field(default_factory=PostprocessOptions)
@@ -111,6 +111,8 @@ def _build(cls: type[Any], values: dict[str, Any], prefix: str) -> Any:
             if not isinstance(value, dict):
                 raise ConfigError(f"{prefix}{name}: expected a section of options, got {value!r}")
             kwargs[name] = _build(hint, value, f"{prefix}{name}.")  # type: ignore[arg-type]
+        elif cls is RunConfig and name == "backend" and value is None:
+            kwargs[name] = "null"  # YAML reads `backend: null` as None; it names the backend
         else:
             kwargs[name] = _coerce(f"{prefix}{name}", value, hint)
     return cls(**kwargs)
@@ -131,37 +133,55 @@ def load_config(
     path: str | Path | None = None,
     overrides: list[str] | None = None,
     values: dict[str, Any] | None = None,
+    base: dict[str, Any] | None = None,
 ) -> RunConfig:
-    """Defaults, then the YAML file at `path`, then `KEY=VALUE` overrides (values parsed as YAML),
-    then `values` (a nested dict, e.g. explicit command-line flags)."""
+    """Defaults, then `base` (a plan's sections), then the YAML file at `path`, then
+    `KEY=VALUE` overrides (values parsed as YAML), then `values` (a nested dict, e.g. explicit
+    command-line flags)."""
     tree: dict[str, Any] = {}
+    for key, value in _flatten(base or {}):
+        _set_dotted(tree, key, value)
     if path is not None:
         try:
             loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
         except OSError as err:
             raise ConfigError(f"cannot read config {path}: {err.strerror or err}") from err
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"config {path} is not a text file ({err.reason})") from err
         except yaml.YAMLError as err:
             raise ConfigError(
                 f"config {path} is not valid YAML: {str(err).splitlines()[0]}"
             ) from err
         if not isinstance(loaded, dict):
             raise ConfigError(f"config {path}: expected a mapping at the top level")
-        tree = loaded
+        for key, value in _flatten(loaded, keep_empty=True):
+            _set_dotted(tree, key, value)
     for override in overrides or []:
         key, sep, raw = override.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set '{override}': expected KEY=VALUE, e.g. postprocess.conf=0.4")
-        _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw else "")
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError as err:
+            problem = str(err).splitlines()[0]
+            raise ConfigError(
+                f"--set {key.strip()}: '{raw}' is not a valid value ({problem})"
+            ) from err
+        _set_dotted(tree, key.strip(), value)
     for key, value in _flatten(values or {}):
         _set_dotted(tree, key, value)
     return _build(RunConfig, tree, "")  # type: ignore[no-any-return]
 
 
-def _flatten(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+def _flatten(
+    tree: dict[str, Any], prefix: str = "", keep_empty: bool = False
+) -> list[tuple[str, Any]]:
+    """Dotted keys and leaf values; None leaves are dropped unless `keep_empty` (a file's own
+    `key: null` is a value, an unset flag is not)."""
     flat: list[tuple[str, Any]] = []
     for key, value in tree.items():
         if isinstance(value, dict) and value:
-            flat.extend(_flatten(value, f"{prefix}{key}."))
-        elif value is not None:
+            flat.extend(_flatten(value, f"{prefix}{key}.", keep_empty))
+        elif value is not None or keep_empty:
             flat.append((f"{prefix}{key}", value))
     return flat

@@ -44,10 +44,11 @@ class BackendOptions:
                 f"inference.precision: expected one of {', '.join(PRECISIONS)},"
                 f" got '{self.precision}'"
             )
-        if self.device.split(":")[0] not in DEVICES:
+        kind, sep, index = self.device.partition(":")
+        if kind not in DEVICES or (sep and not index.isdigit()):
             raise ConfigError(
-                f"inference.device: expected one of {', '.join(DEVICES)} (optionally :INDEX),"
-                f" got '{self.device}'"
+                f"inference.device: expected one of {', '.join(DEVICES)} (optionally :INDEX,"
+                f" a number), got '{self.device}'"
             )
         if self.threads < 0:
             raise ConfigError(f"inference.threads: expected >= 0, got {self.threads}")
@@ -58,6 +59,14 @@ class BackendOptions:
                 f"inference.input_size: expected height and width multiples of 32, got"
                 f" {list(self.input_size)}"
             )
+
+
+def flag_setting(settings: Mapping[str, str], key: str, default: bool) -> bool:
+    """A true/false backend setting (`inference.settings.KEY`), with a one-line error."""
+    value = settings.get(key, str(default)).strip().lower()
+    if value not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+        raise ConfigError(f"inference.settings.{key}: expected true or false, got '{value}'")
+    return value in ("true", "1", "yes", "on")
 
 
 class Backend(ABC):

@@ -9,8 +9,20 @@ from pathlib import Path
 import numpy as np
 
 from visionrt.backends.base import Array, Backend, BackendOptions
+from visionrt.errors import ConfigError
 from visionrt.model import read_model_spec
 from visionrt.types import BackendInfo, TensorSpec
+
+
+def _number(settings: Mapping[str, str], key: str) -> float:
+    raw = settings.get(key, "0")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise ConfigError(f"inference.settings.{key}: expected a number >= 0, got '{raw}'")
+    return value
 
 
 class NullBackend(Backend):
@@ -21,8 +33,17 @@ class NullBackend(Backend):
         spec = read_model_spec(model)
         height, width = options.input_size or spec.input_size
         out_shape = tuple(max(d, 1) for d in spec.output_shape)
-        # `delay_ms` stands in for inference time in pipeline tests and overhead baselines.
-        self._delay = float(options.settings.get("delay_ms", 0)) / 1e3
+        unknown = set(options.settings) - {"delay_ms", "fail_after"}
+        if unknown:
+            raise ConfigError(
+                f"null settings {sorted(unknown)} unknown: expected delay_ms, fail_after"
+            )
+        # `delay_ms` stands in for inference time in pipeline tests and overhead baselines;
+        # `fail_after` N makes every call after the Nth raise (fault injection for tests; warm-up
+        # calls count).
+        self._delay = _number(options.settings, "delay_ms") / 1e3
+        self._fail_after = int(_number(options.settings, "fail_after"))
+        self._calls = 0
         self._output = np.zeros(out_shape, np.float32)
         self.info = BackendInfo(
             runtime="null",
@@ -34,6 +55,9 @@ class NullBackend(Backend):
         )
 
     def infer(self, inputs: Mapping[str, Array]) -> list[Array]:
+        self._calls += 1
+        if self._fail_after and self._calls > self._fail_after:
+            raise RuntimeError(f"null backend: injected failure on call {self._calls}")
         if self._delay:
             time.sleep(self._delay)
         batch = next(iter(inputs.values())).shape[0]

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from visionrt.backends.base import Array, Backend, BackendOptions
+from visionrt.backends.base import Array, Backend, BackendOptions, flag_setting
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
 from visionrt.model_reshape import sized_model
 from visionrt.types import BackendInfo, TensorSpec
@@ -17,13 +17,6 @@ _DTYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(uin
 # `spin`: idle workers spin between parallel sections (default true); `plain`: a session with the
 # runtime's defaults only (the baseline benchmarks compare the pipeline with); the rest: CUDA.
 SETTINGS = ("spin", "plain", "cudnn_conv_algo_search", "arena_extend_strategy")
-
-
-def _flag(settings: Mapping[str, str], key: str, default: bool) -> bool:
-    value = settings.get(key, str(default)).strip().lower()
-    if value not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-        raise ConfigError(f"inference.settings.{key}: expected true or false, got '{value}'")
-    return value in ("true", "1", "yes", "on")
 
 
 def _specs(args: list[Any]) -> tuple[TensorSpec, ...]:
@@ -87,7 +80,7 @@ class OnnxRuntimeBackend(Backend):
                 f"onnxruntime settings {sorted(unknown)} unknown: expected {', '.join(SETTINGS)}"
             )
         session_options = ort.SessionOptions()  # `plain`: the runtime's own defaults, untouched
-        if _flag(options.settings, "plain", False):
+        if flag_setting(options.settings, "plain", False):
             if options.threads > 0:
                 session_options.intra_op_num_threads = options.threads
         else:
@@ -98,7 +91,7 @@ class OnnxRuntimeBackend(Backend):
             # Spinning stays on (the runtime's default): without it the workers sleep between
             # parallel sections and wake late, 10% slower here (Zen 5) and 15-25% on Ice Lake.
             # Decode and preprocessing still get their share: they run at a lower priority.
-            spin = "1" if _flag(options.settings, "spin", True) else "0"
+            spin = "1" if flag_setting(options.settings, "spin", True) else "0"
             session_options.add_session_config_entry("session.intra_op.allow_spinning", spin)
         providers = _providers(options, ort.get_available_providers())
         # A detector can run at another input size: a rewritten copy (cached) is loaded instead.

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from visionrt import hardware
-from visionrt.backends.base import Array, Backend, BackendOptions
+from visionrt.backends.base import Array, Backend, BackendOptions, flag_setting
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
 from visionrt.model_reshape import sized_model
 from visionrt.types import BackendInfo, TensorSpec
@@ -22,13 +22,6 @@ from visionrt.types import BackendInfo, TensorSpec
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 _FLAGS = ("channels_last", "cuda_graphs", "cudnn_benchmark", "tf32")
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def _flag(settings: Mapping[str, str], key: str, default: bool) -> bool:
-    value = settings.get(key, str(default)).strip().lower()
-    if value not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-        raise ConfigError(f"inference.settings.{key}: expected true or false, got '{value}'")
-    return value in ("true", "1", "yes", "on")
 
 
 class _FirstOutput(nn.Module):
@@ -161,7 +154,10 @@ def _load_pt(path: Path, options: BackendOptions) -> tuple[nn.Module, TensorSpec
     imgsz = checkpoint.get("train_args", {}).get("imgsz", 640)
     height, width = options.input_size or ((imgsz, imgsz) if isinstance(imgsz, int) else imgsz)
     anchors = sum((height // int(s)) * (width // int(s)) for s in net.stride)
-    classes_count = len(getattr(net, "names", {})) or int(net.yaml.get("nc", 80))
+    names = getattr(net, "names", None) or {}
+    classes_count = len(names) or int(net.yaml.get("nc", 80))
+    # Class names in id order, for the model facts a .pt cannot give without loading it.
+    net.class_names = [str(names[k]) for k in sorted(names)] if isinstance(names, dict) else []
     return (
         _FirstOutput(net).requires_grad_(False),
         TensorSpec("images", (options.batch, 3, height, width), "float32"),
@@ -202,7 +198,7 @@ class TorchBackend(Backend):
                 f"inference.settings.compile: expected one of {', '.join(COMPILE_MODES)},"
                 f" got '{compile_mode}'"
             )
-        self._graphs = _flag(settings, "cuda_graphs", False)
+        self._graphs = flag_setting(settings, "cuda_graphs", False)
         if self._graphs and (not cuda or compile_mode in ("reduce-overhead", "max-autotune")):
             raise ConfigError(
                 "inference.settings.cuda_graphs needs device cuda, and compile none or default"
@@ -210,19 +206,20 @@ class TorchBackend(Backend):
             )
         # NHWC is faster on CUDA, and on the CPU too (oneDNN): YOLOv8s 640 on 2 shared AVX-512
         # cores took 88 vs 114 ms and 306 vs 418 ms per frame (median, two runs).
-        self._channels_last = _flag(settings, "channels_last", True)
+        self._channels_last = flag_setting(settings, "channels_last", True)
         if options.threads > 0:
             torch.set_num_threads(options.threads)  # process-wide: torch has no per-model pool
         details: dict[str, Any] = {"threads": torch.get_num_threads()}
         if cuda:  # process-wide switches too; recorded so a run says what it ran with
             torch.cuda.set_device(device)
-            benchmark = _flag(settings, "cudnn_benchmark", True)
-            tf32 = _flag(settings, "tf32", False)  # off: fp32 means fp32 unless asked
+            benchmark = flag_setting(settings, "cudnn_benchmark", True)
+            tf32 = flag_setting(settings, "tf32", False)  # off: fp32 means fp32 unless asked
             torch.backends.cudnn.benchmark = benchmark
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
             details.update(cudnn_benchmark=benchmark, tf32=tf32, gpu=torch.cuda.get_device_name())
         if model.suffix == ".pt":
             module, input_spec, output_spec = _load_pt(model, options)
+            details["class_names"] = list(getattr(module.net, "class_names", []))
         else:  # an ONNX detector at another input size: load a rewritten copy (cached)
             sized = sized_model(model, options.input_size, options.cache_dir)
             module, input_spec, output_spec = _load_onnx(sized, options)

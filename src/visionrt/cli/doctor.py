@@ -17,6 +17,7 @@ from visionrt.backends.registry import AUTO_ORDER, ROWS, unavailable_reason
 from visionrt.errors import VisionRTError
 from visionrt.hardware import cpu_features
 from visionrt.model import DEMO_VIDEO, demo_model_path
+from visionrt.system import summarize, system_findings
 
 
 def _version(package: str) -> str:
@@ -57,6 +58,7 @@ def doctor_report() -> dict[str, Any]:
             )
         },
         "backends": {row.name: unavailable_reason(row) or "available" for row in ROWS},
+        "system": summarize(system_findings()),
         "auto_order": AUTO_ORDER,
         "demo_model": model,
         "demo_video": str(DEMO_VIDEO) if DEMO_VIDEO.is_file() else f"missing: {DEMO_VIDEO}",
@@ -83,6 +85,19 @@ def doctor_command(
     table.add_row("demo model", report["demo_model"])
     table.add_row("demo video", report["demo_video"])
     console.print(table)
+    checks = Table(title="system checklist", show_header=True)
+    for column in ("", "check", "found", "fix"):
+        checks.add_column(column)
+    marks = {"ok": "[green]ok[/]", "info": "[blue]info[/]", "warn": "[yellow]warn[/]"}
+    for finding in report["system"]["findings"]:
+        checks.add_row(
+            marks[finding["severity"]],
+            f"{finding['section']}: {finding['name']}",
+            escape(finding["value"]),
+            escape(finding["fix"]),
+        )
+    console.print(checks)
+    console.print(f"{report['system']['warnings']} warning(s)")
 
 
 def register(app: typer.Typer) -> None:

@@ -21,9 +21,9 @@ app.command("run", help=run_command.__doc__)(run_command)
 
 def _register_optional() -> None:
     """Subcommands that live in modules of their own."""
-    from visionrt.cli import bench, doctor, export
+    from visionrt.cli import bench, doctor, export, profile, tune
 
-    for module in (bench, doctor, export):
+    for module in (bench, doctor, export, profile, tune):
         module.register(app)
 
 

@@ -13,13 +13,16 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from visionrt.backends import BackendOptions
 from visionrt.backends.registry import choose_auto
 from visionrt.config import RunConfig, load_config
-from visionrt.errors import ConfigError, Interrupted, SourceError
+from visionrt.errors import ConfigError, Interrupted, SinkError, SourceError, VisionRTError
 from visionrt.model import DEMO_VIDEO, demo_model_path
 from visionrt.pipeline import Pipeline
 from visionrt.sinks import JsonlSink, Sink, VideoSink
+from visionrt.sinks.base import check_writable
 from visionrt.telemetry.report import TelemetryWriter, print_summary
+from visionrt.tune.plan import Plan, cached_plan, fingerprint_differences
 from visionrt.types import FrameResult
 
 Opt = typer.Option
@@ -106,9 +109,60 @@ def _make_sinks(config: RunConfig, pipeline: Pipeline) -> list[Sink]:
     return sinks
 
 
+def _check_telemetry(path: Path) -> None:
+    if path.is_dir():
+        raise SinkError(f"cannot write telemetry {path}: it is a folder")
+    check_writable(path)
+
+
+# Settings that choose the configuration: given any of them, the user's choice wins over a plan.
+_CHOICES = ("backend", "device", "precision", "input_size", "fold_preprocess", "settings")
+
+
+def _plan_layer(
+    plan: Path | None,
+    no_plan: bool,
+    config: Path | None,
+    overrides: list[str] | None,
+    values: dict[str, Any],
+) -> tuple[dict[str, Any] | None, str]:
+    """The plan's sections to run under the user's own settings, and the line saying so.
+
+    `--plan FILE` runs that plan (flags still override single settings). Otherwise, when the
+    user chose no backend, precision, size or runtime setting, the plan cached for the model on
+    this machine is used; `--no-plan` runs the reference."""
+    if plan is not None and no_plan:
+        raise ConfigError("--plan and --no-plan: expected one of them")
+    if plan is not None:
+        loaded = Plan.load(plan)
+        note = f"plan {plan}: {loaded.summary_line()}"
+        for difference in fingerprint_differences(loaded):
+            note += f"\nwarning: this machine differs from the plan's: {difference}"
+        return loaded.run, note
+    if no_plan:
+        return None, ""
+    chosen = load_config(config, overrides, values)
+    inference = {f: getattr(chosen.inference, f) for f in _CHOICES if f != "backend"}
+    defaults = {f: getattr(BackendOptions(), f) for f in inference}
+    if chosen.backend or inference != defaults:
+        return None, ""
+    model = Path(chosen.model) if chosen.model else demo_model_path()
+    if model.suffix != ".onnx" or not model.is_file():
+        return None, ""
+    found = cached_plan(model)
+    if found is None:
+        return None, (
+            f"no tuned plan for {model.name} on this machine: running the FP32 reference;"
+            " `visionrt tune` finds the fastest configuration here (minutes, once)"
+        )
+    cached, path = found
+    return cached.run, f"plan {path.name}: {cached.summary_line()} (--no-plan: the reference)"
+
+
 def _install_signal_handlers(pipeline: Pipeline) -> None:
     def handle(signum: int, _frame: Any) -> None:
-        if pipeline.interrupted:  # a second signal: the user really wants out
+        if pipeline.interrupted:  # a second signal: the user really wants out, now
+            pipeline.abort()
             raise KeyboardInterrupt
         print(
             f"\nvisionrt: {signal.Signals(signum).name}: stopping, finishing frames in flight"
@@ -130,10 +184,20 @@ def run_command(
         ),
     ] = None,
     model: Annotated[
-        str | None, Opt("--model", "-m", help="ONNX detector. Default: demo model.")
+        str | None,
+        Opt(
+            "--model",
+            "-m",
+            help="ONNX detector, OpenVINO .xml, .pt or .engine. Default: the demo model.",
+        ),
     ] = None,
     backend: Annotated[
-        str | None, Opt(help="onnxruntime, openvino, torch, tensorrt, null or auto.")
+        str | None,
+        Opt(
+            help="onnxruntime, openvino, torch, tensorrt, null or auto. Default: the runtime"
+            " that reads the model file (.onnx: onnxruntime, .xml: openvino, .pt: torch,"
+            " .engine: tensorrt)."
+        ),
     ] = None,
     device: Annotated[str | None, Opt(help="cpu, cuda[:N], tensorrt[:N], gpu, npu.")] = None,
     precision: Annotated[str | None, Opt(help="fp32, fp16, bf16, int8.")] = None,
@@ -153,6 +217,12 @@ def run_command(
     config: Annotated[Path | None, Opt("--config", "-c", help="YAML config file.")] = None,
     set_: Annotated[list[str] | None, Opt("--set", help="Override KEY=VALUE (repeatable).")] = None,
     json_out: Annotated[bool, Opt("--json", help="Print the summary as JSON on stdout.")] = False,
+    plan: Annotated[
+        Path | None, Opt("--plan", help="Run a plan written by `visionrt tune`.")
+    ] = None,
+    no_plan: Annotated[
+        bool, Opt("--no-plan", help="Ignore the tuned plan: run the FP32 reference.")
+    ] = False,
     quiet: Annotated[bool, Opt("--quiet", "-q", help="No progress bar or table.")] = False,
 ) -> None:
     """Run a detector over sources, writing annotated video, JSONL and a telemetry summary."""
@@ -174,8 +244,13 @@ def run_command(
         no_jsonl=no_jsonl,
         telemetry=telemetry,
     )
-    cfg = _with_defaults(load_config(config, set_, values))
     console = Console(stderr=True, quiet=quiet)
+    base, plan_note = _plan_layer(plan, no_plan, config, set_, values)
+    cfg = _with_defaults(load_config(config, set_, values, base=base))
+    if plan_note:
+        console.print(plan_note)
+    if cfg.output.telemetry:
+        _check_telemetry(Path(cfg.output.telemetry))
     if cfg.backend == "auto":
         row, why = choose_auto(cfg.inference.device, Path(cfg.model))
         console.print(f"backend auto → {row.name}: {why}")
@@ -197,8 +272,8 @@ def run_command(
     if info.precision == "fp32" and "BF16" in info.details.get("capabilities", ()):
         # OpenVINO would pick bf16 by itself on this CPU; we run what was asked, and say so.
         console.print(
-            "note: this CPU has bf16; --precision bf16 runs about 1.7× faster"
-            " at fidelity mAP50 ≈ 0.99 on the demo (docs/benchmarks.md)"
+            "note: this CPU has bf16, which this run does not use;"
+            " `visionrt tune` measures bf16 and INT8 plans against this reference"
         )
     sinks = _make_sinks(cfg, pipeline)
     _install_signal_handlers(pipeline)
@@ -227,19 +302,28 @@ def run_command(
             done = pipeline.telemetry.frames_out
             progress.update(task, completed=done, fps=done / elapsed if elapsed else 0.0)
 
+        error: BaseException | None = None
         try:
             summary = pipeline.run(sinks, on_result=None if quiet else advance)
+        except (VisionRTError, KeyboardInterrupt) as err:  # the summary still says what ran
+            error, summary = err, pipeline.summary()
         finally:
             pipeline.close()
     summary_path = Path(cfg.output.dir) / "summary.json"
     summary.outputs.append(str(summary_path))
-    summary_path.write_text(json.dumps(summary.to_json(), indent=2), encoding="utf-8")
+    try:
+        summary_path.write_text(json.dumps(summary.to_json(), indent=2), encoding="utf-8")
+    except OSError as err:
+        if error is None:
+            raise SinkError(f"cannot write {summary_path}: {err.strerror or err}") from err
     if not quiet:
         print_summary(summary, console)
         for path in summary.outputs:
             console.print(f"wrote {path}")
     if json_out:
         print(json.dumps(summary.to_json()))
+    if error is not None:
+        raise error
     if summary.error:
         raise SourceError(f"{summary.error} (outputs finalized with {summary.frames_out} frames)")
     if summary.interrupted:

@@ -233,6 +233,8 @@ class Pipeline:
             cv2.setNumThreads(self.options.opencv_threads)
         self._readers = readers
         self._queues = {"decoded": decoded, "prepared": prepared, "inferred": inferred}
+        for name, waiting in self._queues.items():
+            self.telemetry.register_gauge(name, waiting.qsize)
         self.telemetry.start()
         for thread in [*readers, *workers]:
             thread.start()

@@ -103,12 +103,21 @@ class VideoSink(Sink):
         self._container.mux(self._stream.encode(frame))
 
     def close(self, complete: bool = True) -> list[Path]:
+        """All or nothing: the file is renamed complete only when the encoder's delayed frames
+        and the container's index were written; otherwise it keeps its `.partial` name."""
+        import av
+
         if self._container is None:
             return []
         container, self._container = self._container, None
-        if self._stream is not None:
-            container.mux(self._stream.encode(None))  # flush delayed frames
-        container.close()
+        try:
+            try:
+                if self._stream is not None:
+                    container.mux(self._stream.encode(None))  # flush delayed frames
+            finally:
+                container.close()  # the index: without it the MP4 does not play
+        except (av.FFmpegError, OSError) as err:
+            raise SinkError(f"cannot finalize {self.path}: {err}") from err
         if not complete:
             return [self._partial]
         self._partial.replace(self.path)

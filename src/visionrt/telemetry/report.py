@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from visionrt.telemetry.stats import STAGES, RunSummary, Telemetry
+from visionrt.errors import SinkError
+from visionrt.telemetry.stats import RunSummary, Telemetry
 
 
 def summary_table(summary: RunSummary) -> Table:
@@ -21,7 +23,7 @@ def summary_table(summary: RunSummary) -> Table:
     table = Table(title=title, title_justify="left")
     for column in ("stage", "p50 ms", "p95 ms", "p99 ms", "mean ms"):
         table.add_column(column, justify="right" if column != "stage" else "left")
-    rows = [(s, summary.stages[s]) for s in STAGES] + [("end-to-end latency", summary.latency)]
+    rows = [*summary.stages.items(), ("end-to-end latency", summary.latency)]
     for name, stats in rows:
         table.add_row(name, *(f"{stats[k]:.2f}" for k in ("p50", "p95", "p99", "mean")))
     dropped = sum(summary.dropped.values())
@@ -40,15 +42,18 @@ def print_summary(summary: RunSummary, console: Console | None = None) -> None:
     for reason, count in summary.dropped.items():
         console.print(f"  dropped {count}: {reason}")
     for source in summary.sources:
-        if source["corrupt"] or source["reconnects"]:
+        if source.get("corrupt") or source.get("reconnects"):
             console.print(
                 f"  {source['name']}: {source['corrupt']} corrupt frames skipped,"
                 f" {source['reconnects']} reconnects ({source['gap_seconds']} s gap)"
             )
+        for warning in source.get("warnings", []):
+            console.print(f"  [yellow]warning:[/] {warning}")
 
 
 class TelemetryWriter:
-    """Appends one JSON line per second (counters, FPS over that second, CPU, RSS) to a file."""
+    """Appends one JSON line per second (counters, FPS and latency percentiles over that second,
+    queue depths, CPU, RSS) to a file, opened before the run starts so a bad path fails early."""
 
     def __init__(self, telemetry: Telemetry, path: str | Path, interval: float = 1.0) -> None:
         self.telemetry = telemetry
@@ -56,9 +61,14 @@ class TelemetryWriter:
         self.interval = interval
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
+        self._handle: Any = None
 
     def __enter__(self) -> TelemetryWriter:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle = self.path.open("w", encoding="utf-8")
+        except OSError as err:
+            raise SinkError(f"cannot write telemetry {self.path}: {err.strerror or err}") from err
         self._thread.start()
         return self
 
@@ -68,7 +78,7 @@ class TelemetryWriter:
 
     def _loop(self) -> None:
         last_out = 0
-        with self.path.open("w", encoding="utf-8") as handle:
+        with self._handle as handle:
             while not self._done.wait(self.interval):
                 self._write(handle, last_out)
                 last_out = self.telemetry.frames_out

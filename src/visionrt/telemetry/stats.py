@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,8 @@ class Telemetry:
     def __init__(self) -> None:
         self.samples: dict[str, deque[float]] = {s: deque(maxlen=MAX_SAMPLES) for s in STAGES}
         self.latency: deque[float] = deque(maxlen=MAX_SAMPLES)
+        self._window: list[float] = []  # latencies since the last snapshot
+        self._gauges: dict[str, Callable[[], float]] = {}
         self.frames_in = 0
         self.frames_out = 0
         self.dropped: Counter[str] = Counter()
@@ -77,7 +80,16 @@ class Telemetry:
         self.finished = time.perf_counter()
 
     def record(self, stage: str, seconds: float) -> None:
-        self.samples[stage].append(seconds)
+        """Add a sample; a stage not in STAGES gets its own series on first use."""
+        samples = self.samples.get(stage)
+        if samples is None:
+            with self._lock:
+                samples = self.samples.setdefault(stage, deque(maxlen=MAX_SAMPLES))
+        samples.append(seconds)
+
+    def register_gauge(self, name: str, read: Callable[[], float]) -> None:
+        """A value read at each snapshot (e.g. a queue's depth), under "queues"."""
+        self._gauges[name] = read
 
     def frame_in(self) -> None:
         with self._lock:
@@ -87,6 +99,7 @@ class Telemetry:
         self.latency.append(latency)
         with self._lock:
             self.frames_out += 1
+            self._window.append(latency)
 
     def drop(self, stage: str, reason: str, count: int = 1) -> None:
         with self._lock:
@@ -98,11 +111,16 @@ class Telemetry:
     def snapshot(self) -> dict[str, Any]:
         """Counters now, for the per-second telemetry file and the progress bar."""
         memory = self._process.memory_info().rss / 2**20
+        with self._lock:
+            window, self._window = self._window, []
+        latency = percentiles(window)
         return {
             "t": round(self.elapsed(), 3),
             "frames_in": self.frames_in,
             "frames_out": self.frames_out,
             "dropped": sum(self.dropped.values()),
+            "latency_ms": {k: round(latency[k], 2) for k in ("p50", "p95", "p99")},
+            "queues": {name: read() for name, read in self._gauges.items()},
             "cpu_percent": self._process.cpu_percent(),
             "rss_mb": round(memory, 1),
         }
@@ -116,7 +134,7 @@ class Telemetry:
             dropped=dict(self.dropped),
             seconds=seconds,
             fps=self.frames_out / seconds if seconds > 0 else 0.0,
-            stages={s: percentiles(v) for s, v in self.samples.items()},
+            stages={s: percentiles(v) for s, v in list(self.samples.items())},
             latency=percentiles(self.latency),
             cpu_percent=100.0 * cpu / seconds if seconds > 0 else 0.0,
             rss_mb=self._process.memory_info().rss / 2**20,

@@ -100,7 +100,9 @@ def candidates(
     if machine.int8_export and machine.int8:
         for size in sizes:
             found.append(
-                Candidate("openvino", "int8", size, fold=True, settings=hint, export="openvino-int8")
+                Candidate(
+                    "openvino", "int8", size, fold=True, settings=hint, export="openvino-int8"
+                )
             )
     return found
 
