@@ -10,7 +10,9 @@ $(VENV)/.installed: pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
 	touch $@
 
+# The first demo tunes this machine's plan (a few minutes, cached); every run then uses it.
 demo: setup
+	$(BIN)/visionrt tune --if-missing
 	$(BIN)/visionrt run --out out/demo
 
 test: setup

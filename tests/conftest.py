@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from fractions import Fraction
 from pathlib import Path
 
@@ -10,6 +12,10 @@ import pytest
 
 from visionrt.errors import ModelLoadError
 from visionrt.model import DEMO_VIDEO, demo_model_path
+
+# A plan tuned on this machine would change what a plain `visionrt run` does: tests see none
+# unless they make one.
+os.environ["VISIONRT_PLANS"] = tempfile.mkdtemp(prefix="visionrt-test-plans-")
 
 
 def write_video(

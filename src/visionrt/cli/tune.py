@@ -4,6 +4,7 @@ reference vs chosen vs runners-up, and write the plan a plain `run` then uses.""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -113,7 +114,8 @@ def tune_command(
         f"visionrt tune · {Path(video).name} · {search.seconds:.0f} s"
         f"{' (budget reached)' if search.out_of_time else ''}"
     )
-    Console(soft_wrap=True).print(results_table(search, title))
+    # Piped or logged, rich would fold the table to 80 columns.
+    Console(width=None if sys.stdout.isatty() else 150).print(results_table(search, title))
     if outcome.plan is None or outcome.path is None:
         raise SourceError(
             f"no configuration met fidelity ≥ {min_fidelity}"

@@ -50,7 +50,9 @@ def fingerprint_key(fingerprint: dict[str, Any]) -> str:
 
 
 def default_root() -> Path:
-    return Path(os.environ.get("VISIONRT_CACHE", Path.home() / ".cache" / "visionrt")) / "plans"
+    """~/.cache/visionrt/plans, or $VISIONRT_PLANS (tests point it at an empty folder)."""
+    default = Path.home() / ".cache" / "visionrt" / "plans"
+    return Path(os.environ.get("VISIONRT_PLANS") or default)
 
 
 @dataclass(slots=True)
