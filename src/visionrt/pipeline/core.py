@@ -158,18 +158,7 @@ class Pipeline:
     def summary(self) -> RunSummary:
         summary = self.telemetry.summary()
         summary.backend = self.task.describe()
-        summary.sources = [
-            {
-                "name": s.name,
-                "live": s.live,
-                "frames": s.stats.frames,
-                "corrupt": s.stats.corrupt,
-                "reconnects": s.stats.reconnects,
-                "gap_seconds": round(s.stats.gap_seconds, 3),
-                "ended_early": s.stats.ended_early,
-            }
-            for s in self.sources
-        ]
+        summary.sources = [s.report() for s in self.sources]
         summary.interrupted = self._interrupted
         errors = [str(e) for e in self._errors[:1] if not isinstance(e, KeyboardInterrupt)]
         errors += [s.stats.ended_early for s in self.sources if s.stats.ended_early]

@@ -7,8 +7,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from visionrt.errors import ConfigError, SourceNotFoundError
+from visionrt.errors import ConfigError, SourceError, SourceNotFoundError
 from visionrt.types import Frame
 
 STREAM_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://")
@@ -37,14 +38,17 @@ class SourceOptions:
 
 @dataclass(slots=True)
 class SourceStats:
-    """What happened while reading: frames given, corrupt ones skipped, reconnects and gaps."""
+    """What happened while reading: frames given, corrupt ones skipped, frames the container
+    declared but that never came (`lost`), reconnects and gaps, and one-line warnings."""
 
     frames: int = 0
     corrupt: int = 0
+    lost: int = 0
     reconnects: int = 0
     gap_seconds: float = 0.0
     ended_early: str = ""
     events: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 class Source(ABC):
@@ -68,6 +72,39 @@ class Source(ABC):
 
     def close(self) -> None:  # noqa: B027 - sources without handles have nothing to close
         """Release files and connections."""
+
+    def report(self) -> dict[str, Any]:
+        """This source's accounting, for the run summary."""
+        stats = self.stats
+        return {
+            "name": self.name,
+            "live": self.live,
+            "frames": stats.frames,
+            "declared": self.frame_count,
+            "lost": stats.lost,
+            "corrupt": stats.corrupt,
+            "reconnects": stats.reconnects,
+            "gap_seconds": round(stats.gap_seconds, 3),
+            "ended_early": stats.ended_early,
+            "warnings": list(stats.warnings),
+        }
+
+    def check_ending(self, limit: int = 0) -> None:
+        """At the end of a file-mode source: nothing decoded is an error; fewer frames than the
+        container declared is a warning with the count lost (not when stopped or limited)."""
+        if self._stopped or self.live:
+            return
+        declared, read = self.frame_count, self.stats.frames
+        if read == 0:
+            of = f" (0 of {declared} declared)" if declared else ""
+            raise SourceError(f"'{self.name}': no decodable frame{of}")
+        expected = min(declared, limit) if limit else declared
+        if expected and read < expected:
+            self.stats.lost = expected - read
+            self.stats.warnings.append(
+                f"{self.name}: {read} of {declared} declared frames decoded,"
+                f" {self.stats.lost} lost (truncated or corrupt file?)"
+            )
 
 
 def open_source(spec: str, source_id: int = 0, options: SourceOptions | None = None) -> Source:

@@ -44,6 +44,14 @@ class ImageSource(Source):
                 self.stats.corrupt += 1
                 self.stats.events.append(f"unreadable image skipped: {path}")
                 continue
-            yield Frame(self.source_id, index, image, float(index), time.perf_counter(), str(path))
+            yield Frame(
+                source_id=self.source_id,
+                index=index,
+                image=image,
+                timestamp=float(index),
+                captured_at=time.perf_counter(),
+                source_name=str(path),
+            )
             index += 1
             self.stats.frames = index
+        self.check_ending(self.options.max_frames)

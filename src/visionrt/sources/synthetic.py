@@ -12,6 +12,8 @@ from visionrt.errors import ConfigError
 from visionrt.sources.base import Source, SourceOptions
 from visionrt.types import Frame
 
+MAX_SIDE = 16384  # 16K: larger frames are a typo, and would not fit in memory anyway
+
 
 class SyntheticSource(Source):
     def __init__(self, spec: str, source_id: int, options: SourceOptions) -> None:
@@ -24,6 +26,11 @@ class SyntheticSource(Source):
             raise ConfigError(
                 f"synthetic source '{spec}': expected synthetic:WIDTHxHEIGHT:FRAMES"
             ) from err
+        if not (0 < width <= MAX_SIDE and 0 < height <= MAX_SIDE) or self.frame_count < 0:
+            raise ConfigError(
+                f"synthetic source '{spec}': expected sides of 1 to {MAX_SIDE} pixels and"
+                " FRAMES >= 0"
+            )
         self.name = spec
         self.source_id = source_id
         self.options = options
@@ -45,6 +52,11 @@ class SyntheticSource(Source):
                 time.sleep(max(0.0, started + index / self.fps - time.perf_counter()))
             image = np.roll(base, index, axis=1)
             yield Frame(
-                self.source_id, index, image, index / self.fps, time.perf_counter(), self.name
+                source_id=self.source_id,
+                index=index,
+                image=image,
+                timestamp=index / self.fps,
+                captured_at=time.perf_counter(),
+                source_name=self.name,
             )
             self.stats.frames = index + 1

@@ -24,6 +24,7 @@ class VideoSource(Source):
         self.kind = kind
         self.live = kind != "file" if options.mode == "auto" else options.mode == "live"
         self._container: Any = None
+        self._last_error = ""
         self._open()  # fail at construction: a bad path is reported before any model loads
 
     def _open(self) -> None:
@@ -58,6 +59,9 @@ class VideoSource(Source):
         rate = stream.average_rate or stream.guessed_rate
         self.fps = float(rate) if rate else 0.0
         self.frame_count = int(stream.frames or 0)
+        if not self.frame_count and self.kind == "file" and self._container.duration and self.fps:
+            # Matroska and others declare a duration, not a count: what it implies.
+            self.frame_count = round(self._container.duration / av.time_base * self.fps)
         self.size = (stream.codec_context.height, stream.codec_context.width)
 
     def frames(self) -> Iterator[Frame]:
@@ -73,30 +77,39 @@ class VideoSource(Source):
                         frame.time if not self.live and frame.time is not None else now - started
                     )
                     yield Frame(
-                        self.source_id,
-                        index,
-                        frame.to_ndarray(format="bgr24"),
-                        float(stamp),
-                        now,
-                        self.name,
+                        source_id=self.source_id,
+                        index=index,
+                        image=frame.to_ndarray(format="bgr24"),
+                        timestamp=float(stamp),
+                        captured_at=now,
+                        source_name=self.name,
                     )
                     index += 1
                     self.stats.frames = index
                     if self._stopped or index == self.options.max_frames:
                         return
+                if self._stopped:  # a clean stop is not a disconnect
+                    return
                 if not self.live:
+                    self.check_ending(self.options.max_frames)
                     return
                 reason = "end of stream"
             except SourceError as err:
+                if self._stopped:
+                    return
                 if not self.live:
+                    if self.stats.frames == 0:
+                        raise
                     self.stats.ended_early = str(err)
+                    self.check_ending(self.options.max_frames)
                     return
                 reason = str(err)
             attempt += 1
             if attempt > self.options.reconnect_attempts:
+                # The last reconnect's own failure says more than the disconnect before it.
                 self.stats.ended_early = (
                     f"{self.name}: gave up after {self.options.reconnect_attempts} reconnects"
-                    f" ({reason})"
+                    f" ({self._last_error or reason})"
                 )
                 return
             self._reconnect(attempt, reason)
@@ -138,9 +151,13 @@ class VideoSource(Source):
         deadline = time.monotonic() + delay
         while time.monotonic() < deadline and not self._stopped:
             time.sleep(0.05)
+        if self._stopped:
+            return
         try:
             self._open()
+            self._last_error = ""
         except SourceError as err:
+            self._last_error = str(err)
             self.stats.events.append(str(err))
         self.stats.reconnects += 1
         self.stats.gap_seconds += time.perf_counter() - gap_start
