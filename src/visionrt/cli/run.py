@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import threading
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any
@@ -171,8 +172,9 @@ def _install_signal_handlers(pipeline: Pipeline) -> None:
         )
         pipeline.stop()
 
-    signal.signal(signal.SIGINT, handle)
-    signal.signal(signal.SIGTERM, handle)
+    if threading.current_thread() is threading.main_thread():  # Python's rule for handlers
+        signal.signal(signal.SIGINT, handle)
+        signal.signal(signal.SIGTERM, handle)
 
 
 def run_command(

@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from visionrt.backends import Backend, BackendOptions, load_backend
+from visionrt.backends.registry import check_reads, find_row
 from visionrt.errors import ConfigError
 from visionrt.model import SELF_DESCRIBING, ModelSpec, read_model_spec, spec_from_backend
 from visionrt.postprocess import PostprocessOptions, detect_layout
@@ -36,6 +37,8 @@ class DetectTask:
         self.postprocess = postprocess or PostprocessOptions()
         # ONNX and IR files describe themselves before any runtime loads; .pt/.engine files are
         # described by the runtime that reads them.
+        if isinstance(backend, str) and backend not in ("", "auto"):
+            check_reads(find_row(backend), model)  # before reading: name the right runtime
         spec = read_model_spec(model) if model.suffix in SELF_DESCRIBING else None
         self.owns_backend = isinstance(backend, str)
         self.backend: Backend = (
