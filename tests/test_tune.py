@@ -210,3 +210,85 @@ def test_bad_plan_files_are_one_line_errors(tmp_path: Path, text: str, message: 
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         Plan.load(path)
+
+
+def _cli(*args: str, env: dict[str, str] | None = None):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "visionrt.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _tiny_plan(model: Path, fingerprint: dict) -> Plan:
+    return Plan(
+        run={
+            "model": str(model),
+            "backend": "null",
+            "inference": {
+                "precision": "fp32",
+                "input_size": None,
+                "fold_preprocess": False,
+                "settings": {"delay_ms": "1"},
+            },
+        },
+        tuned={
+            "at": "2026-11-22T15:00:00+00:00",
+            "measured": {"fps": 99.0, "fidelity": 1.0},
+            "fingerprint": fingerprint,
+        },
+    )
+
+
+def test_run_plan_reproduces_every_setting(
+    tmp_path: Path, small_video: Path, tiny_model: Path
+) -> None:
+    import json
+
+    plan_file = _tiny_plan(tiny_model, plans.machine_fingerprint()).save(tmp_path / "plan.yaml")
+    proc = _cli("run", str(small_video), "--plan", str(plan_file), "-o", str(tmp_path), "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert f"plan {plan_file}: null fp32, tuned 2026-11-22, 99.0 FPS" in proc.stderr
+    assert "warning" not in proc.stderr
+    backend = json.loads((tmp_path / "summary.json").read_text())["backend"]
+    assert (backend["runtime"], backend["precision"], backend["input_hw"]) == ("null", "none",
+                                                                            [64, 64])  # fmt: skip
+
+
+def test_a_plan_from_another_machine_warns(
+    tmp_path: Path, small_video: Path, tiny_model: Path
+) -> None:
+    other = {**plans.machine_fingerprint(), "cpu": "Some Other CPU"}
+    plan_file = _tiny_plan(tiny_model, other).save(tmp_path / "plan.yaml")
+    proc = _cli("run", str(small_video), "--plan", str(plan_file), "-o", str(tmp_path), "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: this machine differs from the plan's: cpu: tuned on 'Some Other CPU'" in (
+        proc.stderr.replace("\n", " ")
+    )
+
+
+def test_plain_run_uses_the_cached_plan_and_flags_override_it(
+    tmp_path: Path, small_video: Path, tiny_model: Path
+) -> None:
+    import json
+
+    root = tmp_path / "plans"
+    _tiny_plan(tiny_model, plans.machine_fingerprint()).save(
+        plans.plan_path(tiny_model, plans.machine_fingerprint(), root)
+    )
+    env = {"VISIONRT_PLANS": str(root)}
+    base = ["run", str(small_video), "-m", str(tiny_model), "-q", "--no-video"]
+    for extra, runtime in (([], "null"), (["--no-plan"], "onnxruntime"),
+                           (["--backend", "openvino"], "openvino")):  # fmt: skip
+        out = tmp_path / (runtime + "-out")
+        proc = _cli(*base, *extra, "-o", str(out), env=env)
+        assert proc.returncode == 0, proc.stderr
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["backend"]["runtime"] == runtime, extra
+        assert ("plan " in proc.stderr) == (not extra), proc.stderr

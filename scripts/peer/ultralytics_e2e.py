@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=0, help="torch threads for .pt (0: its default)"
     )
+    parser.add_argument("--max-frames", type=int, default=0, help="stop after N frames (0: all)")
     args = parser.parse_args()
 
     import torch
@@ -56,6 +57,8 @@ def main() -> None:
     started = time.perf_counter()
     for _ in model.predict(source=args.video, stream=True, verbose=False):
         frames += 1
+        if frames == args.max_frames:
+            break
     seconds = time.perf_counter() - started
     print(
         json.dumps(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,12 +23,14 @@ from visionrt.bench import (
     plain_session,
     prepared_inputs,
 )
+from visionrt.bench.report import ReportPoint, write_report
 from visionrt.cli.run import _parse_size
 from visionrt.errors import ConfigError
 from visionrt.model import DEMO_VIDEO, demo_model_path
 from visionrt.pipeline import Pipeline
 from visionrt.postprocess import PostprocessOptions
 from visionrt.sources import SourceOptions
+from visionrt.tune.evaluate import LATENCY_STAGES
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +190,10 @@ def bench_command(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write results as JSON here.")
     ] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option(help="Write an HTML report (throughput vs p99, stage times) here."),
+    ] = None,
 ) -> None:
     """Measure model-only and end-to-end FPS of backend variants on a real video."""
     model_path = model or str(demo_model_path())
@@ -218,7 +225,22 @@ def bench_command(
         "efficiency = end-to-end FPS / model-only FPS of the plain session (the runtime's own"
         " defaults on the same model) where one is listed, else of the pipeline's own session"
     )
-    Console().print(table)
+    # Piped or logged, rich would fold the table to 80 columns.
+    Console(width=None if sys.stdout.isatty() else 150).print(table)
+    if report is not None:
+        points = []
+        for result in results:
+            stages = result.details["stages"]
+            points.append(
+                ReportPoint(
+                    result.label,
+                    Spread.of(result.end_to_end_fps).median,
+                    sum(stages[s]["p99"] for s in LATENCY_STAGES if s in stages),
+                    stages={name: figures["mean"] for name, figures in stages.items()},
+                )
+            )
+        written = write_report(points, report, f"visionrt bench · {Path(video).name}")
+        console.print(f"wrote {', '.join(str(p) for p in written)}")
     if json_out:
         json_out.write_text(
             json.dumps(

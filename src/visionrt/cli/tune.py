@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from visionrt.bench.report import ReportPoint, write_report
 from visionrt.errors import SourceError
 from visionrt.model import DEMO_VIDEO, demo_model_path
 from visionrt.tune import Limits, Plan, cached_plan, tune
@@ -21,8 +22,13 @@ Opt = typer.Option
 
 
 def _status(trial: Trial, search: SearchResult) -> str:
+    text = status_text(trial, search)
+    return f"[bold green]{text}[/]" if text == "chosen" else text
+
+
+def status_text(trial: Trial, search: SearchResult) -> str:
     if search.best is trial:
-        return "[bold green]chosen[/]"
+        return "chosen"
     if trial.candidate.reference:
         return "reference"
     if trial.why_out:
@@ -87,6 +93,9 @@ def tune_command(
         bool, Opt("--if-missing", help="Do nothing when a plan for this model and machine exists.")
     ] = False,
     json_out: Annotated[bool, Opt("--json", help="Print the plan's figures as JSON.")] = False,
+    report: Annotated[
+        Path | None, Opt(help="Write an HTML report (Pareto front, stage times) here.")
+    ] = None,
 ) -> None:
     """Search backends × precisions × input sizes × request settings on your video, within an
     accuracy budget, and cache the best as the plan a plain `visionrt run` uses."""
@@ -116,6 +125,21 @@ def tune_command(
     )
     # Piped or logged, rich would fold the table to 80 columns.
     Console(width=None if sys.stdout.isatty() else 150).print(results_table(search, title))
+    if report is not None:
+        points = [
+            ReportPoint(
+                t.candidate.label,
+                t.last.fps,
+                t.last.p99_ms,
+                t.last.fidelity,
+                t.last.stages,
+                status_text(t, search),
+            )
+            for t in search.trials
+            if t.runs and t.last.fps
+        ]
+        written = write_report(points, report, title)
+        err.print(f"wrote {', '.join(str(p) for p in written)}")
     if outcome.plan is None or outcome.path is None:
         raise SourceError(
             f"no configuration met fidelity ≥ {min_fidelity}"

@@ -118,4 +118,5 @@ class VideoEvaluator:
             p99_ms=sum(stages[s]["p99"] for s in LATENCY_STAGES if s in stages),
             fidelity=score,
             frames=summary.frames_out,
+            stages={name: figures["mean"] for name, figures in stages.items() if figures["mean"]},
         )

@@ -20,6 +20,7 @@ class Measurement:
     fidelity: float  # mAP50 against the reference (1.0 for the reference itself)
     frames: int
     error: str = ""  # set when the candidate could not run; it is then out
+    stages: dict[str, float] = field(default_factory=dict)  # mean ms per frame, per stage
 
 
 @dataclass(frozen=True, slots=True)

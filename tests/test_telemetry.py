@@ -1,0 +1,62 @@
+"""Telemetry: any stage name, gauges and per-window latency in the per-second snapshot, and the
+file written by --telemetry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from visionrt.errors import SinkError
+from visionrt.telemetry import STAGES, Telemetry
+from visionrt.telemetry.report import TelemetryWriter
+
+
+def test_a_new_stage_name_gets_its_own_series() -> None:
+    telemetry = Telemetry()
+    telemetry.start()
+    telemetry.record("depth", 0.010)
+    telemetry.record("infer", 0.020)
+    stages = telemetry.summary().stages
+    assert list(stages)[: len(STAGES)] == list(STAGES)  # the known stages first, in order
+    assert stages["depth"]["p50"] == pytest.approx(10.0)
+
+
+def test_snapshot_has_window_latency_and_gauges() -> None:
+    telemetry = Telemetry()
+    telemetry.start()
+    depth = {"value": 3}
+    telemetry.register_gauge("decoded", lambda: depth["value"])
+    for latency in (0.010, 0.020, 0.030):
+        telemetry.frame_out(latency)
+    first = telemetry.snapshot()
+    assert first["latency_ms"]["p50"] == pytest.approx(20.0)
+    assert first["queues"] == {"decoded": 3}
+    telemetry.frame_out(0.100)
+    depth["value"] = 0
+    second = telemetry.snapshot()  # only what came since the last snapshot
+    assert second["latency_ms"]["p50"] == pytest.approx(100.0)
+    assert second["queues"] == {"decoded": 0}
+
+
+def test_writer_fails_early_on_a_folder(tmp_path: Path) -> None:
+    with (
+        pytest.raises(SinkError, match="cannot write telemetry"),
+        TelemetryWriter(Telemetry(), tmp_path),
+    ):
+        pass
+
+
+def test_writer_writes_a_line_per_interval(tmp_path: Path) -> None:
+    telemetry = Telemetry()
+    telemetry.start()
+    path = tmp_path / "t.jsonl"
+    with TelemetryWriter(telemetry, path, interval=0.05):
+        telemetry.frame_out(0.01)
+        import time
+
+        time.sleep(0.2)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) >= 3
+    assert {"frames_out", "latency_ms", "queues", "fps"} <= set(lines[-1])
