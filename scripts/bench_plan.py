@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_vs_peer import run_peer  # scripts/ is on the path of a script run from it
+
 from visionrt.hardware import cpu_model
 from visionrt.model import DEMO_VIDEO, demo_model_path
 from visionrt.tune import cached_plan
@@ -40,17 +42,6 @@ def ours(extra: list[str], frames: int) -> float:
         if frames:
             command += ["--max-frames", str(frames)]
         proc = subprocess.run(command, capture_output=True, text=True, check=True)
-    return float(json.loads(proc.stdout.strip().splitlines()[-1])["fps"])
-
-
-def peer(python: str, frames: int) -> float | None:
-    script = ROOT / "scripts" / "peer" / "ultralytics_e2e.py"
-    command = [python, str(script), "--format", "openvino", "--workdir", str(ROOT / ".cache/peer")]
-    command += ["--max-frames", str(frames)]
-    proc = subprocess.run(command, capture_output=True, text=True)
-    if proc.returncode != 0:
-        print(f"peer failed: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
-        return None
     return float(json.loads(proc.stdout.strip().splitlines()[-1])["fps"])
 
 
@@ -77,7 +68,7 @@ def main() -> None:
     for index in range(args.runs):
         figures["plan"].append(ours([], args.frames))
         figures["reference"].append(ours(["--no-plan"], args.frames))
-        if (fps := peer(args.peer_python, args.frames)) is not None:
+        if (fps := run_peer(args.peer_python, "openvino", args.frames)) is not None:
             figures["peer"].append(fps)
         print(f"round {index + 1}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in figures.items()
                                                  if v), file=sys.stderr)  # fmt: skip

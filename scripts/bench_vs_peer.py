@@ -58,10 +58,12 @@ def spread(values: list[float], fmt: str = ".1f") -> str:
     return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}–{max(values):{fmt}})"
 
 
-def run_peer(python: str, fmt: str) -> float | None:
+def run_peer(python: str, fmt: str, frames: int = 0) -> float | None:
+    """The peer's end-to-end FPS over the video (its first `frames` frames when > 0)."""
     script = ROOT / "scripts" / "peer" / "ultralytics_e2e.py"
+    command = [python, str(script), "--format", fmt, "--workdir", str(ROOT / ".cache" / "peer")]
     proc = subprocess.run(
-        [python, str(script), "--format", fmt, "--workdir", str(ROOT / ".cache" / "peer")],
+        [*command, "--max-frames", str(frames)],
         capture_output=True,
         text=True,
     )

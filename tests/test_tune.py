@@ -227,23 +227,12 @@ def _cli(*args: str, env: dict[str, str] | None = None):
 
 
 def _tiny_plan(model: Path, fingerprint: dict) -> Plan:
-    return Plan(
-        run={
-            "model": str(model),
-            "backend": "null",
-            "inference": {
-                "precision": "fp32",
-                "input_size": None,
-                "fold_preprocess": False,
-                "settings": {"delay_ms": "1"},
-            },
-        },
-        tuned={
-            "at": "2026-11-22T15:00:00+00:00",
-            "measured": {"fps": 99.0, "fidelity": 1.0},
-            "fingerprint": fingerprint,
-        },
-    )
+    """A plan `run` can execute here: the null backend on the tiny model."""
+    plan = _plan(model)
+    plan.run.update(backend="null", inference={"precision": "fp32", "settings": {"delay_ms": "1"}})
+    plan.tuned.update(measured={"fps": 99.0, "fidelity": 1.0}, fingerprint=fingerprint)
+    del plan.tuned["input_hw"]
+    return plan
 
 
 def test_run_plan_reproduces_every_setting(
