@@ -249,8 +249,8 @@ def run_command(
     console = Console(stderr=True, quiet=quiet)
     base, plan_note = _plan_layer(plan, no_plan, config, set_, values)
     cfg = _with_defaults(load_config(config, set_, values, base=base))
-    if plan_note:
-        console.print(plan_note)
+    if plan_note:  # which configuration runs is said even with --quiet
+        Console(stderr=True, soft_wrap=True).print(plan_note, markup=False, highlight=False)
     if cfg.output.telemetry:
         _check_telemetry(Path(cfg.output.telemetry))
     if cfg.backend == "auto":
