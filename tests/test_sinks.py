@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from visionrt.errors import SinkError
-from visionrt.sinks import JsonlSink, Sink, VideoSink, partial_path
+from visionrt.sinks import JsonlSink, NullSink, Sink, VideoSink, partial_path
 from visionrt.types import Detections, Frame, FrameResult
 
 
@@ -110,3 +110,11 @@ def test_a_failed_final_flush_leaves_the_file_partial(tmp_path: Path) -> None:
         sink.close(complete=True)
     assert not (tmp_path / "out.jsonl").exists()
     assert partial_path(tmp_path / "out.jsonl").exists()
+
+
+def test_null_sink_counts_and_writes_nothing(tmp_path: Path) -> None:
+    sink = NullSink()
+    for result in _results(4):
+        sink.write(result)
+    assert (sink.frames, sink.detections) == (4, 0)
+    assert sink.close() == []

@@ -54,9 +54,11 @@ class BackendOptions:
             raise ConfigError(f"inference.threads: expected >= 0, got {self.threads}")
         if self.batch < 1:
             raise ConfigError(f"inference.batch: expected >= 1, got {self.batch}")
-        if self.input_size is not None and any(d < 32 or d % 32 for d in self.input_size):
+        # Positive only: what else a size must be is the model's to say (a detector's stride,
+        # 32; a ViT's patch, 14), checked by the task that runs it.
+        if self.input_size is not None and any(d < 1 for d in self.input_size):
             raise ConfigError(
-                f"inference.input_size: expected height and width multiples of 32, got"
+                f"inference.input_size: expected a positive height and width, got"
                 f" {list(self.input_size)}"
             )
 

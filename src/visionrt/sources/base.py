@@ -1,15 +1,13 @@
-"""The source contract and `open_source`, which picks the reader for a source string."""
+"""The source contract: options, accounting, and the `Source` base every reader implements."""
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from visionrt.errors import ConfigError, SourceError, SourceNotFoundError
+from visionrt.errors import ConfigError, SourceError
 from visionrt.types import Frame
 
 STREAM_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://")
@@ -105,28 +103,3 @@ class Source(ABC):
                 f"{self.name}: {read} of {declared} declared frames decoded,"
                 f" {self.stats.lost} lost (truncated or corrupt file?)"
             )
-
-
-def open_source(spec: str, source_id: int = 0, options: SourceOptions | None = None) -> Source:
-    """Open a video file, image file/folder/glob, camera (`/dev/videoN` or an index), stream URL,
-    or `synthetic:WIDTHxHEIGHT:FRAMES`."""
-    options = options or SourceOptions()
-    from visionrt.sources.images import ImageSource
-    from visionrt.sources.synthetic import SyntheticSource
-    from visionrt.sources.video import VideoSource
-
-    if spec.startswith("synthetic:"):
-        return SyntheticSource(spec, source_id, options)
-    if spec.isdigit() or re.fullmatch(r"/dev/video\d+", spec):
-        device = f"/dev/video{spec}" if spec.isdigit() else spec
-        return VideoSource(device, source_id, options, kind="camera")
-    if spec.lower().startswith(STREAM_SCHEMES):
-        return VideoSource(spec, source_id, options, kind="stream")
-    path = Path(spec)
-    if path.is_dir() or any(ch in spec for ch in "*?[") or path.suffix.lower() in IMAGE_SUFFIXES:
-        return ImageSource(spec, source_id, options)
-    if not path.exists():
-        raise SourceNotFoundError(f"source not found: {spec}")
-    if not path.is_file():
-        raise SourceNotFoundError(f"source is not a file: {spec}")
-    return VideoSource(spec, source_id, options, kind="file")

@@ -40,6 +40,12 @@ class DetectTask:
         if isinstance(backend, str) and backend not in ("", "auto"):
             check_reads(find_row(backend), model)  # before reading: name the right runtime
         spec = read_model_spec(model) if model.suffix in SELF_DESCRIBING else None
+        stride = spec.stride if spec else 32
+        if options.input_size and any(d < stride or d % stride for d in options.input_size):
+            raise ConfigError(
+                f"inference.input_size: expected height and width multiples of {stride} (the"
+                f" detector's stride), got {list(options.input_size)}"
+            )
         self.owns_backend = isinstance(backend, str)
         self.backend: Backend = (
             load_backend(backend, model, options) if isinstance(backend, str) else backend
