@@ -74,7 +74,7 @@ def test_search_finds_the_known_optimum_within_budgets() -> None:
     long_runs = {name for name, frames in evaluator.calls if frames == 300}
     assert long_runs == {"best", "runner-up", "reference"}
     assert result.reference is not None
-    assert len(result.reference.runs) == 3
+    assert [run.frames for run in result.reference.runs] == [60, 300]  # first and last round
 
 
 def test_without_a_latency_limit_the_fastest_accurate_one_wins() -> None:
@@ -95,6 +95,20 @@ def test_search_stops_within_its_budget() -> None:
     assert result.out_of_time
     assert evaluator.now <= 25 + 60 * 0.1  # at most the one run that was under way
     assert result.best is not None  # the best measured so far
+
+
+def test_the_reference_wins_when_nothing_beats_it() -> None:
+    evaluator = FakeEvaluator()
+
+    def evaluate(candidate: Candidate, frames: int) -> Measurement:
+        if candidate.reference:  # here the reference is the fastest (50 FPS against 20)
+            return Measurement(50.0, 10, 20, 1.0, frames)
+        return evaluator(candidate, frames)
+
+    space = [REFERENCE, _candidate("slow")]
+    result = successive_halving(space, evaluate, Limits(), clock=evaluator.clock)
+    assert result.best is not None
+    assert result.best.candidate.reference
 
 
 def test_nothing_within_the_budget_gives_no_plan() -> None:

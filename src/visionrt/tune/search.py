@@ -50,6 +50,7 @@ class Trial:
     candidate: Candidate
     runs: list[Measurement] = field(default_factory=list)
     why_out: str = ""
+    reached: int = -1  # the last round it ran in
 
     @property
     def last(self) -> Measurement:
@@ -82,8 +83,9 @@ def successive_halving(
 ) -> SearchResult:
     """Run every candidate for `rounds[0]` frames, keep the better half of those within the
     limits for `rounds[1]` frames, and so on; the last round runs at most `finalists`. The
-    reference candidate runs every round (it is the table's baseline) but is chosen only if
-    it is the best. When the budget runs out, the best measured so far wins."""
+    reference candidate runs the first and the last round (its detections are what fidelity
+    is scored against; its last run is the table's baseline) and is chosen only if it is the
+    best. When the budget runs out, the best measured so far wins."""
     started = clock()
     trials = [Trial(c) for c in candidates]
     alive = list(trials)
@@ -91,12 +93,15 @@ def successive_halving(
     for number, frames in enumerate(rounds):
         last_round = number == len(rounds) - 1
         if last_round:
-            alive = _best(alive, limits, finalists, keep_reference=True)
+            # The baseline runs the final round whatever the limits say of it.
+            reference = [t for t in trials if t.candidate.reference and t.runs]
+            alive = _best(alive, limits, finalists) + reference
         for trial in alive:
             if clock() - started > limits.budget_s:
                 out_of_time = True
                 break
             trial.runs.append(evaluate(trial.candidate, frames))
+            trial.reached = number
             if not limits.allows(trial.last) and not trial.why_out:
                 trial.why_out = _why(trial.last, limits)
             if on_trial is not None:
@@ -104,21 +109,21 @@ def successive_halving(
         if out_of_time or last_round:
             break
         keep = max(finalists, (len(alive) + 1) // 2)
-        alive = _best(alive, limits, keep, keep_reference=True)
+        # The reference sits out the middle rounds (on a slow CPU they cost it most): its
+        # first run gave the detections everyone is scored against, its last the baseline.
+        alive = _best(alive, limits, keep)
     feasible = [t for t in trials if t.runs and not t.why_out]
-    ranked = sorted(feasible, key=lambda t: (len(t.runs), limits.score(t.last)), reverse=True)
+    ranked = sorted(feasible, key=lambda t: (t.reached, limits.score(t.last)), reverse=True)
     reference = next((t for t in trials if t.candidate.reference), None)
     return SearchResult(
         trials, ranked[0] if ranked else None, reference, out_of_time, clock() - started
     )
 
 
-def _best(trials: list[Trial], limits: Limits, count: int, keep_reference: bool) -> list[Trial]:
-    ran = [t for t in trials if t.runs and not t.why_out]
-    chosen = sorted(ran, key=lambda t: limits.score(t.last), reverse=True)[:count]
-    if keep_reference:
-        chosen += [t for t in trials if t.candidate.reference and t not in chosen and t.runs]
-    return chosen
+def _best(trials: list[Trial], limits: Limits, count: int) -> list[Trial]:
+    """The `count` best candidates within the limits (the reference is not one of them)."""
+    ran = [t for t in trials if t.runs and not t.why_out and not t.candidate.reference]
+    return sorted(ran, key=lambda t: limits.score(t.last), reverse=True)[:count]
 
 
 def _why(result: Measurement, limits: Limits) -> str:
