@@ -37,7 +37,7 @@ def test_a_slow_model_is_inference_bound(small_video: Path, tiny_model: Path) ->
 
 
 def test_a_heavy_video_with_a_free_model_is_decode_bound(tmp_path: Path, tiny_model: Path) -> None:
-    video = write_video(tmp_path / "big.mp4", frames=24, width=1920, height=1088)
+    video = write_video(tmp_path / "big.mp4", frames=10, width=3840, height=2160)
     profile = _profile(video, tiny_model)
     assert profile.bottleneck == "decode", (profile.busy, profile.stage_ms)
     assert profile.verdict.startswith("decode-bound")
@@ -55,6 +55,9 @@ def test_no_model_is_overhead_bound(small_video: Path, tiny_model: Path) -> None
         ({"infer": 80, "decode": 3}, {"infer": 0.95, "decode": 0.04}, "inference-bound, 95%"),
         ({"infer": 1, "sink": 9}, {"infer": 0.1, "postprocess+sink": 0.9}, "sink-bound"),
         ({"preprocess": 6}, {"preprocess": 0.8}, "preprocess-bound"),
+        ({"decode": 5, "postprocess": 4}, {"decode": 0.9, "postprocess+sink": 0.5}, "overhead"),
+        ({"decode": 1}, {"decode": 0.9, "postprocess+sink": 0.1}, "overhead"),
+        ({"decode": 9}, {"decode": 0.9, "postprocess+sink": 0.1}, "decode-bound"),
     ],
 )
 def test_verdict_by_hand(stage_ms, busy, expected) -> None:
