@@ -1,11 +1,13 @@
 """The source contract, over every kind usable here; `open_source` dispatch; damaged files;
-streams that stop or give up."""
+streams that stop, stall or give up."""
 
 from __future__ import annotations
 
 import shutil
+import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
@@ -18,21 +20,24 @@ from visionrt.sources import Source, SourceOptions, open_source
 from visionrt.sources.images import ImageSource
 from visionrt.sources.synthetic import SyntheticSource
 from visionrt.sources.video import VideoSource
+from visionrt.types import Frame
 
 REPORT_KEYS = {"name", "live", "frames", "declared", "lost", "corrupt", "reconnects",
                "gap_seconds", "ended_early", "warnings"}  # fmt: skip
+FRAMES = 30
 
 
 def _make(kind: str, folder: Path, options: SourceOptions) -> Source:
+    """A source of FRAMES frames (one for `image`) of the given kind."""
     if kind == "video":
-        return open_source(str(write_video(folder / "v.mp4", frames=30)), 0, options)
+        return open_source(str(write_video(folder / "v.mp4", frames=FRAMES)), 0, options)
     if kind in ("folder", "image"):
-        for i in range(12 if kind == "folder" else 1):
-            cv2.imwrite(str(folder / f"f{i:02d}.png"), np.full((48, 64, 3), i * 20, np.uint8))
+        for i in range(FRAMES if kind == "folder" else 1):
+            cv2.imwrite(str(folder / f"f{i:02d}.png"), np.full((48, 64, 3), i * 8, np.uint8))
         return open_source(str(folder if kind == "folder" else folder / "f00.png"), 0, options)
     if kind == "synthetic":
-        return open_source("synthetic:64x48:30", 0, options)
-    video = write_video(folder / "s.mp4", frames=30)
+        return open_source(f"synthetic:64x48:{FRAMES}", 0, options)
+    video = write_video(folder / "s.mp4", frames=FRAMES)
     return VideoSource(str(video), 0, options, kind="stream")  # a file read as a stream
 
 
@@ -45,9 +50,10 @@ def test_source_contract(kind: str, tmp_path: Path) -> None:
     frames = list(source.frames())
     source.close()
     source.close()  # twice is fine
+    assert len(frames) == (1 if kind == "image" else FRAMES)
     assert [f.index for f in frames] == list(range(len(frames)))
-    assert len(frames) >= 1
     for frame in frames:
+        assert isinstance(frame, Frame)
         assert frame.image.dtype == np.uint8
         assert frame.image.ndim == 3
         assert frame.image.shape[2] == 3
@@ -57,30 +63,46 @@ def test_source_contract(kind: str, tmp_path: Path) -> None:
     report = source.report()
     assert set(report) == REPORT_KEYS
     assert report["frames"] == len(frames)
-    assert report["lost"] == 0
+    assert (report["lost"], report["corrupt"], report["reconnects"]) == (0, 0, 0)
+    assert report["ended_early"] == ""
     assert report["warnings"] == []
+
+
+def test_video_frames_are_bgr(tmp_path: Path) -> None:
+    frame = next(_make("video", tmp_path, SourceOptions()).frames())
+    # conftest's square is BGR (40, 200, 240) on grey 30; lossy, so roughly.
+    assert np.allclose(frame.image[18, 8], (40, 200, 240), atol=30)
+    assert np.allclose(frame.image[60, 60], (30, 30, 30), atol=10)
 
 
 @pytest.mark.parametrize("kind", ["video", "folder", "synthetic", "stream"])
 def test_max_frames_is_honoured(kind: str, tmp_path: Path) -> None:
     source = _make(kind, tmp_path, SourceOptions(mode="file", max_frames=5))
-    assert len(list(source.frames())) == 5
-    assert source.report()["lost"] == 0  # limited, not lost
+    assert [f.index for f in source.frames()] == [0, 1, 2, 3, 4]
+    report = source.report()
+    assert (report["frames"], report["lost"], report["warnings"]) == (5, 0, [])  # limited, not lost
     source.close()
 
 
-@pytest.mark.parametrize("kind", ["video", "synthetic", "stream"])
+@pytest.mark.parametrize("kind", ["video", "folder", "synthetic", "stream"])
 def test_stop_from_another_thread_ends_promptly(kind: str, tmp_path: Path) -> None:
     source = _make(kind, tmp_path, SourceOptions(mode="live"))
     started = time.perf_counter()
+    seen = 0
     for seen, _ in enumerate(source.frames(), start=1):
         if seen == 2:
-            threading.Thread(target=source.stop).start()
-            time.sleep(0.05)
-    assert time.perf_counter() - started < 3
-    assert source.report()["reconnects"] == 0  # a clean stop is not a disconnect
-    assert source.report()["warnings"] == []
+            stopper = threading.Thread(target=source.stop)
+            stopper.start()
+            stopper.join()
+    assert seen <= 3
+    assert time.perf_counter() - started < 2
+    report = source.report()
+    assert report["reconnects"] == 0  # a clean stop is not a disconnect
+    assert (report["ended_early"], report["warnings"]) == ("", [])
     source.close()
+
+
+# -- which reader serves a string -------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -109,20 +131,42 @@ def test_open_source_dispatch(
     if kind:
         assert source.kind == kind  # type: ignore[attr-defined]
         assert source.live == (kind != "file")
+    if spec == "/dev/video2" or spec == "0":
+        assert source.name == ("/dev/video0" if spec == "0" else spec)
 
 
-@pytest.mark.parametrize("where", ["missing.mp4", "empty-folder"])
+@pytest.mark.parametrize("where", ["missing.mp4", "empty-folder", "empty-folder/*.png"])
 def test_nothing_there_is_not_found(where: str, tmp_path: Path) -> None:
     (tmp_path / "empty-folder").mkdir()
-    with pytest.raises(SourceNotFoundError):
+    (tmp_path / "empty-folder" / "notes.txt").write_text("not an image")
+    with pytest.raises(SourceNotFoundError, match=r"empty-folder|missing\.mp4"):
         open_source(str(tmp_path / where))
 
 
-@pytest.mark.parametrize("spec", ["synthetic:0x0:3", "synthetic:100000x100000:1",
-                                  "synthetic:64x48:-1", "synthetic:64:3"])  # fmt: skip
+@pytest.mark.parametrize(
+    "spec",
+    ["synthetic:0x0:3", "synthetic:100000x100000:1", "synthetic:64x16385:1",
+     "synthetic:64x48:-1", "synthetic:-64x48:1", "synthetic:64:3", "synthetic:64x48"],
+)  # fmt: skip
 def test_bad_synthetic_specs(spec: str) -> None:
-    with pytest.raises(ConfigError, match="synthetic source"):
+    with pytest.raises(ConfigError, match=f"synthetic source '{spec}'"):
         open_source(spec)
+
+
+def test_synthetic_edge_sizes() -> None:
+    assert list(open_source("synthetic:1x1:0").frames()) == []
+    (frame,) = open_source("synthetic:3x2:1").frames()
+    assert frame.image.shape == (2, 3, 3)
+
+
+# -- damaged files ------------------------------------------------------------------------------
+
+
+def _scramble(path: Path, start: int, end: int, seed: int = 1) -> None:
+    """Random bytes over [start, end) of the file, as a bad disk or transfer leaves it."""
+    data = bytearray(path.read_bytes())
+    data[start:end] = np.random.default_rng(seed).integers(0, 256, end - start, np.uint8).tobytes()
+    path.write_bytes(bytes(data))
 
 
 def test_truncated_file_reports_what_was_lost(tmp_path: Path) -> None:
@@ -132,25 +176,96 @@ def test_truncated_file_reports_what_was_lost(tmp_path: Path) -> None:
     frames = list(source.frames())
     report = source.report()
     assert 0 < len(frames) < 60
-    assert report["declared"] == 60
+    assert [f.index for f in frames] == list(range(len(frames)))
+    assert report["declared"] == 60  # Matroska declares a duration; 60 is what it implies
     assert report["lost"] == 60 - len(frames)
+    assert report["ended_early"] == ""
+    assert report["warnings"] == [
+        f"{video}: {len(frames)} of about 60 declared frames decoded, {60 - len(frames)} lost"
+        " (truncated or corrupt file?)"
+    ]
+
+
+def test_truncated_mp4_without_its_index_fails_at_open(tmp_path: Path) -> None:
+    video = write_video(tmp_path / "cut.mp4", frames=30)
+    video.write_bytes(video.read_bytes()[:2000])  # the moov index is written last
+    with pytest.raises(SourceError, match=r"cut.mp4.*truncated or corrupt file\?\)$"):
+        open_source(str(video))
+
+
+@pytest.mark.parametrize("codec", ["mpeg4", "h264"])
+def test_garbage_in_the_middle_is_counted(codec: str, tmp_path: Path) -> None:
+    video = write_video(tmp_path / f"{codec}.mp4", frames=60, codec=codec)
+    size = video.stat().st_size
+    _scramble(video, size // 3, size // 3 + size // 4)
+    source = open_source(str(video))
+    frames = list(source.frames())
+    report = source.report()
+    assert 0 < len(frames) < 60
+    assert report["corrupt"] > 0  # packets the decoder rejected, skipped and counted
+    assert report["lost"] == 60 - len(frames)
+    assert report["ended_early"] == ""  # a file is read to its end, however many are bad
     assert report["warnings"] == [
         f"{video}: {len(frames)} of 60 declared frames decoded, {60 - len(frames)} lost"
         " (truncated or corrupt file?)"
     ]
 
 
-def test_nothing_decodable_is_an_error(tmp_path: Path) -> None:
-    folder = tmp_path / "broken"
-    folder.mkdir()
+def test_garbage_in_an_avi_is_counted_as_lost(tmp_path: Path) -> None:
+    # FFmpeg's AVI demuxer drops damaged chunks without an error: only the count against the
+    # declared frames shows them.
+    video = write_video(tmp_path / "damaged.avi", frames=60, width=160, height=120)
+    size = video.stat().st_size
+    _scramble(video, size // 3, size // 3 + size // 5)
+    source = open_source(str(video))
+    frames = list(source.frames())
+    assert 0 < len(frames) < 60
+    assert source.report()["lost"] == 60 - len(frames)
+
+
+def test_a_video_with_nothing_decodable_is_an_error(tmp_path: Path) -> None:
+    video = write_video(tmp_path / "junk.mp4", frames=20)
+    data = video.read_bytes()
+    _scramble(video, data.index(b"mdat") + 4, data.index(b"moov") - 4)  # index intact
+    source = open_source(str(video))
+    with pytest.raises(SourceError, match=r"junk.mp4': no decodable frame \(0 of 20 declared\)"):
+        list(source.frames())
+    report = source.report()
+    assert (report["frames"], report["lost"]) == (0, 20)
+    assert report["corrupt"] > 0
+
+
+@pytest.mark.parametrize("single", [False, True])
+def test_images_with_nothing_decodable_are_an_error(single: bool, tmp_path: Path) -> None:
     for i in range(3):
-        (folder / f"{i}.png").write_bytes(b"not a png")
-    source = open_source(str(folder))
-    with pytest.raises(SourceError, match=r"no decodable frame \(0 of 3 declared\)"):
+        (tmp_path / f"{i}.png").write_bytes(b"not a png")
+    source = open_source(str(tmp_path / "0.png" if single else tmp_path))
+    declared = 1 if single else 3
+    with pytest.raises(SourceError, match=rf"no decodable frame \(0 of {declared} declared\)"):
         list(source.frames())
 
 
+def test_unreadable_images_are_skipped_and_counted(tmp_path: Path) -> None:
+    for i in range(6):
+        cv2.imwrite(str(tmp_path / f"{i}.png"), np.full((8, 8, 3), i, np.uint8))
+    (tmp_path / "2.png").write_bytes(b"broken")
+    (tmp_path / "4.png").write_bytes(b"")
+    source = open_source(str(tmp_path))
+    frames = list(source.frames())
+    assert [f.index for f in frames] == [0, 1, 2, 3]
+    assert [int(f.image[0, 0, 0]) for f in frames] == [0, 1, 3, 5]
+    report = source.report()
+    assert (report["declared"], report["corrupt"], report["lost"]) == (6, 2, 2)
+    assert report["warnings"] == [f"{tmp_path}: 4 of 6 declared frames decoded, 2 lost"
+                                  " (unreadable images)"]  # fmt: skip
+
+
+# -- live streams: stop, stall, give up --------------------------------------------------------
+
+
 def test_a_stream_that_gives_up_says_why(tmp_path: Path, small_video: Path) -> None:
+    # A file opened as a live stream, then removed: its end is a disconnect, and every
+    # reconnect fails until the source gives up.
     stream = Path(shutil.copy(small_video, tmp_path / "stream.mp4"))
     options = SourceOptions(mode="live", reconnect_attempts=2, reconnect_backoff=0.01)
     source = VideoSource(str(stream), 0, options, kind="stream")
@@ -158,4 +273,135 @@ def test_a_stream_that_gives_up_says_why(tmp_path: Path, small_video: Path) -> N
     assert len(list(source.frames())) == 40
     report = source.report()
     assert report["reconnects"] == 2
-    assert "gave up after 2 reconnects (cannot open stream" in report["ended_early"]
+    assert report["ended_early"].startswith(f"{stream}: gave up after 2 reconnects (cannot open")
+    assert "end of stream" not in report["ended_early"]
+
+
+def test_stop_during_reconnect_backoff_is_not_a_reconnect(
+    tmp_path: Path, small_video: Path
+) -> None:
+    stream = Path(shutil.copy(small_video, tmp_path / "stream.mp4"))
+    options = SourceOptions(mode="live", reconnect_backoff=30.0)
+    source = VideoSource(str(stream), 0, options, kind="stream")
+    stream.unlink()
+    frames = source.frames()
+    assert len([next(frames) for _ in range(40)]) == 40
+    threading.Timer(0.2, source.stop).start()
+    started = time.perf_counter()
+    assert next(frames, None) is None  # ended in the backoff, not after it
+    assert time.perf_counter() - started < 2
+    assert source.report()["reconnects"] == 0
+    assert source.report()["ended_early"] == ""
+
+
+SERVED = 200  # frames, 8 s at 25 FPS
+
+
+class _StallingServer:
+    """An HTTP server for a video: each connection follows the next script step, `half` (send
+    most of the file, then hang), `full` (send it all, then close) or `hang` (send nothing)."""
+
+    def __init__(self, data: bytes, script: list[str]) -> None:
+        self.data, self.script, self.accepted = data, script, 0
+        self.release = threading.Event()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/video.mkv"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        for step in self.script:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            threading.Thread(target=self._answer, args=(conn, step), daemon=True).start()
+
+    def _answer(self, conn: socket.socket, step: str) -> None:
+        with conn:
+            conn.recv(65536)
+            if step != "hang":
+                head = "HTTP/1.1 200 OK\r\nContent-Type: video/x-matroska\r\n"
+                conn.sendall(f"{head}Content-Length: {len(self.data)}\r\n\r\n".encode())
+                conn.sendall(self.data if step == "full" else self.data[: len(self.data) * 9 // 10])
+            if step != "full":
+                self.release.wait(30)
+
+    def close(self) -> None:
+        self.release.set()
+        self.sock.close()
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[type[_StallingServer]]:
+    # Longer than FFmpeg's analyzeduration (5 s), so probing at open never waits for data.
+    data = write_video(tmp_path / "served.mkv", frames=SERVED).read_bytes()
+    servers: list[_StallingServer] = []
+
+    def start(script: list[str]) -> _StallingServer:
+        servers.append(_StallingServer(data, script))
+        return servers[-1]
+
+    yield start  # type: ignore[misc]
+    for server in servers:
+        server.close()
+
+
+def _read_in_thread(source: Source) -> tuple[list[Frame], threading.Thread]:
+    frames: list[Frame] = []
+    reader = threading.Thread(target=lambda: frames.extend(source.frames()), daemon=True)
+    reader.start()
+    return frames, reader
+
+
+def _wait_until(condition: object, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:  # type: ignore[operator]
+        time.sleep(0.02)
+
+
+def test_stop_ends_a_read_blocked_in_a_stalled_stream(serve: type[_StallingServer]) -> None:
+    server = serve(["half"])
+    source = VideoSource(server.url, 0, SourceOptions(read_timeout=10.0), kind="stream")
+    frames, reader = _read_in_thread(source)
+    _wait_until(lambda: len(frames) > 5)
+    time.sleep(0.3)  # the reader is now waiting for data that never comes
+    assert reader.is_alive()
+    started = time.perf_counter()
+    source.stop()
+    reader.join(2.0)
+    assert not reader.is_alive(), "stop() left the reader blocked until the read timeout"
+    assert time.perf_counter() - started < 1.0
+    report = source.report()
+    assert (report["reconnects"], report["ended_early"]) == (0, "")
+    source.close()
+
+
+def test_stop_ends_a_reconnect_blocked_in_open(serve: type[_StallingServer]) -> None:
+    server = serve(["full", "hang"])
+    options = SourceOptions(read_timeout=10.0, reconnect_backoff=0.01)
+    source = VideoSource(server.url, 0, options, kind="stream")
+    frames, reader = _read_in_thread(source)
+    _wait_until(lambda: server.accepted == 2)
+    time.sleep(0.3)  # the reconnect is now waiting for an answer that never comes
+    started = time.perf_counter()
+    source.stop()
+    reader.join(2.0)
+    assert not reader.is_alive()
+    assert time.perf_counter() - started < 1.0
+    assert len(frames) == SERVED
+    assert source.report()["reconnects"] == 0  # interrupted by stop(), not a failed attempt
+    source.close()
+
+
+def test_a_stalled_stream_times_out_and_reconnects(serve: type[_StallingServer]) -> None:
+    server = serve(["half", "full"])
+    options = SourceOptions(read_timeout=0.5, reconnect_backoff=0.01, reconnect_attempts=1)
+    source = VideoSource(server.url, 0, options, kind="stream")
+    frames = list(source.frames())
+    report = source.report()
+    assert SERVED < len(frames) < 2 * SERVED  # most of the first connection, all of the second
+    assert [f.index for f in frames] == list(range(len(frames)))
+    assert report["reconnects"] == 2  # after the stall, and after the end of the second
+    assert report["gap_seconds"] > 0
+    assert "gave up after 1 reconnects" in report["ended_early"]

@@ -45,7 +45,8 @@ class BackendOptions:
                 f" got '{self.precision}'"
             )
         kind, sep, index = self.device.partition(":")
-        if kind not in DEVICES or (sep and not index.isdigit()):
+        # isascii: str.isdigit() also accepts '²', which int() then refuses.
+        if kind not in DEVICES or (sep and not (index.isascii() and index.isdigit())):
             raise ConfigError(
                 f"inference.device: expected one of {', '.join(DEVICES)} (optionally :INDEX,"
                 f" a number), got '{self.device}'"

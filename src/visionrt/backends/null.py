@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,18 +15,23 @@ from visionrt.model import read_model_spec
 from visionrt.types import BackendInfo, TensorSpec
 
 
-def _number(settings: Mapping[str, str], key: str) -> float:
+def _number(settings: Mapping[str, str], key: str, integer: bool = False) -> float:
+    """A setting that must be a finite number >= 0 (a whole one when `integer`)."""
     raw = settings.get(key, "0")
     try:
         value = float(raw)
     except ValueError:
         value = -1.0
-    if value < 0:
-        raise ConfigError(f"inference.settings.{key}: expected a number >= 0, got '{raw}'")
+    # NaN and infinity pass a `< 0` check, then fail in time.sleep mid-run: refuse them here.
+    if not math.isfinite(value) or value < 0 or (integer and not value.is_integer()):
+        kind = "a whole number" if integer else "a number"
+        raise ConfigError(f"inference.settings.{key}: expected {kind} >= 0, got '{raw}'")
     return value
 
 
 class NullBackend(Backend):
+    """Zeros shaped like the model's output; settings `delay_ms` and `fail_after` (see load)."""
+
     name = "null"
     concurrency = 1
 
@@ -39,10 +45,10 @@ class NullBackend(Backend):
                 f"null settings {sorted(unknown)} unknown: expected delay_ms, fail_after"
             )
         # `delay_ms` stands in for inference time in pipeline tests and overhead baselines;
-        # `fail_after` N makes every call after the Nth raise (fault injection for tests; warm-up
-        # calls count).
+        # `fail_after` N (fault injection for tests) makes every call after the Nth raise a
+        # RuntimeError, as a runtime rejecting a frame would; warm-up calls count, 0 is never.
         self._delay = _number(options.settings, "delay_ms") / 1e3
-        self._fail_after = int(_number(options.settings, "fail_after"))
+        self._fail_after = int(_number(options.settings, "fail_after", integer=True))
         self._calls = 0
         self._output = np.zeros(out_shape, np.float32)
         self.info = BackendInfo(

@@ -15,6 +15,10 @@ def partial_path(final: Path) -> Path:
 
 
 def check_writable(final: Path) -> None:
+    """Fail now, with a SinkError, when `final` could not be written at the end of the run: its
+    folder cannot be made or written to, or `final` is itself a folder. Leaves no file behind."""
+    if final.is_dir():
+        raise SinkError(f"cannot write output {final}: it is a folder")
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         probe = partial_path(final)
@@ -24,12 +28,26 @@ def check_writable(final: Path) -> None:
         raise SinkError(f"cannot write output {final}: {err.strerror or err}") from err
 
 
+def finalize(partial: Path, final: Path) -> Path:
+    """Rename a sink's finished `.partial` file to its final name, or raise a SinkError."""
+    try:
+        partial.replace(final)
+    except OSError as err:
+        raise SinkError(f"cannot finalize {final}: {err.strerror or err}") from err
+    return final
+
+
 class Sink(ABC):
     """Writes results; `close(complete=True)` finalizes and returns the paths written."""
 
     @abstractmethod
-    def write(self, result: FrameResult) -> None: ...
+    def write(self, result: FrameResult) -> None:
+        """Write one result; an output that cannot be written raises a SinkError naming it."""
 
     @abstractmethod
     def close(self, complete: bool = True) -> list[Path]:
-        """Finalize. With `complete=False` (a crash) files keep their `.partial` name."""
+        """Finalize, all or nothing, and return the files left (none when nothing was written).
+
+        With `complete=False` (a crash) files keep their `.partial` name. With `complete=True`
+        a file is renamed only once everything reached it; when the last flush fails it keeps
+        its `.partial` name and a SinkError names the file and the OS error. Twice is fine."""

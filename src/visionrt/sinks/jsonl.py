@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TextIO
 
 from visionrt.errors import SinkError
-from visionrt.sinks.base import Sink, check_writable, partial_path
+from visionrt.sinks.base import Sink, check_writable, finalize, partial_path
 from visionrt.types import FrameResult
 
 
@@ -26,10 +26,16 @@ class JsonlSink(Sink):
     def write(self, result: FrameResult) -> None:
         if self._closed:
             raise SinkError(f"{self.path}: write after close")
-        if self._file is None:
-            self._file = self._partial.open("w", encoding="utf-8")
-        self._file.write(json.dumps(result.to_json(), separators=(",", ":")) + "\n")
-        self._file.flush()  # ~2 µs per frame: to the OS, not to disk (fsync would be ~ms)
+        line = json.dumps(result.to_json(), separators=(",", ":")) + "\n"
+        try:
+            if self._file is None:
+                self._file = self._partial.open("w", encoding="utf-8")
+            self._file.write(line)
+            # ~3 µs per frame (one write call): to the OS, which keeps it through a SIGKILL;
+            # fsync, for power loss, would cost milliseconds.
+            self._file.flush()
+        except OSError as err:
+            raise SinkError(f"cannot write {self._partial}: {err.strerror or err}") from err
 
     def close(self, complete: bool = True) -> list[Path]:
         if self._closed:
@@ -39,10 +45,9 @@ class JsonlSink(Sink):
             return []
         file, self._file = self._file, None
         try:
-            file.close()
+            file.close()  # closes the descriptor even when its last flush fails
         except OSError as err:  # a full disk at the last flush: the file stays partial
             raise SinkError(f"cannot finalize {self.path}: {err.strerror or err}") from err
         if not complete:
             return [self._partial]
-        self._partial.replace(self.path)
-        return [self.path]
+        return [finalize(self._partial, self.path)]

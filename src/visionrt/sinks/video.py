@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from visionrt.errors import SinkError
-from visionrt.sinks.base import Sink, check_writable, partial_path
+from visionrt.sinks.base import Sink, check_writable, finalize, partial_path
 from visionrt.types import Detections, FrameResult
 
 _PALETTE = ((56, 56, 255), (151, 157, 255), (31, 112, 255), (29, 178, 255), (49, 210, 207))
@@ -71,6 +72,7 @@ class VideoSink(Sink):
         self._partial = partial_path(self.path)
         self._container: Any = None
         self._stream: Any = None
+        self._closed = False
 
     def _start(self, height: int, width: int) -> None:
         import av
@@ -85,12 +87,23 @@ class VideoSink(Sink):
                 stream.options = {"preset": self.preset, "crf": "23"}
             stream.codec_context.open()  # bad options (an unknown preset) fail here, clearly
         except (av.FFmpegError, ValueError) as err:
+            self._discard()
             raise SinkError(f"cannot encode {self.path} with {self.codec}: {err}") from err
         self._stream = stream
+
+    def _discard(self) -> None:
+        """Drop an encoder that never took a frame, and any file it made: nothing was written."""
+        container, self._container, self._stream = self._container, None, None
+        if container is not None:
+            with contextlib.suppress(Exception):  # it failed already; its own error is reported
+                container.close()
+        self._partial.unlink(missing_ok=True)
 
     def write(self, result: FrameResult) -> None:
         import av
 
+        if self._closed:
+            raise SinkError(f"{self.path}: write after close")
         if self.source_id is not None and result.frame.source_id != self.source_id:
             return
         image = annotate(result.frame.image, result.detections, result.class_names)
@@ -100,13 +113,17 @@ class VideoSink(Sink):
         frame = av.VideoFrame.from_ndarray(
             np.ascontiguousarray(image[:height, :width]), format="bgr24"
         )
-        self._container.mux(self._stream.encode(frame))
+        try:
+            self._container.mux(self._stream.encode(frame))
+        except (av.FFmpegError, OSError) as err:  # a full disk, a vanished folder
+            raise SinkError(f"cannot write {self._partial}: {err}") from err
 
     def close(self, complete: bool = True) -> list[Path]:
         """All or nothing: the file is renamed complete only when the encoder's delayed frames
         and the container's index were written; otherwise it keeps its `.partial` name."""
         import av
 
+        self._closed = True
         if self._container is None:
             return []
         container, self._container = self._container, None
@@ -120,5 +137,4 @@ class VideoSink(Sink):
             raise SinkError(f"cannot finalize {self.path}: {err}") from err
         if not complete:
             return [self._partial]
-        self._partial.replace(self.path)
-        return [self.path]
+        return [finalize(self._partial, self.path)]

@@ -50,12 +50,17 @@ class SourceStats:
 
 
 class Source(ABC):
-    """Yields Frames until the source ends; `stop()` may be called from another thread."""
+    """Yields Frames until the source ends; `stop()` may be called from another thread.
+
+    `frame_count` is what the container declares (0 when unknown); `frame_count_estimated` says
+    it was derived from a duration, so a shortfall of a frame or two is not called a loss."""
 
     name: str
     live: bool = False
     fps: float = 0.0
-    frame_count: int = 0  # 0 when unknown
+    frame_count: int = 0
+    frame_count_estimated: bool = False
+    damage_hint: str = "truncated or corrupt file?"  # said with a shortfall against frame_count
 
     def __init__(self) -> None:
         self.stats = SourceStats()
@@ -63,16 +68,22 @@ class Source(ABC):
 
     @abstractmethod
     def frames(self) -> Iterator[Frame]:
-        """Decoded frames, in order; ends on end of input or after `stop()`."""
+        """Decoded frames, in order; ends on end of input or after `stop()`. A file-mode source
+        that ends with no frame at all (not stopped) raises SourceError instead."""
 
     def stop(self) -> None:
+        """Ask `frames()` to end soon; safe from any thread, never counted as a disconnect."""
         self._stopped = True
 
     def close(self) -> None:  # noqa: B027 - sources without handles have nothing to close
-        """Release files and connections."""
+        """Release files and connections; safe to call twice."""
 
     def report(self) -> dict[str, Any]:
-        """This source's accounting, for the run summary."""
+        """This source's accounting, for the run summary: `frames` given, `declared` by the
+        container (0 when unknown), `lost` (declared but never given, for a file-mode source
+        that reached its end), `corrupt` (packets or images skipped), `reconnects`,
+        `gap_seconds` spent reconnecting, `ended_early` (why it stopped before its end, or
+        ""), and one-line `warnings`."""
         stats = self.stats
         return {
             "name": self.name,
@@ -87,19 +98,26 @@ class Source(ABC):
             "warnings": list(stats.warnings),
         }
 
-    def check_ending(self, limit: int = 0) -> None:
-        """At the end of a file-mode source: nothing decoded is an error; fewer frames than the
-        container declared is a warning with the count lost (not when stopped or limited)."""
+    def check_ending(self) -> None:
+        """Called by a file-mode source that reached the end of its input (not one stopped or
+        cut short by `max_frames`): nothing decoded is an error; fewer frames than declared is
+        a warning with the count lost."""
         if self._stopped or self.live:
             return
         declared, read = self.frame_count, self.stats.frames
+        shortfall = declared - read
+        # A count derived from a duration can be off by a frame or two (rounding, an audio
+        # track that runs longer); only a larger shortfall is a loss.
+        if self.frame_count_estimated and read and shortfall <= max(2, declared // 50):
+            shortfall = 0
+        self.stats.lost = max(0, shortfall)
         if read == 0:
             of = f" (0 of {declared} declared)" if declared else ""
-            raise SourceError(f"'{self.name}': no decodable frame{of}")
-        expected = min(declared, limit) if limit else declared
-        if expected and read < expected:
-            self.stats.lost = expected - read
+            skipped = f", {self.stats.corrupt} corrupt skipped" if self.stats.corrupt else ""
+            raise SourceError(f"'{self.name}': no decodable frame{of}{skipped}")
+        if shortfall > 0:
+            about = "about " if self.frame_count_estimated else ""
             self.stats.warnings.append(
-                f"{self.name}: {read} of {declared} declared frames decoded,"
-                f" {self.stats.lost} lost (truncated or corrupt file?)"
+                f"{self.name}: {read} of {about}{declared} declared frames decoded,"
+                f" {shortfall} lost ({self.damage_hint})"
             )

@@ -15,6 +15,10 @@ from visionrt.types import Frame
 
 
 class ImageSource(Source):
+    """Every image file in name order; an unreadable one is skipped and counted as corrupt."""
+
+    damage_hint = "unreadable images"
+
     def __init__(self, spec: str, source_id: int, options: SourceOptions) -> None:
         super().__init__()
         self.name = spec
@@ -22,12 +26,16 @@ class ImageSource(Source):
         self.options = options
         path = Path(spec)
         if path.is_dir():
-            files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+            files = sorted(
+                p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()
+            )
         elif path.is_file():
             files = [path]
         else:
             files = sorted(
-                Path(p) for p in glob.glob(spec) if Path(p).suffix.lower() in IMAGE_SUFFIXES
+                Path(p)
+                for p in glob.glob(spec)
+                if Path(p).suffix.lower() in IMAGE_SUFFIXES and Path(p).is_file()
             )
         if not files:
             raise SourceNotFoundError(f"no images found at {spec}")
@@ -54,4 +62,4 @@ class ImageSource(Source):
             )
             index += 1
             self.stats.frames = index
-        self.check_ending(self.options.max_frames)
+        self.check_ending()

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 import time
+import types
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from visionrt.errors import SourceError
 from visionrt.sources.base import Source, SourceOptions
 from visionrt.types import Frame
 
-MAX_CONSECUTIVE_CORRUPT = 25
+MAX_CONSECUTIVE_CORRUPT = 25  # live only: then the stream is broken and reconnecting may help
 
 
 class VideoSource(Source):
@@ -30,6 +33,7 @@ class VideoSource(Source):
     def _open(self) -> None:
         import av
 
+        _install_stop_clock()
         open_options: dict[str, str] = {}
         fmt = None
         if self.kind == "stream" and self.name.lower().startswith(("rtsp://", "rtsps://")):
@@ -40,7 +44,12 @@ class VideoSource(Source):
             timeout = None if self.kind == "file" else (self.options.read_timeout,) * 2
             self._container = av.open(self.name, format=fmt, options=open_options, timeout=timeout)
         except (av.FFmpegError, OSError) as err:
-            raise SourceError(f"cannot open {self.kind} '{self.name}': {_reason(err)}") from err
+            hint = ""
+            if self.kind == "file" and not isinstance(err, (FileNotFoundError, PermissionError)):
+                hint = " (not a video, or a truncated or corrupt file?)"
+            raise SourceError(
+                f"cannot open {self.kind} '{self.name}': {_reason(err)}{hint}"
+            ) from err
         if not self._container.streams.video:
             self._container.close()
             raise SourceError(f"'{self.name}' has no video stream")
@@ -59,28 +68,34 @@ class VideoSource(Source):
         rate = stream.average_rate or stream.guessed_rate
         self.fps = float(rate) if rate else 0.0
         self.frame_count = int(stream.frames or 0)
+        self.frame_count_estimated = False
         if not self.frame_count and self.kind == "file" and self._container.duration and self.fps:
             # Matroska and others declare a duration, not a count: what it implies.
             self.frame_count = round(self._container.duration / av.time_base * self.fps)
+            self.frame_count_estimated = True
         self.size = (stream.codec_context.height, stream.codec_context.width)
 
     def frames(self) -> Iterator[Frame]:
         index = 0
         started = time.perf_counter()
         attempt = 0
+        stamp = 0.0
         while not self._stopped:
             try:
                 for frame in self._decode():
                     attempt = 0
                     now = time.perf_counter()
-                    stamp = (
-                        frame.time if not self.live and frame.time is not None else now - started
-                    )
+                    if self.live:
+                        stamp = now - started
+                    elif frame.time is not None:  # damaged files can step back: clamp
+                        stamp = float(frame.time) if index == 0 else max(stamp, float(frame.time))
+                    else:
+                        stamp += 1.0 / self.fps if self.fps else 0.0
                     yield Frame(
                         source_id=self.source_id,
                         index=index,
                         image=frame.to_ndarray(format="bgr24"),
-                        timestamp=float(stamp),
+                        timestamp=stamp,
                         captured_at=now,
                         source_name=self.name,
                     )
@@ -91,7 +106,7 @@ class VideoSource(Source):
                 if self._stopped:  # a clean stop is not a disconnect
                     return
                 if not self.live:
-                    self.check_ending(self.options.max_frames)
+                    self.check_ending()
                     return
                 reason = "end of stream"
             except SourceError as err:
@@ -101,7 +116,7 @@ class VideoSource(Source):
                     if self.stats.frames == 0:
                         raise
                     self.stats.ended_early = str(err)
-                    self.check_ending(self.options.max_frames)
+                    self.check_ending()
                     return
                 reason = str(err)
             attempt += 1
@@ -115,27 +130,36 @@ class VideoSource(Source):
             self._reconnect(attempt, reason)
 
     def _decode(self) -> Iterator[Any]:
+        """Decoded frames; a packet that fails to decode or a frame the decoder flags as
+        corrupt is skipped and counted."""
         import av
 
         if self._container is None:
             raise SourceError(f"'{self.name}': not connected")
         corrupt_run = 0
         try:
-            for packet in self._container.demux(self._stream):
-                if self._stopped:
+            packets = self._container.demux(self._stream)
+            while not self._stopped:
+                with _STOP_CLOCK.watching(self):
+                    packet = next(packets, None)
+                if packet is None:
                     return
                 try:
                     decoded = packet.decode()
-                except av.InvalidDataError:
+                except av.FFmpegError:
                     self.stats.corrupt += 1
                     corrupt_run += 1
-                    if corrupt_run > MAX_CONSECUTIVE_CORRUPT:
+                    if self.live and corrupt_run > MAX_CONSECUTIVE_CORRUPT:
                         raise SourceError(
                             f"'{self.name}': {corrupt_run} corrupt packets in a row"
                         ) from None
                     continue
                 corrupt_run = 0
-                yield from decoded
+                for frame in decoded:
+                    if frame.is_corrupt:  # decoded with errors concealed: grey or smeared
+                        self.stats.corrupt += 1
+                    else:
+                        yield frame
         except av.FFmpegError as err:
             raise SourceError(
                 f"'{self.name}': read failed after frame {self.stats.frames}: {_reason(err)}"
@@ -154,9 +178,12 @@ class VideoSource(Source):
         if self._stopped:
             return
         try:
-            self._open()
+            with _STOP_CLOCK.watching(self):
+                self._open()
             self._last_error = ""
         except SourceError as err:
+            if self._stopped:  # interrupted by stop(): not a failed attempt
+                return
             self._last_error = str(err)
             self.stats.events.append(str(err))
         self.stats.reconnects += 1
@@ -168,6 +195,57 @@ class VideoSource(Source):
                 self._container.close()
             finally:
                 self._container = None
+
+
+class _StopClock:
+    """Lets `stop()` abort a read blocked in FFmpeg, from any thread.
+
+    PyAV 18 offers no way to interrupt a blocked read (PyAV-Org/PyAV#351), and closing the
+    container from another thread frees it under the reader. Its timeout, though, is FFmpeg's
+    interrupt callback, which FFmpeg polls about every 100 ms while it waits for network data
+    and which compares `time.monotonic()`, looked up in `av.container.core`, with the read's
+    start. This stands in for that module's `time`: in a thread reading a source that was
+    stopped, the clock jumps ahead, so the read ends at once with AVERROR_EXIT, as if timed
+    out, and the reader closes its container itself. Other threads see the real clock. Only
+    sources opened with a timeout (cameras and streams) have the callback; a V4L2 read that
+    blocks in the driver does not poll it."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self.module = types.ModuleType("time", "time, with a monotonic() that stop() can end")
+        self.module.__dict__.update(time.__dict__)
+        self.module.monotonic = self.monotonic  # type: ignore[attr-defined]
+
+    def monotonic(self) -> float:
+        local = self._local
+        source: Source | None = getattr(local, "source", None)
+        if source is not None and source._stopped:
+            # Ahead of any timeout, and still increasing: PyAV rejects a clock that steps back.
+            local.skew = getattr(local, "skew", 0.0) + 1e6
+        return time.monotonic() + getattr(local, "skew", 0.0)
+
+    @contextmanager
+    def watching(self, source: Source) -> Iterator[None]:
+        """Blocking PyAV calls in this block end soon after `source.stop()`."""
+        local = self._local
+        previous = getattr(local, "source", None)
+        local.source = source
+        try:
+            yield
+        finally:
+            local.source = previous
+
+
+_STOP_CLOCK = _StopClock()
+
+
+def _install_stop_clock() -> None:
+    import av.container.core as core
+
+    # Only where PyAV reads the clock as this version does; otherwise stop() waits for the
+    # read timeout, as it would without this.
+    if getattr(core, "time", None) is time:
+        core.time = _STOP_CLOCK.module  # type: ignore[attr-defined]
 
 
 def _reason(err: BaseException) -> str:

@@ -61,7 +61,8 @@ class Telemetry:
     def __init__(self) -> None:
         self.samples: dict[str, deque[float]] = {s: deque(maxlen=MAX_SAMPLES) for s in STAGES}
         self.latency: deque[float] = deque(maxlen=MAX_SAMPLES)
-        self._window: list[float] = []  # latencies since the last snapshot
+        # Latencies since the last snapshot; bounded, since without --telemetry none is taken.
+        self._window: deque[float] = deque(maxlen=MAX_SAMPLES)
         self._gauges: dict[str, Callable[[], float]] = {}
         self.frames_in = 0
         self.frames_out = 0
@@ -88,8 +89,10 @@ class Telemetry:
         samples.append(seconds)
 
     def register_gauge(self, name: str, read: Callable[[], float]) -> None:
-        """A value read at each snapshot (e.g. a queue's depth), under "queues"."""
-        self._gauges[name] = read
+        """A value read at each snapshot (e.g. a queue's depth), under "queues"; registering a
+        name again replaces its reader. Called from any thread, also while snapshots are taken."""
+        with self._lock:
+            self._gauges = {**self._gauges, name: read}
 
     def frame_in(self) -> None:
         with self._lock:
@@ -106,21 +109,27 @@ class Telemetry:
             self.dropped[f"{stage}: {reason}"] += count
 
     def elapsed(self) -> float:
+        """Seconds since `start()` (until `stop()`); 0 before the run started."""
+        if not self.started:
+            return 0.0
         return (self.finished or time.perf_counter()) - self.started
 
     def snapshot(self) -> dict[str, Any]:
         """Counters now, for the per-second telemetry file and the progress bar."""
         memory = self._process.memory_info().rss / 2**20
         with self._lock:
-            window, self._window = self._window, []
-        latency = percentiles(window)
+            window, self._window = self._window, deque(maxlen=MAX_SAMPLES)
+            frames_in, frames_out = self.frames_in, self.frames_out
+            dropped = sum(self.dropped.values())
+            gauges = self._gauges
+        latency = percentiles(window)  # glass to result, over the frames since the last one
         return {
             "t": round(self.elapsed(), 3),
-            "frames_in": self.frames_in,
-            "frames_out": self.frames_out,
-            "dropped": sum(self.dropped.values()),
+            "frames_in": frames_in,
+            "frames_out": frames_out,
+            "dropped": dropped,
             "latency_ms": {k: round(latency[k], 2) for k in ("p50", "p95", "p99")},
-            "queues": {name: read() for name, read in self._gauges.items()},
+            "queues": {name: _read(gauge) for name, gauge in gauges.items()},
             "cpu_percent": self._process.cpu_percent(),
             "rss_mb": round(memory, 1),
         }
@@ -128,10 +137,12 @@ class Telemetry:
     def summary(self) -> RunSummary:
         seconds = self.elapsed()
         cpu = sum(self._process.cpu_times()[:2]) - self._cpu_start
+        with self._lock:  # a drop reason seen for the first time would change the dict
+            dropped = dict(self.dropped)
         return RunSummary(
             frames_in=self.frames_in,
             frames_out=self.frames_out,
-            dropped=dict(self.dropped),
+            dropped=dropped,
             seconds=seconds,
             fps=self.frames_out / seconds if seconds > 0 else 0.0,
             stages={s: percentiles(v) for s, v in list(self.samples.items())},
@@ -139,3 +150,11 @@ class Telemetry:
             cpu_percent=100.0 * cpu / seconds if seconds > 0 else 0.0,
             rss_mb=self._process.memory_info().rss / 2**20,
         )
+
+
+def _read(gauge: Callable[[], float]) -> float | None:
+    """A gauge's value; None when reading it failed (telemetry must not end the run)."""
+    try:
+        return gauge()
+    except Exception:
+        return None
