@@ -51,8 +51,12 @@ def test_run_writes_outputs_and_summary(
     assert (tmp_path / "small.mp4").is_file()
     assert len((tmp_path / "small.jsonl").read_text().splitlines()) == 40
     assert json.loads((tmp_path / "summary.json").read_text())["frames_out"] == 40
-    assert (tmp_path / "tele.jsonl").read_text().strip()
+    telemetry = [json.loads(line) for line in (tmp_path / "tele.jsonl").read_text().splitlines()]
+    assert telemetry[-1]["frames_out"] == 40
+    assert set(telemetry[-1]["latency_ms"]) == {"p50", "p95", "p99"}
+    assert set(telemetry[-1]["queues"]) == {"decoded", "prepared", "inferred"}
     assert "wrote" in proc.stderr
+    assert not list(tmp_path.glob("*.partial*"))
 
 
 def test_missing_video(tmp_path: Path, tiny_model: Path) -> None:
@@ -187,3 +191,60 @@ def test_bad_encoder_settings(
     assert_one_line_error(proc, 6, message)
     assert not (tmp_path / "small.mp4").exists()
     assert not (tmp_path / "small.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "x.mp4", "--conf", "abc"], "Invalid value for '--conf'"),
+        (["run", "x.mp4", "--frobnicate"], "No such option: --frobnicate"),
+        (["frobnicate"], "No such command 'frobnicate'"),
+    ],
+)
+def test_usage_errors_are_one_line(args: list[str], message: str) -> None:
+    assert_one_line_error(visionrt(*args), 2, message)
+
+
+def test_no_arguments_shows_help() -> None:
+    proc = visionrt()
+    assert proc.returncode == 0, proc.stderr
+    assert "run" in proc.stdout
+
+
+def test_sigkill_keeps_the_lines_written_so_far(tmp_path: Path, tiny_model: Path) -> None:
+    video = write_video(tmp_path / "long.mp4", frames=400)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "visionrt.cli.main",
+            "run",
+            str(video),
+            "-m",
+            str(tiny_model),
+            "-o",
+            str(out),
+            "--backend",
+            "null",
+            "--set",
+            "inference.settings.delay_ms=15",
+            "-q",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    partial = out / "long.partial.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if partial.exists() and len(partial.read_bytes().splitlines()) >= 5:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait(timeout=60)
+    lines = partial.read_text().splitlines()
+    assert len(lines) >= 5
+    complete = [json.loads(line) for line in lines if line.endswith("}")]
+    assert [line["frame"] for line in complete] == list(range(len(complete)))
+    assert not (out / "long.jsonl").exists()
+    assert not (out / "summary.json").exists()

@@ -17,6 +17,9 @@ from visionrt.errors import ConfigError
         ("output.video=false", lambda c: c.output.video is False),  # bool
         ("source.max_frames=7", lambda c: c.source.max_frames == 7),  # int
         ("postprocess.conf=1", lambda c: c.postprocess.conf == 1.0),  # int → float
+        ("postprocess.conf=1e-3", lambda c: c.postprocess.conf == 0.001),  # YAML 1.1: a string
+        ("pipeline.stale_after=.inf", lambda c: c.pipeline.stale_after == float("inf")),
+        ("output.jsonl=no", lambda c: c.output.jsonl is False),  # YAML 1.1 booleans
         ("model=42", lambda c: c.model == "42"),  # number → str
         ("sources=[a.mp4, b.mp4]", lambda c: c.sources == ("a.mp4", "b.mp4")),  # tuple[str, ...]
         ("inference.input_size=[512, 640]", lambda c: c.inference.input_size == (512, 640)),
@@ -27,6 +30,13 @@ from visionrt.errors import ConfigError
             lambda c: c.inference.settings["hint"] == "throughput",
         ),
         ("backend=null", lambda c: c.backend == "null"),  # YAML's null names the null backend
+        ("backend=", lambda c: c.backend == ""),  # empty: the runtime that reads the file
+        ("inference.cache_dir=/tmp/c", lambda c: c.inference.cache_dir == Path("/tmp/c")),
+        (
+            "inference.settings.hint=throughput",
+            lambda c: c.inference.settings["hint"] == "throughput",
+        ),
+        ("inference.settings.nstreams=2", lambda c: c.inference.settings["nstreams"] == "2"),
     ],
 )
 def test_coercion(override: str, check) -> None:
@@ -39,6 +49,17 @@ def test_coercion(override: str, check) -> None:
         ("output.video=maybe", "output.video: expected true or false, got 'maybe'"),
         ("source.max_frames=1.5", "source.max_frames: expected an integer, got 1.5"),
         ("postprocess.conf=high", "postprocess.conf: expected a number, got 'high'"),
+        ("postprocess.conf=.nan", "postprocess.conf: expected a number, got nan"),
+        ("postprocess.conf=true", "postprocess.conf: expected a number, got True"),
+        ("source.max_frames=yes", "source.max_frames: expected an integer, got True"),
+        ("inference.cache_dir=[1]", "inference.cache_dir: expected a path"),
+        ("inference.input_size=abc", "inference.input_size: expected 2 values"),
+        ("inference.input_size=[a, b]", "inference.input_size: expected an integer, got 'a'"),
+        ("postprocess.classes=[0, x]", "postprocess.classes: expected an integer, got 'x'"),
+        ("inference.device=cuda:abc", "inference.device: expected one of"),
+        ("inference.device='cuda:'", "inference.device: expected one of"),
+        ("source..mode=file", "expected section.key"),
+        ("source.mode.x=1", "source.mode: expected a string"),
         ("model=[1]", "model: expected a string"),
         ("inference.input_size=[1, 2, 3]", "inference.input_size: expected 2 values"),
         ("inference.settings=5", "expected a mapping"),
@@ -75,3 +96,50 @@ def test_defaults() -> None:
     cfg = load_config()
     assert cfg.backend == ""  # the runtime that reads the model file
     assert cfg.inference.precision == "fp32"
+
+
+def test_a_yaml_null_backend_names_the_null_backend(tmp_path: Path) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text("backend: null\n")
+    assert load_config(config).backend == "null"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (bytes(range(256)), "is not a text file"),
+        (b"- a\n- b\n", "expected a mapping at the top level"),
+        (b"a: [1,\n", "is not valid YAML"),
+        (b"source: 5\n", "source: expected a section of options"),
+        (b"bogus: 1\n", "unknown option 'bogus'"),
+    ],
+)
+def test_bad_config_files(tmp_path: Path, content: bytes, message: str) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_bytes(content)
+    with pytest.raises(ConfigError, match=message):
+        load_config(config)
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path)  # a folder
+
+
+def test_mappings_merge_key_by_key_across_layers(tmp_path: Path) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text("inference: {settings: {hint: latency}}\nsource: {}\n")
+    plan = {"inference": {"settings": {"nstreams": "2"}}, "source": {"max_frames": 9}}
+    cfg = load_config(config, ["inference.settings={hint: throughput}"], base=plan)
+    assert dict(cfg.inference.settings) == {"nstreams": "2", "hint": "throughput"}
+    assert cfg.source.max_frames == 9  # an empty section in the file erases nothing
+
+
+def test_flags_beat_everything_and_unset_flags_nothing(tmp_path: Path) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text("backend: openvino\ninference: {threads: 3}\n")
+    flags = {"backend": "null", "inference": {"threads": None, "batch": 2}}
+    cfg = load_config(config, ["backend=torch", "inference.batch=4"], flags)
+    assert (cfg.backend, cfg.inference.threads, cfg.inference.batch) == ("null", 3, 2)

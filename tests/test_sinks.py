@@ -3,15 +3,24 @@ files with what was written otherwise, nothing for nothing, all-or-nothing final
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from visionrt.errors import SinkError
 from visionrt.sinks import JsonlSink, NullSink, Sink, VideoSink, partial_path
+from visionrt.telemetry import Telemetry
+from visionrt.telemetry.report import TelemetryWriter
 from visionrt.types import Detections, Frame, FrameResult
 
 
@@ -46,6 +55,20 @@ def _count(path: Path) -> int:
 
     with av.open(str(path)) as container:
         return sum(1 for _ in container.decode(video=0))
+
+
+def _suffix(kind: str) -> str:
+    return "jsonl" if kind == "jsonl" else "mp4"
+
+
+class _Proxy:
+    """An object that answers as `target` except for the attributes given."""
+
+    def __init__(self, target: Any, **overrides: Any) -> None:
+        self._target, self._overrides = target, overrides
+
+    def __getattr__(self, name: str) -> Any:
+        return self._overrides.get(name) or getattr(self._target, name)
 
 
 KINDS = ["jsonl", "video"]
@@ -118,3 +141,155 @@ def test_null_sink_counts_and_writes_nothing(tmp_path: Path) -> None:
         sink.write(result)
     assert (sink.frames, sink.detections) == (4, 0)
     assert sink.close() == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_close_twice_after_an_incomplete_run_is_fine(kind: str, tmp_path: Path) -> None:
+    sink = _sink(kind, tmp_path)
+    for result in _results(2):
+        sink.write(result)
+    assert len(sink.close(complete=False)) == 1
+    assert sink.close(complete=True) == []  # the first close decided: still partial
+    assert [p.name for p in tmp_path.iterdir()] == [f"out.partial.{_suffix(kind)}"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_complete_run_with_nothing_written_leaves_nothing(kind: str, tmp_path: Path) -> None:
+    sink = _sink(kind, tmp_path)
+    assert sink.close(complete=True) == []
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_write_after_close_is_an_error(kind: str, tmp_path: Path) -> None:
+    sink = _sink(kind, tmp_path)
+    sink.close()
+    with pytest.raises(SinkError, match="write after close"):
+        sink.write(_results(1)[0])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_unwritable_place_fails_at_construction(kind: str, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SinkError, match=r"file is a file, not a folder"):
+        _sink(kind, tmp_path / "file")
+    (tmp_path / "dir" / f"out.{_suffix(kind)}").mkdir(parents=True)
+    with pytest.raises(SinkError, match="it is a folder"):
+        _sink(kind, tmp_path / "dir")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_final_name_taken_by_a_folder_keeps_the_file_partial(kind: str, tmp_path: Path) -> None:
+    sink = _sink(kind, tmp_path)
+    for result in _results(3):
+        sink.write(result)
+    final = tmp_path / f"out.{_suffix(kind)}"
+    final.mkdir()  # after the check at construction: the rename at close fails
+    with pytest.raises(SinkError, match=rf"cannot finalize {final}"):
+        sink.close(complete=True)
+    assert _count(partial_path(final)) == 3
+
+
+def test_jsonl_write_errors_name_the_file(tmp_path: Path) -> None:
+    sink = JsonlSink(tmp_path / "out.jsonl")
+    partial_path(tmp_path / "out.jsonl").symlink_to("/dev/full")  # every write: ENOSPC
+    with pytest.raises(SinkError, match=r"cannot write .*out\.partial\.jsonl: No space left"):
+        sink.write(_results(1)[0])
+    with pytest.raises(SinkError, match="No space left"):
+        sink.close(complete=True)
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_video_whose_index_cannot_be_written_stays_partial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = VideoSink(tmp_path / "out.mp4", fps=25)
+    for result in _results(3):
+        sink.write(result)
+    container = sink._container
+    real_close = container.close
+
+    def close_on_a_full_disk() -> None:
+        real_close()
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(sink, "_container", _Proxy(container, close=close_on_a_full_disk))
+    with pytest.raises(SinkError, match=r"cannot finalize .*out\.mp4: .*No space left on device"):
+        sink.close(complete=True)
+    assert not (tmp_path / "out.mp4").exists()
+    assert partial_path(tmp_path / "out.mp4").exists()
+    assert sink.close() == []
+
+
+def test_an_encoder_that_cannot_start_leaves_no_file(tmp_path: Path) -> None:
+    sink = VideoSink(tmp_path / "out.mp4", fps=25, preset="nope")
+    with pytest.raises(SinkError, match="cannot encode"):
+        sink.write(_results(1)[0])
+    assert sink.close(complete=False) == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unknown_encoder_fails_at_construction(tmp_path: Path) -> None:
+    with pytest.raises(SinkError, match="unknown encoder 'nope'"):
+        VideoSink(tmp_path / "out.mp4", codec="nope")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_jsonl_lines_survive_sigkill(tmp_path: Path) -> None:
+    # A child writes three lines and is killed before it closes the sink.
+    script = (
+        "import os, signal, sys; sys.path.insert(0, sys.argv[2]);"
+        "from test_sinks import _results; from visionrt.sinks import JsonlSink;"
+        "sink = JsonlSink(sys.argv[1]);"
+        "[sink.write(r) for r in _results(3)];"
+        "os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    final = tmp_path / "out.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(final), str(Path(__file__).parent)], timeout=60
+    )
+    assert proc.returncode == -signal.SIGKILL
+    lines = partial_path(final).read_text().splitlines()
+    assert [json.loads(line)["frame"] for line in lines] == [0, 1, 2]
+
+
+# -- the telemetry file, written by a thread of its own ------------------------------------------
+def test_telemetry_writes_fail_as_one_sink_error_not_a_thread_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    traces: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", traces.append)
+    telemetry = Telemetry()
+    telemetry.start()
+    writer = TelemetryWriter(telemetry, "/dev/full", interval=0.01).start()
+    time.sleep(0.05)
+    with pytest.raises(SinkError, match="cannot write telemetry /dev/full: No space left"):
+        writer.close()
+    writer.close()  # reported once; twice is fine
+    assert traces == []
+
+
+@pytest.mark.parametrize("name", ["file/t.jsonl", "folder"])
+def test_telemetry_path_problems_fail_before_the_run(tmp_path: Path, name: str) -> None:
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(SinkError, match="cannot write telemetry"):
+        TelemetryWriter(Telemetry(), tmp_path / name).start()
+
+
+def test_telemetry_lines_carry_rates_latency_and_queues(tmp_path: Path) -> None:
+    telemetry = Telemetry()
+    telemetry.register_gauge("decoded", lambda: 2)
+    telemetry.register_gauge("broken", lambda: 1 / 0)  # a gauge that fails reads as null
+    telemetry.start()
+    path = tmp_path / "t.jsonl"
+    with TelemetryWriter(telemetry, path, interval=0.05):
+        for _ in range(10):
+            telemetry.frame_out(0.004)
+        time.sleep(0.12)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines[0]["latency_ms"]["p50"] == pytest.approx(4.0)
+    assert lines[0]["fps"] > 0
+    assert lines[-1]["latency_ms"] == {"p50": 0.0, "p95": 0.0, "p99": 0.0}  # none since
+    assert lines[-1]["queues"] == {"decoded": 2, "broken": None}
+    assert [line["t"] for line in lines] == sorted(line["t"] for line in lines)

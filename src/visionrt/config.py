@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -83,16 +84,32 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
             return value
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
     if hint is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
+        number = _as_number(value)
+        if number is None:
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return number
     if hint is str:
         if isinstance(value, str | int | float) and not isinstance(value, bool):
             return str(value)
         raise ConfigError(f"{key}: expected a string, got {value!r}")
     if hint is Path:
-        return Path(str(value))
+        if isinstance(value, str) and value:
+            return Path(value)
+        raise ConfigError(f"{key}: expected a path, got {value!r}")
     raise ConfigError(f"{key}: unsupported option type {_type_name(hint)}")
+
+
+def _as_number(value: Any) -> float | None:
+    """`value` as a float, or None. YAML 1.1 reads `1e-3` as a string (its floats need a dot),
+    so numeric strings count; NaN does not (every comparison with it is false, so range checks
+    would let it through)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return None if math.isnan(number) else number
 
 
 def _build(cls: type[Any], values: dict[str, Any], prefix: str) -> Any:
@@ -120,12 +137,16 @@ def _build(cls: type[Any], values: dict[str, Any], prefix: str) -> Any:
 
 def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
     parts = key.split(".")
+    if not all(parts):
+        raise ConfigError(f"option '{key}': expected section.key, e.g. postprocess.conf")
     node = tree
     for part in parts[:-1]:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"--set {key}: '{part}' is not a section")
+            raise ConfigError(f"option {key}: '{part}' is not a section")
         node = child
+    if value == {} and isinstance(node.get(parts[-1]), dict):
+        return  # an empty section merges nothing: it must not erase what a lower layer set
     node[parts[-1]] = value
 
 
@@ -167,7 +188,10 @@ def load_config(
             raise ConfigError(
                 f"--set {key.strip()}: '{raw}' is not a valid value ({problem})"
             ) from err
-        _set_dotted(tree, key.strip(), value)
+        # Mappings merge key by key, as in the YAML file: `--set inference.settings={a: 1}`
+        # keeps the other settings a lower layer gave.
+        for dotted, leaf in _flatten({key.strip(): value}, keep_empty=True):
+            _set_dotted(tree, dotted, leaf)
     for key, value in _flatten(values or {}):
         _set_dotted(tree, key, value)
     return _build(RunConfig, tree, "")  # type: ignore[no-any-return]

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
 import threading
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,8 +21,9 @@ from visionrt.errors import ConfigError, Interrupted, SinkError, SourceError, Vi
 from visionrt.model import DEMO_VIDEO, demo_model_path
 from visionrt.pipeline import Pipeline
 from visionrt.sinks import JsonlSink, Sink, VideoSink
-from visionrt.sinks.base import check_writable
+from visionrt.sinks.base import check_writable, partial_path
 from visionrt.telemetry.report import TelemetryWriter, print_summary
+from visionrt.telemetry.stats import RunSummary
 from visionrt.tune.plan import Plan, cached_plan, fingerprint_differences
 from visionrt.types import FrameResult
 
@@ -92,6 +93,7 @@ def _make_sinks(config: RunConfig, pipeline: Pipeline) -> list[Sink]:
     for i, source in enumerate(pipeline.sources):
         stem = Path(source.name.rstrip("/")).stem or f"source{i}"
         stems.append(stem if stem not in stems else f"{stem}-{i}")
+    check_writable(out / "summary.json")  # also when no other output is asked for
     sinks: list[Sink] = []
     if config.output.video:  # first: an unknown encoder fails before any file is opened
         for i, source in enumerate(pipeline.sources):
@@ -265,59 +267,22 @@ def run_command(
         cfg.source,
         cfg.pipeline,
     )
-    info = pipeline.backend.info
-    console.print(
-        f"model {Path(cfg.model).name} · {info.runtime} {info.version} on {info.device}"
-        f" ({info.precision}) · input {pipeline.input_hw[0]}x{pipeline.input_hw[1]}"
-        f" · {'live' if pipeline.live else 'file'} mode"
-    )
-    if info.precision == "fp32" and "BF16" in info.details.get("capabilities", ()):
-        # OpenVINO would pick bf16 by itself on this CPU; we run what was asked, and say so.
-        console.print(
-            "note: this CPU has bf16, which this run does not use;"
-            " `visionrt tune` measures bf16 and INT8 plans against this reference"
-        )
-    sinks = _make_sinks(cfg, pipeline)
+    try:
+        _describe(pipeline, cfg.model, console)
+        sinks = _make_sinks(cfg, pipeline)
+        telemetry = cfg.output.telemetry
+        writer = TelemetryWriter(pipeline.telemetry, telemetry).start() if telemetry else None
+    except BaseException:
+        pipeline.close()  # nothing ran: let go of the backend and the sources
+        raise
     _install_signal_handlers(pipeline)
-    total = None if pipeline.live else sum(s.frame_count for s in pipeline.sources) or None
-    if cfg.source.max_frames and total:
-        total = min(total, cfg.source.max_frames * len(pipeline.sources))
-    with ExitStack() as stack:
-        progress = stack.enter_context(
-            Progress(
-                TextColumn("[bold]run"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[fps]:.1f} FPS"),
-                TimeElapsedColumn(),
-                console=console,
-                transient=True,
-                disable=quiet,
-            )
-        )
-        task = progress.add_task("run", total=total, fps=0.0)
-        if cfg.output.telemetry:
-            stack.enter_context(TelemetryWriter(pipeline.telemetry, cfg.output.telemetry))
-
-        def advance(_result: FrameResult) -> None:
-            elapsed = pipeline.telemetry.elapsed()
-            done = pipeline.telemetry.frames_out
-            progress.update(task, completed=done, fps=done / elapsed if elapsed else 0.0)
-
-        error: BaseException | None = None
-        try:
-            summary = pipeline.run(sinks, on_result=None if quiet else advance)
-        except (VisionRTError, KeyboardInterrupt) as err:  # the summary still says what ran
-            error, summary = err, pipeline.summary()
-        finally:
-            pipeline.close()
+    summary, error = _run(pipeline, sinks, writer, cfg, console, quiet)
     summary_path = Path(cfg.output.dir) / "summary.json"
     summary.outputs.append(str(summary_path))
     try:
-        summary_path.write_text(json.dumps(summary.to_json(), indent=2), encoding="utf-8")
-    except OSError as err:
-        if error is None:
-            raise SinkError(f"cannot write {summary_path}: {err.strerror or err}") from err
+        _write_summary(summary, summary_path)
+    except SinkError as err:
+        error = error or err  # the error that ended the run is the one to report
     if not quiet:
         print_summary(summary, console)
         for path in summary.outputs:
@@ -330,3 +295,88 @@ def run_command(
         raise SourceError(f"{summary.error} (outputs finalized with {summary.frames_out} frames)")
     if summary.interrupted:
         raise Interrupted(f"interrupted: outputs finalized with {summary.frames_out} frames")
+
+
+def _describe(pipeline: Pipeline, model: str, console: Console) -> None:
+    info = pipeline.backend.info
+    console.print(
+        f"model {Path(model).name} · {info.runtime} {info.version} on {info.device}"
+        f" ({info.precision}) · input {pipeline.input_hw[0]}x{pipeline.input_hw[1]}"
+        f" · {'live' if pipeline.live else 'file'} mode"
+    )
+    if info.precision == "fp32" and "BF16" in info.details.get("capabilities", ()):
+        # OpenVINO would pick bf16 by itself on this CPU; we run what was asked, and say so.
+        console.print(
+            "note: this CPU has bf16, which this run does not use;"
+            " `visionrt tune` measures bf16 and INT8 plans against this reference"
+        )
+
+
+def _run(
+    pipeline: Pipeline,
+    sinks: list[Sink],
+    writer: TelemetryWriter | None,
+    cfg: RunConfig,
+    console: Console,
+    quiet: bool,
+) -> tuple[RunSummary, VisionRTError | None]:
+    """Run into the sinks with a progress bar; the summary, and the error that ended the run
+    (also in `summary.error`). The pipeline and the telemetry file are closed either way."""
+    total = None if pipeline.live else sum(s.frame_count for s in pipeline.sources) or None
+    if cfg.source.max_frames and total:
+        total = min(total, cfg.source.max_frames * len(pipeline.sources))
+    error: VisionRTError | None = None
+    with Progress(
+        TextColumn("[bold]run"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[fps]:.1f} FPS"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=quiet,
+    ) as progress:
+        task = progress.add_task("run", total=total, fps=0.0)
+
+        def advance(_result: FrameResult) -> None:
+            elapsed = pipeline.telemetry.elapsed()
+            done = pipeline.telemetry.frames_out
+            progress.update(task, completed=done, fps=done / elapsed if elapsed else 0.0)
+
+        try:
+            summary = pipeline.run(sinks, on_result=None if quiet else advance)
+        except VisionRTError as err:  # the summary still says what ran
+            error, summary = err, pipeline.summary()
+        except KeyboardInterrupt:  # the second signal: the sinks were finalized on the way out
+            summary = pipeline.summary()
+            error = Interrupted(f"aborted: outputs finalized with {summary.frames_out} frames")
+        finally:
+            pipeline.close()
+            telemetry_error = _close_telemetry(writer)
+    error = error or telemetry_error
+    if error is not None and not summary.error:
+        summary.error = str(error)
+    return summary, error
+
+
+def _close_telemetry(writer: TelemetryWriter | None) -> SinkError | None:
+    if writer is None:
+        return None
+    try:
+        writer.close()
+    except SinkError as err:
+        return err
+    return None
+
+
+def _write_summary(summary: RunSummary, path: Path) -> None:
+    """summary.json, whole or not at all (written as summary.partial.json, then renamed)."""
+    partial = partial_path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps(summary.to_json(), indent=2), encoding="utf-8")
+        partial.replace(path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise SinkError(f"cannot write {path}: {err.strerror or err}") from err

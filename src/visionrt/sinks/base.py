@@ -16,7 +16,8 @@ def partial_path(final: Path) -> Path:
 
 def check_writable(final: Path) -> None:
     """Fail now, with a SinkError, when `final` could not be written at the end of the run: its
-    folder cannot be made or written to, or `final` is itself a folder. Leaves no file behind."""
+    folder cannot be made or written to, or `final` is itself a folder. Makes the folder, leaves
+    no file."""
     if final.is_dir():
         raise SinkError(f"cannot write output {final}: it is a folder")
     try:
@@ -24,6 +25,10 @@ def check_writable(final: Path) -> None:
         probe = partial_path(final)
         probe.touch()
         probe.unlink()
+    except (FileExistsError, NotADirectoryError) as err:
+        blocker = next((p for p in final.parents if p.is_file()), None)
+        why = f"{blocker} is a file, not a folder" if blocker else err.strerror or str(err)
+        raise SinkError(f"cannot write output {final}: {why}") from err
     except OSError as err:
         raise SinkError(f"cannot write output {final}: {err.strerror or err}") from err
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -52,8 +52,10 @@ def print_summary(summary: RunSummary, console: Console | None = None) -> None:
 
 
 class TelemetryWriter:
-    """Appends one JSON line per second (counters, FPS and latency percentiles over that second,
-    queue depths, CPU, RSS) to a file, opened before the run starts so a bad path fails early."""
+    """Appends one JSON line per second (counters, FPS and glass-to-result latency percentiles
+    over that second, queue depths, CPU, RSS) to a file, opened before the run starts so a bad
+    path fails early. A write that fails later (a full disk) stops the writing, not the run:
+    `close()` (or leaving the `with` block) then raises it as a SinkError."""
 
     def __init__(self, telemetry: Telemetry, path: str | Path, interval: float = 1.0) -> None:
         self.telemetry = telemetry
@@ -61,9 +63,13 @@ class TelemetryWriter:
         self.interval = interval
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
-        self._handle: Any = None
+        self._handle: TextIO | None = None
+        self._error: SinkError | None = None
 
-    def __enter__(self) -> TelemetryWriter:
+    def start(self) -> TelemetryWriter:
+        """Open the file (a SinkError when it cannot be written) and start writing."""
+        if self.path.is_dir():
+            raise SinkError(f"cannot write telemetry {self.path}: it is a folder")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._handle = self.path.open("w", encoding="utf-8")
@@ -72,20 +78,46 @@ class TelemetryWriter:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def close(self) -> None:
+        """Write the last line, close the file; a SinkError when any line could not be written.
+        Safe to call twice."""
         self._done.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def __enter__(self) -> TelemetryWriter:
+        return self.start()
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            self.close()
+        except SinkError:
+            if exc_type is None:  # do not hide the error already on its way out
+                raise
 
     def _loop(self) -> None:
-        last_out = 0
-        with self._handle as handle:
-            while not self._done.wait(self.interval):
-                self._write(handle, last_out)
-                last_out = self.telemetry.frames_out
-            self._write(handle, last_out)
+        assert self._handle is not None
+        previous: dict[str, Any] | None = None
+        try:
+            with self._handle as handle:
+                while not self._done.wait(self.interval):
+                    previous = self._write(handle, previous)
+                self._write(handle, previous)
+        except OSError as err:
+            self._error = SinkError(f"cannot write telemetry {self.path}: {err.strerror or err}")
+            self._error.__cause__ = err
 
-    def _write(self, handle: object, last_out: int) -> None:
+    def _write(self, handle: TextIO, previous: dict[str, Any] | None) -> dict[str, Any]:
         snapshot = self.telemetry.snapshot()
-        snapshot["fps"] = round((snapshot["frames_out"] - last_out) / self.interval, 2)
-        handle.write(json.dumps(snapshot) + "\n")  # type: ignore[attr-defined]
-        handle.flush()  # type: ignore[attr-defined]
+        frames, seconds = snapshot["frames_out"], snapshot["t"]
+        if previous is not None:
+            frames -= previous["frames_out"]
+            seconds -= previous["t"]
+        # Over the time since the last line, measured: the last line covers less than a second.
+        snapshot["fps"] = round(frames / seconds, 2) if seconds > 0 else 0.0
+        handle.write(json.dumps(snapshot) + "\n")
+        handle.flush()
+        return snapshot
