@@ -13,6 +13,8 @@ from visionrt.errors import BackendUnavailable
 # Two logical CPUs, as the kernel writes them (x86): the flags line repeats per CPU.
 CPUINFO = """processor\t: {index}
 vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 106
 model name\t: Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz
 flags\t\t: fpu sse2 avx2 avx512f avx512_vnni {extra}
 bugs\t\t: spectre_v1
@@ -27,11 +29,16 @@ def cpuinfo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callabl
 
     def write(extra: str) -> None:
         path.write_text("".join(CPUINFO.format(index=i, extra=extra) for i in range(2)))
-        hardware.cpu_features.cache_clear()
+        _clear_caches()
 
     monkeypatch.setattr(hardware, "CPUINFO", path)
     yield write
-    hardware.cpu_features.cache_clear()  # the next reader sees this machine again
+    _clear_caches()  # the next reader sees this machine again
+
+
+def _clear_caches() -> None:
+    hardware.cpu_features.cache_clear()
+    hardware.cpu_model.cache_clear()
 
 
 def test_flags_are_read(cpuinfo: Callable[[str], None]) -> None:
@@ -52,12 +59,54 @@ def test_unreadable_cpuinfo_gives_no_features(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(hardware, "CPUINFO", tmp_path / "absent")  # as on macOS or Windows
-    hardware.cpu_features.cache_clear()
+    _clear_caches()
     try:
         assert hardware.cpu_features() == frozenset()
         assert not hardware.cpu_has_bf16()
+        assert hardware.cpu_model() == ""
     finally:
-        hardware.cpu_features.cache_clear()
+        _clear_caches()
+
+
+def test_model_name_carries_family_and_model(cpuinfo: Callable[[str], None]) -> None:
+    cpuinfo("")
+    assert hardware.cpu_model() == (
+        "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz (family 6 model 106)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A VM that reports only the brand: the numbers still tell Zen 3 from Zen 4.
+        (
+            "cpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\n",
+            "AMD EPYC (family 25 model 17)",
+        ),
+        ("model name\t: Some CPU\n\nprocessor\t: 1\ncpu family\t: 6\n", "Some CPU"),
+        ("processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd\n", ""),  # arm64
+    ],
+    ids=["brand-only-vm", "first-cpu-only", "no-model-name"],
+)
+def test_model_name_from_odd_cpuinfo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, expected: str
+) -> None:
+    path = tmp_path / "cpuinfo"
+    path.write_text(text)
+    monkeypatch.setattr(hardware, "CPUINFO", path)
+    _clear_caches()
+    try:
+        assert hardware.cpu_model() == expected
+    finally:
+        _clear_caches()
+
+
+def test_bf16_follows_patched_features(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tests force a CPU kind by patching the module, so cpu_has_bf16 must look it up there.
+    monkeypatch.setattr(hardware, "cpu_features", lambda: frozenset({"avx512f", "avx512_vnni"}))
+    assert not hardware.cpu_has_bf16()
+    monkeypatch.setattr(hardware, "cpu_features", lambda: frozenset({"amx_bf16"}))
+    assert hardware.cpu_has_bf16()
 
 
 @pytest.mark.parametrize(
@@ -96,6 +145,8 @@ def test_doctor_reports_the_features_hardware_read(cpuinfo: Callable[[str], None
     from visionrt.cli.doctor import doctor_report
 
     cpuinfo("avx512_bf16 amx_tile amx_bf16")
-    assert doctor_report()["cpu_flags"] == [
+    report = doctor_report()
+    assert report["cpu"] == "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz (family 6 model 106)"
+    assert report["cpu_flags"] == [
         "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16"
     ]  # fmt: skip

@@ -378,6 +378,50 @@ def test_pt_allow_list_covers_a_real_checkpoint() -> None:
     assert named <= PT_ALLOWED_GLOBALS, f"not allow-listed: {sorted(named - PT_ALLOWED_GLOBALS)}"
 
 
+_FAKE_DETECTION_MODEL = '''
+import torch
+from torch import nn
+
+
+class DetectionModel(nn.Module):
+    """Stands in for Ultralytics': its pickled name, `names`, `stride`, (predictions, maps)."""
+
+    def __init__(self, names):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4 + len(names), 1)
+        self.names = names
+        self.stride = torch.tensor([8.0, 16.0, 32.0])
+
+    def forward(self, images):
+        maps = self.conv(images)
+        pooled = [nn.functional.avg_pool2d(maps, int(s)).flatten(2) for s in self.stride]
+        return torch.cat(pooled, 2), pooled
+'''
+
+
+def test_pt_loads_with_its_class_names_in_id_order(tmp_path: Path, fake_ultralytics: Path) -> None:
+    # Through the real path: allow-list, import of the allowed class, weights_only load.
+    (fake_ultralytics / "nn").mkdir()
+    (fake_ultralytics / "nn" / "__init__.py").write_text("")
+    (fake_ultralytics / "nn" / "tasks.py").write_text(_FAKE_DETECTION_MODEL)
+    tasks = importlib.import_module("ultralytics.nn.tasks")
+    net = tasks.DetectionModel({2: "car", 0: "person", 1: "bicycle"}).eval()
+    checkpoint = tmp_path / "best.pt"
+    torch.save({"model": net, "train_args": {"imgsz": 64}}, checkpoint)
+
+    from visionrt.model import spec_from_backend
+
+    backend = load_backend("torch", checkpoint, BackendOptions(threads=1))
+    assert backend.info.details["class_names"] == ["person", "bicycle", "car"]
+    assert backend.info.details["source"] == "ultralytics .pt"
+    assert backend.info.outputs[0].shape == (1, 7, 8 * 8 + 4 * 4 + 2 * 2)
+    assert spec_from_backend(checkpoint, backend.info).class_names == ("person", "bicycle", "car")
+    x = RNG.random((1, 3, 64, 64), np.float32)
+    with torch.inference_mode():
+        expected = net(torch.from_numpy(x))[0].numpy()
+    np.testing.assert_allclose(backend.infer({"images": x})[0], expected, atol=1e-5)
+
+
 def test_pt_real_checkpoint_gets_past_the_allow_list(fake_ultralytics: Path) -> None:
     # Allowed names are imported; the empty ultralytics lacks them, which is one clear error.
     with pytest.raises(ModelLoadError, match=r"needs ultralytics\..* which the installed"):

@@ -131,7 +131,16 @@ def _allowed_classes(path: Path) -> list[Any]:
     return classes
 
 
-def _load_pt(path: Path, options: BackendOptions) -> tuple[nn.Module, TensorSpec, TensorSpec]:
+def _class_names(names: object) -> list[str]:
+    """Class names in id order: Ultralytics keeps a dict id → name, older YOLOv5 a list."""
+    if isinstance(names, dict):
+        return [str(names[key]) for key in sorted(names)]
+    return [str(name) for name in names] if isinstance(names, list | tuple) else []
+
+
+def _load_pt(
+    path: Path, options: BackendOptions
+) -> tuple[nn.Module, TensorSpec, TensorSpec, list[str]]:
     if importlib.util.find_spec("ultralytics") is None:
         raise BackendUnavailable(
             f"{path.name} is an Ultralytics checkpoint and needs the 'ultralytics' package"
@@ -154,14 +163,13 @@ def _load_pt(path: Path, options: BackendOptions) -> tuple[nn.Module, TensorSpec
     imgsz = checkpoint.get("train_args", {}).get("imgsz", 640)
     height, width = options.input_size or ((imgsz, imgsz) if isinstance(imgsz, int) else imgsz)
     anchors = sum((height // int(s)) * (width // int(s)) for s in net.stride)
-    names = getattr(net, "names", None) or {}
+    names = _class_names(getattr(net, "names", None))
     classes_count = len(names) or int(net.yaml.get("nc", 80))
-    # Class names in id order, for the model facts a .pt cannot give without loading it.
-    net.class_names = [str(names[k]) for k in sorted(names)] if isinstance(names, dict) else []
     return (
         _FirstOutput(net).requires_grad_(False),
         TensorSpec("images", (options.batch, 3, height, width), "float32"),
         TensorSpec("output0", (options.batch, 4 + classes_count, anchors), "float32"),
+        names,
     )
 
 
@@ -218,8 +226,8 @@ class TorchBackend(Backend):
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
             details.update(cudnn_benchmark=benchmark, tf32=tf32, gpu=torch.cuda.get_device_name())
         if model.suffix == ".pt":
-            module, input_spec, output_spec = _load_pt(model, options)
-            details["class_names"] = list(getattr(module.net, "class_names", []))
+            # The model facts of a .pt (class names) are known only once it is loaded.
+            module, input_spec, output_spec, details["class_names"] = _load_pt(model, options)
         else:  # an ONNX detector at another input size: load a rewritten copy (cached)
             sized = sized_model(model, options.input_size, options.cache_dir)
             module, input_spec, output_spec = _load_onnx(sized, options)

@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from visionrt import hardware
 from visionrt.backends.registry import AUTO_ORDER, ROWS, unavailable_reason
 from visionrt.errors import VisionRTError
-from visionrt.hardware import cpu_features
 from visionrt.model import DEMO_VIDEO, demo_model_path
 from visionrt.system import summarize, system_findings
 
@@ -28,7 +28,7 @@ def _version(package: str) -> str:
 
 
 def _cpu_flags() -> list[str]:
-    features = cpu_features()
+    features = hardware.cpu_features()
     wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
     return [f for f in wanted if f in features]
 
@@ -42,6 +42,7 @@ def doctor_report() -> dict[str, Any]:
         "python": platform.python_version(),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
+        "cpu": hardware.cpu_model() or "unknown",
         "cpu_flags": _cpu_flags(),
         "packages": {
             p: _version(p)
@@ -75,7 +76,7 @@ def doctor_command(
         return
     console = Console()
     table = Table(title="visionrt doctor", show_header=False)
-    for key in ("python", "machine", "cpus"):
+    for key in ("python", "machine", "cpu", "cpus"):
         table.add_row(key, str(report[key]))
     table.add_row("cpu features", ", ".join(report["cpu_flags"]) or "none of note")
     for name, version in report["packages"].items():
