@@ -33,6 +33,37 @@ class OutputOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class DepthConfig:
+    """A depth model beside the detector (`model` "": none), on the sources named in `on`
+    (empty: every source). `short_side` is its input's short side in pixels (a multiple of 14:
+    266, 364 or 518); `on_nonfinite` is what a NaN/Inf depth map does: recompute the frame in
+    FP32, or fail the run. `video` writes a colourised depth MP4 per source; `maps` writes
+    every depth map as `png` (16-bit) or `npy` files ("" none)."""
+
+    model: str = ""
+    on: tuple[str, ...] = ()
+    backend: str = ""
+    inference: BackendOptions = field(default_factory=BackendOptions)
+    short_side: int = 518
+    on_nonfinite: str = "recompute"
+    video: bool = True
+    maps: str = ""
+
+    def __post_init__(self) -> None:
+        if self.short_side < 14 or self.short_side % 14:
+            raise ConfigError(
+                f"depth.short_side: expected a multiple of 14 (266, 364, 518), got"
+                f" {self.short_side}"
+            )
+        if self.on_nonfinite not in ("recompute", "fail"):
+            raise ConfigError(
+                f"depth.on_nonfinite: expected recompute or fail, got '{self.on_nonfinite}'"
+            )
+        if self.maps not in ("", "png", "npy"):
+            raise ConfigError(f"depth.maps: expected png, npy or nothing, got '{self.maps}'")
+
+
+@dataclass(frozen=True, slots=True)
 class RunConfig:
     """Everything `visionrt run` needs; each section is the options dataclass of its stage."""
 
@@ -44,6 +75,7 @@ class RunConfig:
     postprocess: PostprocessOptions = field(default_factory=PostprocessOptions)
     pipeline: PipelineOptions = field(default_factory=PipelineOptions)
     output: OutputOptions = field(default_factory=OutputOptions)
+    depth: DepthConfig = field(default_factory=DepthConfig)
 
 
 def _type_name(hint: Any) -> str:

@@ -136,29 +136,75 @@ class Detections:
 
 
 @dataclass(frozen=True, slots=True)
+class DepthMap:
+    """Depth of one frame at source resolution: `values` (H, W) float32.
+
+    `metric` True: metres from the camera; False: relative inverse depth (larger is nearer, no
+    unit), what Depth Anything's relative models give. `recomputed` says reduced precision gave
+    NaN/Inf and the frame was recomputed in FP32."""
+
+    values: npt.NDArray[np.float32]
+    metric: bool = False
+    recomputed: bool = False
+
+    @property
+    def units(self) -> str:
+        return "metres" if self.metric else "relative inverse depth"
+
+    def stats(self) -> dict[str, float]:
+        """min, max, mean and median over the finite values (all NaN when there are none)."""
+        finite = self.values[np.isfinite(self.values)]
+        if finite.size == 0:
+            nan = float("nan")
+            return {"min": nan, "max": nan, "mean": nan, "median": nan}
+        return {
+            "min": float(finite.min()),
+            "max": float(finite.max()),
+            "mean": float(finite.mean()),
+            "median": float(np.median(finite)),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class FrameResult:
-    """What the pipeline yields per frame: the frame, its detections, and per-stage seconds."""
+    """What the pipeline yields per frame: the frame, its detections, and per-stage seconds;
+    with a depth task, its `depth` map and each detection's `distance` (NaN where the box has no
+    finite depth), in `depth.units`."""
 
     frame: Frame
     detections: Detections
     timings: dict[str, float]
     class_names: tuple[str, ...] = ()
+    depth: DepthMap | None = None
+    distance: npt.NDArray[np.float32] | None = None
 
     def to_json(self) -> dict[str, Any]:
         det = self.detections
         names = self.class_names
-        return {
+        rows: list[dict[str, Any]] = [
+            {
+                "xyxy": [round(float(v), 2) for v in det.xyxy[i]],
+                "confidence": round(float(det.confidence[i]), 4),
+                "class_id": int(det.class_id[i]),
+                "class_name": names[det.class_id[i]] if det.class_id[i] < len(names) else "",
+            }
+            for i in range(len(det))
+        ]
+        if self.distance is not None:
+            for row, value in zip(rows, self.distance, strict=True):
+                row["distance"] = round(float(value), 4) if np.isfinite(value) else None
+        line: dict[str, Any] = {
             "source": self.frame.source_name,
             "source_id": self.frame.source_id,
             "frame": self.frame.index,
             "timestamp": round(self.frame.timestamp, 6),
-            "detections": [
-                {
-                    "xyxy": [round(float(v), 2) for v in det.xyxy[i]],
-                    "confidence": round(float(det.confidence[i]), 4),
-                    "class_id": int(det.class_id[i]),
-                    "class_name": names[det.class_id[i]] if det.class_id[i] < len(names) else "",
-                }
-                for i in range(len(det))
-            ],
+            "detections": rows,
         }
+        if self.depth is not None:
+            stats = self.depth.stats()
+            line["depth"] = {
+                "units": self.depth.units,
+                "recomputed": self.depth.recomputed,
+                **{k: round(v, 4) if np.isfinite(v) else None for k, v in stats.items()},
+            }
+        return line

@@ -1,5 +1,5 @@
-"""How stage threads hand frames on: bounded queues whose blocking calls give up when the run
-aborts, the live-mode "freshest frame wins" hand-over, and helper-thread priority."""
+"""How stage threads hand frames on: the values in flight, bounded queues whose blocking calls
+give up when the run aborts, and helper-thread priority."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 
-from visionrt.types import Frame, Letterbox
+from visionrt.types import Frame
 
 POLL = 0.1  # seconds a blocked stage waits before re-checking for an abort
 # After stop(), how long a stage waits for a reader stuck in I/O (a stalled stream can block in
@@ -24,14 +23,29 @@ READER_GRACE = 1.0
 
 @dataclass(slots=True)
 class Item:
-    """A frame on its way through the stages (internal to the pipeline)."""
+    """A frame on its way through the stages (internal to the pipeline): numbered `seq` per
+    source once it survives the live staleness check; `waiting` counts the tasks scheduled on
+    it that have not reported; `results` holds each task's decoded result by task name."""
 
     frame: Frame
     seq: int = 0
-    letterbox: Letterbox | None = None
-    slot: int = -1
-    output: npt.NDArray[np.float32] | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    results: dict[str, Any] = field(default_factory=dict)
+    waiting: int = 0
+    dropped: bool = False
+
+
+@dataclass(slots=True)
+class Job:
+    """One task's share of a frame: the input buffer slot it was prepared into, the geometry to
+    map back, then the raw output. `dropped`: evicted before inference (live mode)."""
+
+    item: Item
+    lane: int
+    slot: int = -1
+    geometry: Any = None
+    output: npt.NDArray[Any] | None = None
+    dropped: bool = False
 
 
 class _End:
@@ -62,51 +76,33 @@ class Flow:
                 if self.aborting.is_set():
                     return False
 
-    def get(self, source: queue.Queue[Any], readers_grace: bool = False) -> Any:
-        """Blocking get; END when the run is aborting, and with `readers_grace` also once stop
-        is older than READER_GRACE and nothing arrives (readers stuck in I/O)."""
+    def get(self, source: queue.Queue[Any]) -> Any:
+        """Blocking get; END when the run is aborting."""
         while True:
             try:
                 return source.get(timeout=POLL)
             except queue.Empty:
                 if self.aborting.is_set():
                     return END
-                if readers_grace and self.stopping.is_set():
-                    if self._stop_seen is None:
-                        self._stop_seen = time.monotonic()
-                    elif time.monotonic() - self._stop_seen > READER_GRACE:
-                        return END
 
-    @property
-    def readers_given_up(self) -> bool:
-        """True once `get(..., readers_grace=True)` stopped waiting for stuck readers."""
-        return self._stop_seen is not None and time.monotonic() - self._stop_seen > READER_GRACE
-
-    @staticmethod
-    def put_latest(target: queue.Queue[Any], item: Item, on_drop: Callable[[Item], None]) -> None:
-        """Live mode: never wait; the oldest waiting frame makes room and goes to `on_drop`."""
-        while True:
-            try:
-                target.put_nowait(item)
-                return
-            except queue.Full:
-                try:
-                    old = target.get_nowait()
-                except queue.Empty:
-                    continue
-                if old is END:  # keep end markers; they are not frames
-                    target.put(old)
-                    continue
-                on_drop(old)
+    def readers_overdue(self) -> bool:
+        """True once stop() is older than READER_GRACE: readers still reading are stuck in I/O
+        (a stalled stream can block in FFmpeg for its whole read timeout) and have no frame in
+        flight to finish, so the stages after them stop waiting."""
+        if not self.stopping.is_set():
+            return False
+        if self._stop_seen is None:
+            self._stop_seen = time.monotonic()
+        return time.monotonic() - self._stop_seen > READER_GRACE
 
     def wait_for(
         self,
         readers: list[threading.Thread],
         workers: list[threading.Thread],
-        queues: list[queue.Queue[Any]],
-        release: Callable[[Item], None],
+        drains: list[Callable[[], None]],
     ) -> None:
-        """Let the stage threads end, draining `queues` so no producer stays blocked.
+        """Let the stage threads end, calling `drains` (which empty the queues and give their
+        buffers back) so no producer stays blocked.
 
         Aborting, threads only need to notice (they poll every POLL). A reader blocked in I/O is
         a daemon and is waited for briefly: it has no frame in flight."""
@@ -116,14 +112,8 @@ class Flow:
         while (any(t.is_alive() for t in workers) and time.monotonic() < workers_until) or (
             any(t.is_alive() for t in readers) and time.monotonic() < readers_until
         ):
-            for waiting in queues:
-                while True:
-                    try:
-                        item = waiting.get_nowait()
-                    except queue.Empty:
-                        break
-                    if isinstance(item, Item):
-                        release(item)
+            for drain in drains:
+                drain()
             time.sleep(0.01)
 
 

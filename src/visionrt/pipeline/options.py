@@ -22,6 +22,9 @@ class PipelineOptions:
     # idle moments instead of preempting its workers (which stalls all of them at the next
     # barrier). 0 leaves them at the process's priority.
     helper_nice: int = 10
+    # How long an inference worker waits for more frames to fill a batch once it has one; 0
+    # sends a batch with what is there (live mode should never wait for a stalled camera).
+    batch_wait_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if self.queue_size < 1:
@@ -32,5 +35,9 @@ class PipelineOptions:
             raise ConfigError(f"pipeline.warmup: expected >= 0, got {self.warmup}")
         if not 0 <= self.helper_nice <= 19:
             raise ConfigError(f"pipeline.helper_nice: expected 0 to 19, got {self.helper_nice}")
+        if not 0 <= self.batch_wait_ms <= 1000:
+            raise ConfigError(
+                f"pipeline.batch_wait_ms: expected 0 to 1000, got {self.batch_wait_ms}"
+            )
         if self.opencv_threads < 0:
             raise ConfigError(f"pipeline.opencv_threads: expected >= 0, got {self.opencv_threads}")

@@ -25,6 +25,8 @@ class DetectTask:
     `backend` "" picks the runtime that reads the file; a loaded Backend can be shared by several
     tasks in turn (its caller closes it)."""
 
+    name = "detect"
+
     def __init__(
         self,
         model: str | Path,

@@ -55,6 +55,14 @@ class RunSummary:
         return data
 
 
+@dataclass(slots=True)
+class _SourceCounts:
+    frames_in: int = 0
+    frames_out: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)
+    latency: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
+
+
 class Telemetry:
     """Thread-safe sink for the pipeline's measurements (deque appends are atomic)."""
 
@@ -67,6 +75,7 @@ class Telemetry:
         self.frames_in = 0
         self.frames_out = 0
         self.dropped: Counter[str] = Counter()
+        self._per_source: dict[str, _SourceCounts] = {}
         self._lock = threading.Lock()
         self._process = psutil.Process()
         self.started = 0.0
@@ -94,19 +103,50 @@ class Telemetry:
         with self._lock:
             self._gauges = {**self._gauges, name: read}
 
-    def frame_in(self) -> None:
+    def frame_in(self, source: str = "") -> None:
         with self._lock:
             self.frames_in += 1
+            self._source(source).frames_in += 1
 
-    def frame_out(self, latency: float) -> None:
+    def frame_out(self, latency: float, source: str = "") -> None:
         self.latency.append(latency)
         with self._lock:
             self.frames_out += 1
             self._window.append(latency)
+            counts = self._source(source)
+            counts.frames_out += 1
+            counts.latency.append(latency)
 
-    def drop(self, stage: str, reason: str, count: int = 1) -> None:
+    def drop(self, stage: str, reason: str, source: str = "", count: int = 1) -> None:
         with self._lock:
             self.dropped[f"{stage}: {reason}"] += count
+            self._source(source).dropped[f"{stage}: {reason}"] += count
+
+    def _source(self, name: str) -> _SourceCounts:
+        counts = self._per_source.get(name)
+        if counts is None:
+            counts = self._per_source[name] = _SourceCounts()
+        return counts
+
+    def per_source(self) -> dict[str, dict[str, Any]]:
+        """Frames in/out, drops by reason, FPS and glass-to-result latency (ms) per source name
+        (sources the caller did not name share "")."""
+        seconds = self.elapsed()
+        with self._lock:
+            counts = {
+                name: (c.frames_in, c.frames_out, dict(c.dropped), list(c.latency))
+                for name, c in self._per_source.items()
+            }
+        return {
+            name: {
+                "frames_in": frames_in,
+                "frames_out": frames_out,
+                "dropped": dropped,
+                "fps": round(frames_out / seconds, 3) if seconds > 0 else 0.0,
+                "latency_ms": {k: round(v, 3) for k, v in percentiles(latency).items()},
+            }
+            for name, (frames_in, frames_out, dropped, latency) in counts.items()
+        }
 
     def elapsed(self) -> float:
         """Seconds since `start()` (until `stop()`); 0 before the run started."""

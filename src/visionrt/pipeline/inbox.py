@@ -1,0 +1,122 @@
+"""Per-source inboxes between two stages, taken round-robin: a batcher's fairness and live
+mode's "freshest frame wins" without one camera evicting another's frames."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from visionrt.pipeline.flow import POLL
+
+T = TypeVar("T")
+
+
+class Inboxes(Generic[T]):
+    """One bounded inbox per source.
+
+    File mode `put` waits while its source's inbox is full (back-pressure, nothing lost). Live
+    `put` never waits: the oldest item *of the same source* makes room and goes to `on_evict`.
+    `take` hands out up to `most` items round-robin across sources, so a fast source cannot
+    starve a slow one; several consumers may take at once. Every blocking call gives up when
+    `aborting` is set; `take` also once `give_up()` says the producers will not come back
+    (readers stuck in I/O after a stop)."""
+
+    def __init__(
+        self,
+        capacity: int,
+        aborting: threading.Event,
+        give_up: Callable[[], bool] | None = None,
+    ) -> None:
+        self.capacity = max(1, capacity)
+        self._aborting = aborting
+        self._give_up = give_up
+        self._lock = threading.Condition()
+        self._boxes: dict[int, deque[T]] = {}
+        self._cursor = 0
+        self._closed = False
+
+    def put(
+        self, source: int, item: T, live: bool, on_evict: Callable[[T], None] | None = None
+    ) -> bool:
+        """Add an item; False when the run is aborting (the item was not added)."""
+        evicted: T | None = None
+        with self._lock:
+            box = self._boxes.setdefault(source, deque())
+            if live:
+                if len(box) >= self.capacity:
+                    evicted = box.popleft()
+            else:
+                while len(box) >= self.capacity:
+                    if self._aborting.is_set():
+                        return False
+                    self._lock.wait(POLL)
+            box.append(item)
+            self._lock.notify_all()
+        if evicted is not None and on_evict is not None:
+            on_evict(evicted)
+        return True
+
+    def close(self) -> None:
+        """No more puts: consumers get what is left, then an empty list."""
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+
+    def take(self, most: int, wait: float = 0.0) -> list[T]:
+        """Up to `most` items, round-robin across sources. Waits for the first; then up to
+        `wait` seconds for more (0: only what is there). Empty: closed and drained, or
+        aborting."""
+        with self._lock:
+            while not self._waiting():
+                if self._closed or self._aborting.is_set():
+                    return []
+                if self._give_up is not None and self._give_up():
+                    return []
+                self._lock.wait(POLL)
+            if self._aborting.is_set():
+                return []
+            taken = self._pick(most)
+            deadline = time.monotonic() + wait
+            while len(taken) < most and not self._closed and not self._aborting.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._lock.wait(left)
+                taken += self._pick(most - len(taken))
+            self._lock.notify_all()  # producers waiting for room
+            return taken
+
+    def drain(self) -> list[T]:
+        """Everything waiting (the end of an aborted run)."""
+        with self._lock:
+            items = [item for box in self._boxes.values() for item in box]
+            for box in self._boxes.values():
+                box.clear()
+            self._lock.notify_all()
+            return items
+
+    def depth(self) -> int:
+        """Items waiting now, over all sources."""
+        return sum(len(box) for box in list(self._boxes.values()))
+
+    def _waiting(self) -> bool:
+        return any(self._boxes.values())
+
+    def _pick(self, most: int) -> list[T]:
+        """One item per non-empty source per round, starting after the last source served."""
+        taken: list[T] = []
+        sources = sorted(self._boxes)
+        if not sources:
+            return taken
+        start = next((i for i, s in enumerate(sources) if s >= self._cursor), 0)
+        order = sources[start:] + sources[:start]
+        while len(taken) < most and any(self._boxes[s] for s in order):
+            for source in order:
+                box = self._boxes[source]
+                if box and len(taken) < most:
+                    taken.append(box.popleft())
+                    self._cursor = source + 1
+        return taken

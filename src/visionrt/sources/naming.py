@@ -1,0 +1,42 @@
+"""Source names: `rgb=cam0.mp4` names a source; a bare path is named after its file stem."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from visionrt.errors import ConfigError
+
+_NAMED = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)=(.+)")
+
+
+def split_name(spec: str) -> tuple[str, str]:
+    """`'rgb=cam0.mp4'` → `('rgb', 'cam0.mp4')`; a spec without a name → `('', spec)`.
+
+    A URL's query (`rtsp://h/s?a=b`) is not a name (its scheme comes first), and a file that
+    exists under the whole string keeps it as its path."""
+    match = _NAMED.fullmatch(spec)
+    if match is None or Path(spec).exists():
+        return "", spec
+    return match.group(1), match.group(2)
+
+
+def default_name(spec: str, index: int) -> str:
+    """A source's name when the user gave none: its file stem (`/dev/video2` → `video2`)."""
+    return Path(spec.rstrip("/")).stem or f"source{index}"
+
+
+def unique_names(names: Sequence[str], given: Sequence[bool]) -> list[str]:
+    """Names made unique: a name the user gave twice is an error, a default name seen before
+    gets the source's index (`vtest`, `vtest-1`)."""
+    chosen = [n for n, g in zip(names, given, strict=True) if g]
+    twice = sorted({n for n in chosen if chosen.count(n) > 1})
+    if twice:
+        raise ConfigError(f"source name '{twice[0]}' given twice: expected unique names")
+    result: list[str] = []
+    for i, (name, is_given) in enumerate(zip(names, given, strict=True)):
+        if not is_given and (name in result or name in chosen):
+            name = f"{name}-{i}"
+        result.append(name)
+    return result

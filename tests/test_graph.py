@@ -1,0 +1,188 @@
+"""The stage graph's parts: per-source inboxes (round-robin batches, live eviction that stays
+within a source), source names, and several sources through one pipeline with per-source
+accounting and batches that mix cameras."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import write_video
+
+from visionrt import BackendOptions, Pipeline, PipelineOptions, SourceOptions
+from visionrt.errors import ConfigError
+from visionrt.pipeline.inbox import Inboxes
+from visionrt.sources.naming import default_name, split_name, unique_names
+
+
+def _inboxes(capacity: int = 4) -> Inboxes[str]:
+    return Inboxes(capacity, threading.Event())
+
+
+def test_take_is_round_robin_across_sources() -> None:
+    box = _inboxes()
+    for i in range(3):
+        box.put(0, f"a{i}", live=False)
+    box.put(1, "b0", live=False)
+    box.put(2, "c0", live=False)
+    assert box.take(4) == ["a0", "b0", "c0", "a1"]
+    # The next batch starts after the last source served: a1 came from source 0, so source 1
+    # is first again, but it is empty now.
+    box.put(1, "b1", live=False)
+    assert box.take(2) == ["b1", "a2"]
+
+
+def test_live_eviction_never_touches_another_source() -> None:
+    box = _inboxes(capacity=1)
+    evicted: list[str] = []
+    box.put(0, "slow0", live=True, on_evict=evicted.append)
+    for i in range(5):  # a fast camera floods its own inbox
+        box.put(1, f"fast{i}", live=True, on_evict=evicted.append)
+    assert evicted == ["fast0", "fast1", "fast2", "fast3"]
+    assert sorted(box.take(8)) == ["fast4", "slow0"]
+
+
+def test_file_mode_put_waits_for_room_and_nothing_is_lost() -> None:
+    box = _inboxes(capacity=2)
+    put: list[int] = []
+
+    def produce() -> None:
+        for i in range(6):
+            box.put(0, str(i), live=False)
+            put.append(i)
+        box.close()
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    time.sleep(0.2)
+    assert len(put) == 2  # blocked on the full inbox
+    taken: list[str] = []
+    while batch := box.take(3):
+        taken += batch
+    producer.join(2)
+    assert taken == [str(i) for i in range(6)]
+
+
+def test_take_waits_up_to_the_batch_wait_then_goes_with_what_is_there() -> None:
+    box = _inboxes()
+    box.put(0, "a", live=False)
+    threading.Timer(0.05, lambda: box.put(1, "b", live=False)).start()
+    started = time.monotonic()
+    assert box.take(3, wait=0.3) == ["a", "b"]  # b arrived in time; c never comes
+    assert 0.25 < time.monotonic() - started < 1.0
+    box.put(0, "c", live=False)
+    assert box.take(3, wait=0.0) == ["c"]  # no wait: a stalled camera holds nobody up
+
+
+def test_take_ends_on_close_and_on_abort() -> None:
+    aborting = threading.Event()
+    box: Inboxes[str] = Inboxes(2, aborting)
+    box.put(0, "x", live=False)
+    box.close()
+    assert box.take(4) == ["x"]
+    assert box.take(4) == []
+    other: Inboxes[str] = Inboxes(1, aborting)
+    other.put(0, "y", live=False)
+    aborting.set()
+    assert other.put(0, "z", live=False) is False  # full, and the run is aborting
+    assert other.take(1) == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("rgb=cam0.mp4", ("rgb", "cam0.mp4")),
+        ("slam_1=/dev/video2", ("slam_1", "/dev/video2")),
+        ("rtsp://host/stream?user=a", ("", "rtsp://host/stream?user=a")),
+        ("videos/a.mp4", ("", "videos/a.mp4")),
+        ("=x.mp4", ("", "=x.mp4")),
+    ],
+)
+def test_split_name(spec: str, expected: tuple[str, str]) -> None:
+    assert split_name(spec) == expected
+
+
+def test_a_file_whose_name_has_an_equals_sign_stays_a_path(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("a=b.mp4").touch()
+    assert split_name("a=b.mp4") == ("", "a=b.mp4")
+
+
+def test_names_default_to_stems_and_must_be_unique() -> None:
+    assert default_name("/data/vtest.avi", 0) == "vtest"
+    assert default_name("/dev/video2", 1) == "video2"
+    assert unique_names(["vtest", "vtest"], [False, False]) == ["vtest", "vtest-1"]
+    assert unique_names(["rgb", "rgb"], [True, False]) == ["rgb", "rgb-1"]
+    with pytest.raises(ConfigError, match="source name 'rgb' given twice"):
+        unique_names(["rgb", "rgb"], [True, True])
+
+
+def test_named_sources_are_accounted_per_source(tmp_path: Path, tiny_model: Path) -> None:
+    a = write_video(tmp_path / "a.mp4", frames=12)
+    b = write_video(tmp_path / "b.mp4", frames=7, width=96, height=96)
+    pipeline = Pipeline([f"rgb={a}", str(b)], tiny_model, "onnxruntime")
+    results = list(pipeline)
+    pipeline.close()
+    assert {r.frame.source_name for r in results if r.frame.source_id == 0} == {"rgb"}
+    assert [r.to_json()["source"] for r in results if r.frame.source_id == 0][:1] == ["rgb"]
+    summary = pipeline.summary()
+    rows = {row["name"]: row for row in summary.sources}
+    assert set(rows) == {"rgb", "b"}
+    assert (rows["rgb"]["frames_in"], rows["rgb"]["frames_out"]) == (12, 12)
+    assert (rows["b"]["frames_in"], rows["b"]["frames_out"]) == (7, 7)
+    assert rows["rgb"]["spec"] == str(a)
+    assert rows["rgb"]["latency_ms"]["p50"] > 0
+
+
+def test_batches_mix_sources_and_every_frame_comes_out_in_order(tiny_model: Path) -> None:
+    pipeline = Pipeline(
+        ["synthetic:64x48:20", "synthetic:64x48:20", "synthetic:64x48:20"],
+        tiny_model,
+        "null",
+        BackendOptions(batch=3, settings={"delay_ms": "15"}),
+        options=PipelineOptions(warmup=0),
+    )
+    sizes: list[int] = []
+    infer = pipeline.task.infer
+
+    def recording(rows):  # type: ignore[no-untyped-def]
+        sizes.append(len(rows))
+        return infer(rows)
+
+    pipeline.task.infer = recording  # type: ignore[method-assign]
+    seen: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    for result in pipeline:
+        seen[result.frame.source_id].append(result.frame.index)
+    pipeline.close()
+    assert all(indices == list(range(20)) for indices in seen.values())
+    assert sum(sizes) == 60
+    # Inference is the slow stage, so its inbox holds a frame of every camera: full batches.
+    assert sizes.count(3) >= 15, sizes
+
+
+def test_batch_wait_must_be_sane() -> None:
+    with pytest.raises(ConfigError, match="pipeline.batch_wait_ms"):
+        PipelineOptions(batch_wait_ms=-1)
+
+
+def test_live_sources_each_keep_getting_frames_through(tiny_model: Path) -> None:
+    # Two 30 FPS cameras into a detector that manages ~40 FPS: frames are dropped, but each
+    # camera's own and never all of one camera's.
+    pipeline = Pipeline(
+        ["synthetic:64x48:45", "synthetic:64x48:45"],
+        tiny_model,
+        "null",
+        BackendOptions(settings={"delay_ms": "25"}),
+        source_options=SourceOptions(mode="live"),
+        options=PipelineOptions(warmup=0),
+    )
+    results = list(pipeline)
+    pipeline.close()
+    summary = pipeline.summary()
+    assert summary.accounted
+    for row in summary.sources:
+        assert row["frames_in"] == row["frames_out"] + sum(row["dropped"].values())
+        assert row["frames_out"] >= 10, row
+    assert len(results) == summary.frames_out
