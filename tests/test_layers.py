@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "visionrt"
-SHARED = {"types", "errors", "model", "model_reshape", "hardware"}
+SHARED = {"types", "errors", "model", "model_reshape", "model_batch", "hardware"}
 STAGES = {"sources", "preprocess", "backends", "postprocess", "sinks"}
 ALLOWED: dict[str, set[str]] = {
     **{stage: SHARED | {stage} for stage in STAGES},
@@ -20,6 +20,7 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "model": {"errors", "types"},
     "model_reshape": {"errors", "model"},
+    "model_batch": {"errors", "model", "model_reshape"},
     "hardware": {"errors"},
 }
 

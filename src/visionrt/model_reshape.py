@@ -40,7 +40,7 @@ def make_anchors(
     return np.concatenate(points, axis=1), np.concatenate(stride_rows, axis=1)
 
 
-def _constants(graph: Any) -> Iterator[tuple[str, Any]]:
+def constant_tensors(graph: Any) -> Iterator[tuple[str, Any]]:
     """(name, TensorProto) of every initializer and Constant node value in `graph`."""
     for init in graph.initializer:
         yield init.name, init
@@ -120,7 +120,9 @@ def reshape_detector_onnx(src: Path, height: int, width: int, dst: Path) -> Path
     if not all(old_hw):
         raise ModelLoadError(f"{src}: input '{inputs[0].name}' is already dynamic in H and W")
 
-    tensors = [(name, tensor, numpy_helper.to_array(tensor)) for name, tensor in _constants(graph)]
+    tensors = [
+        (name, tensor, numpy_helper.to_array(tensor)) for name, tensor in constant_tensors(graph)
+    ]
     old_count = anchor_count(*old_hw)
     out_dims = [d.dim_value for d in graph.output[0].type.tensor_type.shape.dim]
     if old_count not in out_dims:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,9 @@ import numpy.typing as npt
 
 from visionrt.backends import Backend, BackendOptions, load_backend
 from visionrt.backends.registry import check_reads, find_row
-from visionrt.errors import ConfigError
+from visionrt.errors import ConfigError, ModelLoadError
 from visionrt.model import SELF_DESCRIBING, ModelSpec, read_model_spec, spec_from_backend
+from visionrt.model_batch import batched_model
 from visionrt.postprocess import PostprocessOptions, detect_layout
 from visionrt.postprocess.yolo import decode_one
 from visionrt.preprocess import InputLayout, compute_letterbox, letterbox_into
@@ -48,6 +50,17 @@ class DetectTask:
                 f"inference.input_size: expected height and width multiples of {stride} (the"
                 f" detector's stride), got {list(options.input_size)}"
             )
+        # An ONNX export with its batch axis fixed at 1 (users' exports often are) runs at a
+        # larger batch from a cached copy rewritten for any batch; a model that cannot be
+        # rewritten still loads, and the check below says why its batch is refused.
+        self.batch_rewritten, not_rewritten = False, ""
+        wants_batch = isinstance(backend, str) and options.batch > 1
+        if wants_batch and spec is not None and model.suffix == ".onnx" and spec.batch == 1:
+            try:
+                model = batched_model(model, options.cache_dir)
+                spec, self.batch_rewritten = replace(spec, batch=-1), True
+            except ModelLoadError as err:
+                not_rewritten = f"; it cannot be rewritten for another batch: {err}"
         self.owns_backend = isinstance(backend, str)
         self.backend: Backend = (
             load_backend(backend, model, options) if isinstance(backend, str) else backend
@@ -77,7 +90,7 @@ class DetectTask:
         if isinstance(fixed, int) and fixed > 0 and fixed != self.batch:
             raise ConfigError(
                 f"inference.batch: {info.runtime} runs this model with its batch axis fixed at"
-                f" {fixed}, got {self.batch} (export with a dynamic batch)"
+                f" {fixed}, got {self.batch} (export with a dynamic batch){not_rewritten}"
             )
         self._pad_batches = isinstance(fixed, int) and fixed > 1
 
@@ -127,6 +140,7 @@ class DetectTask:
             "input_hw": list(self.input_hw),
             "batch": self.batch,
             "concurrency": self.backend.concurrency,
+            "batch_rewritten": self.batch_rewritten,
             **info.details,
         }
 
