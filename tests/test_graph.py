@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import write_video
 
@@ -163,7 +164,7 @@ def test_batches_mix_sources_and_every_frame_comes_out_in_order(tiny_model: Path
 
 
 def test_batch_wait_must_be_sane() -> None:
-    with pytest.raises(ConfigError, match="pipeline.batch_wait_ms"):
+    with pytest.raises(ConfigError, match=r"pipeline\.batch_wait_ms"):
         PipelineOptions(batch_wait_ms=-1)
 
 
@@ -186,3 +187,38 @@ def test_live_sources_each_keep_getting_frames_through(tiny_model: Path) -> None
         assert row["frames_in"] == row["frames_out"] + sum(row["dropped"].values())
         assert row["frames_out"] >= 10, row
     assert len(results) == summary.frames_out
+
+
+def test_depth_runs_only_where_asked_and_gives_each_detection_a_distance(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    from visionrt.model import depth_model_target
+    from visionrt.pipeline import DepthOptions
+
+    depth_model = depth_model_target()
+    if not depth_model.is_file():
+        pytest.skip(f"architecture-only depth model not built at {depth_model} (make setup)")
+    a = write_video(tmp_path / "a.mp4", frames=4)
+    b = write_video(tmp_path / "b.mp4", frames=3)
+    pipeline = Pipeline(
+        [f"rgb={a}", f"slam={b}"],
+        tiny_model,
+        "onnxruntime",
+        depth=DepthOptions(depth_model, on=("rgb",), short_side=266),
+    )
+    results = list(pipeline)
+    pipeline.close()
+    assert pipeline.depth_sources() == [0]
+    rgb = [r for r in results if r.frame.source_name == "rgb"]
+    slam = [r for r in results if r.frame.source_name == "slam"]
+    assert (len(rgb), len(slam)) == (4, 3)
+    for result in rgb:
+        assert result.depth is not None
+        assert result.depth.values.shape == (96, 128)
+        assert result.distance is not None
+        assert result.distance.shape == (len(result.detections),)
+        assert np.isfinite(result.distance).all()
+    assert all(r.depth is None and r.distance is None for r in slam)
+    assert pipeline.summary().backend["depth"]["architecture_only"] is True
+    with pytest.raises(ConfigError, match="no source named 'nope'"):
+        Pipeline([str(a)], tiny_model, "onnxruntime", depth=DepthOptions(depth_model, on=("nope",)))

@@ -22,8 +22,8 @@ from visionrt.sources.synthetic import SyntheticSource
 from visionrt.sources.video import VideoSource
 from visionrt.types import Frame
 
-REPORT_KEYS = {"name", "live", "frames", "declared", "lost", "corrupt", "reconnects",
-               "gap_seconds", "ended_early", "warnings"}  # fmt: skip
+REPORT_KEYS = {"name", "live", "frames", "declared", "lost", "corrupt", "missed", "reconnects",
+               "restarts", "gap_seconds", "ended_early", "warnings"}  # fmt: skip
 FRAMES = 30
 
 
@@ -405,3 +405,21 @@ def test_a_stalled_stream_times_out_and_reconnects(serve: type[_StallingServer])
     assert report["reconnects"] == 2  # after the stall, and after the end of the second
     assert report["gap_seconds"] > 0
     assert "gave up after 1 reconnects" in report["ended_early"]
+
+
+def test_realtime_paces_a_file_like_a_camera(tmp_path: Path) -> None:
+    video = write_video(tmp_path / "paced.mp4", frames=20, fps=25)
+    source = open_source(str(video), 0, SourceOptions(realtime=True))
+    assert source.live
+    assert source.paced
+    started = time.perf_counter()
+    frames = list(source.frames())
+    elapsed = time.perf_counter() - started
+    source.close()
+    assert [f.index for f in frames] == list(range(20))
+    # Media time, delivered no earlier than a 25 FPS camera would deliver it.
+    assert [round(f.timestamp, 3) for f in frames] == [round(i / 25, 3) for i in range(20)]
+    assert all(f.captured_at - started >= f.timestamp - 0.005 for f in frames)
+    assert elapsed >= 19 / 25 - 0.01
+    assert source.report()["lost"] == 0
+    assert not source.report()["ended_early"]

@@ -192,3 +192,65 @@ def read_model_spec(path: str | Path) -> ModelSpec:
     return _spec(
         path, inputs[0].name, _dims(inputs[0]), graph.output[0].name, _dims(graph.output[0]), meta
     )
+
+
+# The Depth Anything v2-Small architecture with random weights, built by
+# scripts/build_depth_model.py (run by `make setup`): no pretrained depth model can be downloaded.
+DEPTH_MODEL_NAME = "depth_anything_v2_small_arch_only.onnx"
+
+
+def depth_model_target(cache_dir: Path | None = None) -> Path:
+    """Where the architecture-only depth model is built: `<cache>/models/DEPTH_MODEL_NAME`,
+    the cache being `cache_dir` or ~/.cache/visionrt. Not checked to exist."""
+    root = Path(cache_dir) if cache_dir else Path.home() / ".cache" / "visionrt"
+    return root / "models" / DEPTH_MODEL_NAME
+
+
+def depth_model_path(cache_dir: Path | None = None) -> Path:
+    """The built Depth Anything v2-Small file (architecture-only, random weights), or
+    ModelLoadError saying how to build it."""
+    path = depth_model_target(cache_dir)
+    if not path.is_file():
+        raise ModelLoadError(
+            f"depth model not built: {path} is missing; run `make setup` or"
+            " `.venv/bin/python scripts/build_depth_model.py` (needs the depth-build extra)"
+        )
+    return path
+
+
+def model_metadata(path: str | Path) -> dict[str, str]:
+    """An ONNX file's metadata_props, or the `framework` rt_info OpenVINO keeps them in for an
+    IR; {} for other files or when the runtime to read an IR is missing."""
+    path = Path(path)
+    if path.suffix == ".xml":
+        try:
+            return _read_ir_metadata(path)
+        except ModelLoadError:
+            return {}
+    if path.suffix != ".onnx":
+        return {}
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as err:
+        raise ModelLoadError(f"{path} is not a readable ONNX model ({err})") from err
+    return {p.key: p.value for p in model.metadata_props}
+
+
+def _read_ir_metadata(path: Path) -> dict[str, str]:
+    try:
+        import openvino as ov
+    except ImportError as err:
+        raise ModelLoadError(f"{path} is an OpenVINO IR: pip install 'visionrt[openvino]'") from err
+    model = ov.Core().read_model(str(path))
+    for section in IR_METADATA_KEYS:
+        if model.has_rt_info([section]):
+            items = model.get_rt_info([section]).astype(dict).items()
+            return {key: value.astype(str) for key, value in items}
+    return {}
+
+
+def is_architecture_only(path: str | Path) -> bool:
+    """True when the model says it has random weights (`architecture_only=true` metadata)."""
+    return model_metadata(path).get("architecture_only", "").lower() == "true"

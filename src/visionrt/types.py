@@ -136,6 +136,34 @@ class Detections:
 
 
 @dataclass(frozen=True, slots=True)
+class TrackedDetections:
+    """A tracker's boxes for one frame: `detections` (source pixels, the detector's box when it saw
+    the object this frame, the tracker's prediction otherwise), `track_id` (N,) int64 (from 1 per
+    tracker), and `predicted` (N,) bool, True for boxes the detector did not see this frame."""
+
+    detections: Detections
+    track_id: npt.NDArray[np.int64]
+    predicted: npt.NDArray[np.bool_]
+
+    def __post_init__(self) -> None:
+        n = len(self.detections)
+        for name, dtype in (("track_id", np.int64), ("predicted", np.bool_)):
+            value = getattr(self, name)
+            _check(
+                isinstance(value, np.ndarray) and value.shape == (n,) and value.dtype == dtype,
+                f"TrackedDetections.{name}: expected a ({n},) {np.dtype(dtype).name} array, got "
+                f"{getattr(value, 'shape', type(value))} {getattr(value, 'dtype', '')}".rstrip(),
+            )
+
+    @classmethod
+    def empty(cls) -> TrackedDetections:
+        return cls(Detections.empty(), np.zeros((0,), np.int64), np.zeros((0,), np.bool_))
+
+    def __len__(self) -> int:
+        return len(self.detections)
+
+
+@dataclass(frozen=True, slots=True)
 class DepthMap:
     """Depth of one frame at source resolution: `values` (H, W) float32.
 

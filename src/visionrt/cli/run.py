@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import sys
@@ -16,12 +15,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from visionrt.backends import BackendOptions
 from visionrt.backends.registry import choose_auto
+from visionrt.cli.outputs import check_telemetry, make_sinks, write_summary
 from visionrt.config import RunConfig, load_config
 from visionrt.errors import ConfigError, Interrupted, SinkError, SourceError, VisionRTError
 from visionrt.model import DEMO_VIDEO, demo_model_path
-from visionrt.pipeline import Pipeline
-from visionrt.sinks import JsonlSink, Sink, VideoSink
-from visionrt.sinks.base import check_writable, partial_path
+from visionrt.pipeline import DepthOptions, Pipeline
+from visionrt.sinks import Sink
 from visionrt.telemetry.report import TelemetryWriter, print_summary
 from visionrt.telemetry.stats import RunSummary
 from visionrt.tune.plan import Plan, cached_plan, fingerprint_differences
@@ -36,7 +35,11 @@ def _flag_values(**flags: Any) -> dict[str, Any]:
     values: dict[str, Any] = {
         "model": flags["model"],
         "backend": flags["backend"],
-        "source": {"mode": flags["mode"], "max_frames": flags["max_frames"]},
+        "source": {
+            "mode": flags["mode"],
+            "max_frames": flags["max_frames"],
+            "realtime": True if flags["realtime"] else None,
+        },
         "inference": {
             "device": flags["device"],
             "precision": flags["precision"],
@@ -54,6 +57,12 @@ def _flag_values(**flags: Any) -> dict[str, Any]:
     }
     if flags["sources"]:
         values["sources"] = list(flags["sources"])
+    depth_on = flags["depth_on"]
+    values["depth"] = {
+        "model": flags["depth"],
+        "on": [n.strip() for n in depth_on.split(",") if n.strip()] if depth_on else None,
+        "short_side": flags["depth_size"],
+    }
     return values
 
 
@@ -85,37 +94,6 @@ def _with_defaults(config: RunConfig) -> RunConfig:
             )
         config = replace(config, sources=(str(DEMO_VIDEO),))
     return config
-
-
-def _make_sinks(config: RunConfig, pipeline: Pipeline) -> list[Sink]:
-    out = Path(config.output.dir)
-    stems = []
-    for i, source in enumerate(pipeline.sources):
-        stem = Path(source.name.rstrip("/")).stem or f"source{i}"
-        stems.append(stem if stem not in stems else f"{stem}-{i}")
-    check_writable(out / "summary.json")  # also when no other output is asked for
-    sinks: list[Sink] = []
-    if config.output.video:  # first: an unknown encoder fails before any file is opened
-        for i, source in enumerate(pipeline.sources):
-            sinks.append(
-                VideoSink(
-                    out / f"{stems[i]}.mp4",
-                    source.fps,
-                    config.output.codec,
-                    source_id=i,
-                    preset=config.output.preset,
-                )
-            )
-    if config.output.jsonl:
-        name = f"{stems[0]}.jsonl" if len(stems) == 1 else "detections.jsonl"
-        sinks.append(JsonlSink(out / name))
-    return sinks
-
-
-def _check_telemetry(path: Path) -> None:
-    if path.is_dir():
-        raise SinkError(f"cannot write telemetry {path}: it is a folder")
-    check_writable(path)
 
 
 # Settings that choose the configuration: given any of them, the user's choice wins over a plan.
@@ -214,6 +192,10 @@ def run_command(
         str | None, Opt(help="auto, file (every frame) or live (freshest frame).")
     ] = None,
     max_frames: Annotated[int | None, Opt(help="Stop each source after N frames.")] = None,
+    realtime: Annotated[
+        bool,
+        Opt("--realtime", help="Read video files at their frame rate, like cameras (live mode)."),
+    ] = False,
     out: Annotated[str | None, Opt("--out", "-o", help="Output folder. Default: out.")] = None,
     no_video: Annotated[bool, Opt("--no-video", help="Do not write the annotated MP4.")] = False,
     no_jsonl: Annotated[bool, Opt("--no-jsonl", help="Do not write the JSONL.")] = False,
@@ -228,6 +210,19 @@ def run_command(
         bool, Opt("--no-plan", help="Ignore the tuned plan: run the FP32 reference.")
     ] = False,
     quiet: Annotated[bool, Opt("--quiet", "-q", help="No progress bar or table.")] = False,
+    depth: Annotated[
+        str | None,
+        Opt(
+            help="Depth model (Depth Anything v2 ONNX/IR) run beside the detector: each"
+            " detection gets a distance."
+        ),
+    ] = None,
+    depth_on: Annotated[
+        str | None, Opt(help="Sources the depth model runs on, by name: rgb,cam2. Default: all.")
+    ] = None,
+    depth_size: Annotated[
+        int | None, Opt(help="Depth input short side, a multiple of 14 (266, 364, 518).")
+    ] = None,
 ) -> None:
     """Run a detector over sources, writing annotated video, JSONL and a telemetry summary."""
     values = _flag_values(
@@ -243,10 +238,14 @@ def run_command(
         iou=iou,
         mode=mode,
         max_frames=max_frames,
+        realtime=realtime,
         out=out,
         no_video=no_video,
         no_jsonl=no_jsonl,
         telemetry=telemetry,
+        depth=depth,
+        depth_on=depth_on,
+        depth_size=depth_size,
     )
     console = Console(stderr=True, quiet=quiet)
     base, plan_note = _plan_layer(plan, no_plan, config, set_, values)
@@ -254,7 +253,7 @@ def run_command(
     if plan_note:  # which configuration runs is said even with --quiet
         Console(stderr=True, soft_wrap=True).print(plan_note, markup=False, highlight=False)
     if cfg.output.telemetry:
-        _check_telemetry(Path(cfg.output.telemetry))
+        check_telemetry(Path(cfg.output.telemetry))
     if cfg.backend == "auto":
         row, why = choose_auto(cfg.inference.device, Path(cfg.model))
         console.print(f"backend auto → {row.name}: {why}")
@@ -266,10 +265,11 @@ def run_command(
         cfg.postprocess,
         cfg.source,
         cfg.pipeline,
+        _depth_options(cfg),
     )
     try:
         _describe(pipeline, cfg.model, console)
-        sinks = _make_sinks(cfg, pipeline)
+        sinks = make_sinks(cfg, pipeline)
         telemetry = cfg.output.telemetry
         writer = TelemetryWriter(pipeline.telemetry, telemetry).start() if telemetry else None
     except BaseException:
@@ -280,7 +280,7 @@ def run_command(
     summary_path = Path(cfg.output.dir) / "summary.json"
     summary.outputs.append(str(summary_path))
     try:
-        _write_summary(summary, summary_path)
+        write_summary(summary, summary_path)
     except SinkError as err:
         error = error or err  # the error that ended the run is the one to report
     if not quiet:
@@ -297,6 +297,22 @@ def run_command(
         raise Interrupted(f"interrupted: outputs finalized with {summary.frames_out} frames")
 
 
+def _depth_options(cfg: RunConfig) -> DepthOptions | None:
+    if not cfg.depth.model:
+        if cfg.depth.on:
+            raise ConfigError("--depth-on names sources for a depth model: give --depth MODEL")
+        return None
+    depth = cfg.depth
+    return DepthOptions(
+        depth.model,
+        depth.on,
+        depth.backend,
+        depth.inference,
+        depth.short_side,
+        depth.on_nonfinite,
+    )
+
+
 def _describe(pipeline: Pipeline, model: str, console: Console) -> None:
     info = pipeline.backend.info
     console.print(
@@ -304,6 +320,16 @@ def _describe(pipeline: Pipeline, model: str, console: Console) -> None:
         f" ({info.precision}) · input {pipeline.input_hw[0]}x{pipeline.input_hw[1]}"
         f" · {'live' if pipeline.live else 'file'} mode"
     )
+    for task in pipeline.tasks[1:]:
+        facts = task.describe()
+        on = ", ".join(pipeline.names[i] for i in pipeline.depth_sources())
+        label = " · ARCHITECTURE-ONLY (random weights)" if facts.get("architecture_only") else ""
+        console.print(
+            f"{task.name} {Path(str(facts.get('model', ''))).name} · {facts['runtime']}"
+            f" ({facts['precision']}) · input {facts['input_hw'][0]}x{facts['input_hw'][1]}"
+            f" · on {on}{label}",
+            markup=False,
+        )
     if info.precision == "fp32" and "BF16" in info.details.get("capabilities", ()):
         # OpenVINO would pick bf16 by itself on this CPU; we run what was asked, and say so.
         console.print(
@@ -367,16 +393,3 @@ def _close_telemetry(writer: TelemetryWriter | None) -> SinkError | None:
     except SinkError as err:
         return err
     return None
-
-
-def _write_summary(summary: RunSummary, path: Path) -> None:
-    """summary.json, whole or not at all (written as summary.partial.json, then renamed)."""
-    partial = partial_path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(json.dumps(summary.to_json(), indent=2), encoding="utf-8")
-        partial.replace(path)
-    except OSError as err:
-        with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
-        raise SinkError(f"cannot write {path}: {err.strerror or err}") from err

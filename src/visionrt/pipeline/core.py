@@ -110,7 +110,7 @@ class Pipeline:
             )
         on = [i for i, name in enumerate(self.names) if not depth.on or name in depth.on]
         first = self.sources[on[0]]
-        size = getattr(first, "frame_size", None)
+        size = getattr(first, "size", None)
         task = DepthTask(
             depth.model,
             depth.backend,
@@ -138,6 +138,10 @@ class Pipeline:
         self._flow.stopping.set()
         for source in self.sources:
             source.stop()
+
+    def depth_sources(self) -> list[int]:
+        """Indices of the sources a depth task runs on (none without one)."""
+        return [i for i, lanes in enumerate(self.schedule) if len(lanes) > 1]
 
     def queue_depths(self) -> dict[str, int]:
         """Frames waiting between stages now (empty before the run starts)."""

@@ -17,7 +17,9 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
     """`mode`: file (every frame, in order), live (freshest frame wins), or auto (live for
-    cameras and streams). `reconnect_*` in seconds; `max_frames` 0 means all."""
+    cameras and streams). `reconnect_*` in seconds (and for restarting a dead worker process);
+    `max_frames` 0 means all. `workers`: decode in a thread of this process, or in a worker
+    process of its own that hands frames over through shared memory."""
 
     mode: str = "auto"
     max_frames: int = 0
@@ -26,10 +28,16 @@ class SourceOptions:
     reconnect_backoff: float = 0.5
     reconnect_max_backoff: float = 8.0
     read_timeout: float = 10.0
+    # A video file paced at its own frame rate, as a camera delivers: live behaviour (drops,
+    # latency, SLO) with a file. Such a file is live in auto mode and still ends at its end.
+    realtime: bool = False
+    workers: str = "thread"
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "file", "live"):
             raise ConfigError(f"source.mode: expected auto, file or live, got '{self.mode}'")
+        if self.workers not in ("thread", "process"):
+            raise ConfigError(f"source.workers: expected thread or process, got '{self.workers}'")
         if self.max_frames < 0:
             raise ConfigError(f"source.max_frames: expected >= 0, got {self.max_frames}")
 
@@ -37,12 +45,16 @@ class SourceOptions:
 @dataclass(slots=True)
 class SourceStats:
     """What happened while reading: frames given, corrupt ones skipped, frames the container
-    declared but that never came (`lost`), reconnects and gaps, and one-line warnings."""
+    declared but that never came (`lost`), frames decoded but never given because the reader
+    was behind (`missed`, live mode), reconnects and gaps, worker processes started again after
+    they died (`restarts`), and one-line warnings."""
 
     frames: int = 0
     corrupt: int = 0
     lost: int = 0
+    missed: int = 0
     reconnects: int = 0
+    restarts: int = 0
     gap_seconds: float = 0.0
     ended_early: str = ""
     events: list[str] = field(default_factory=list)
@@ -57,6 +69,7 @@ class Source(ABC):
 
     name: str
     live: bool = False
+    paced: bool = False  # a file read at its frame rate (live, but it ends)
     fps: float = 0.0
     frame_count: int = 0
     frame_count_estimated: bool = False
@@ -81,9 +94,10 @@ class Source(ABC):
     def report(self) -> dict[str, Any]:
         """This source's accounting, for the run summary: `frames` given, `declared` by the
         container (0 when unknown), `lost` (declared but never given, for a file-mode source
-        that reached its end), `corrupt` (packets or images skipped), `reconnects`,
-        `gap_seconds` spent reconnecting, `ended_early` (why it stopped before its end, or
-        ""), and one-line `warnings`."""
+        that reached its end), `corrupt` (packets or images skipped), `missed` (decoded but
+        never given: a live source's reader was behind), `reconnects`, `restarts` of a dead
+        worker process, `gap_seconds` spent reconnecting or restarting, `ended_early` (why it
+        stopped before its end, or ""), and one-line `warnings`."""
         stats = self.stats
         return {
             "name": self.name,
@@ -92,7 +106,9 @@ class Source(ABC):
             "declared": self.frame_count,
             "lost": stats.lost,
             "corrupt": stats.corrupt,
+            "missed": stats.missed,
             "reconnects": stats.reconnects,
+            "restarts": stats.restarts,
             "gap_seconds": round(stats.gap_seconds, 3),
             "ended_early": stats.ended_early,
             "warnings": list(stats.warnings),
@@ -102,7 +118,7 @@ class Source(ABC):
         """Called by a file-mode source that reached the end of its input (not one stopped or
         cut short by `max_frames`): nothing decoded is an error; fewer frames than declared is
         a warning with the count lost."""
-        if self._stopped or self.live:
+        if self._stopped or (self.live and not self.paced):
             return
         declared, read = self.frame_count, self.stats.frames
         shortfall = declared - read

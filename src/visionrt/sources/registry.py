@@ -10,6 +10,7 @@ from pathlib import Path
 from visionrt.errors import SourceNotFoundError
 from visionrt.sources.base import IMAGE_SUFFIXES, STREAM_SCHEMES, Source, SourceOptions
 from visionrt.sources.images import ImageSource
+from visionrt.sources.process import ProcessSource
 from visionrt.sources.synthetic import SyntheticSource
 from visionrt.sources.video import VideoSource
 
@@ -61,6 +62,10 @@ ROWS: tuple[SourceRow, ...] = (
 
 def open_source(spec: str, source_id: int = 0, options: SourceOptions | None = None) -> Source:
     """Open a video file, image file/folder/glob, camera (`/dev/videoN` or an index), stream URL,
-    or `synthetic:WIDTHxHEIGHT:FRAMES`."""
+    or `synthetic:WIDTHxHEIGHT:FRAMES`. With `options.workers == "process"` the source is
+    opened and decoded in a worker process of its own (`ProcessSource`)."""
+    options = options or SourceOptions()
+    if options.workers == "process":
+        return ProcessSource(spec, source_id, options)
     row = next(r for r in ROWS if r.matches(spec))
-    return row.open(spec, source_id, options or SourceOptions())
+    return row.open(spec, source_id, options)

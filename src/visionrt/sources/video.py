@@ -25,7 +25,9 @@ class VideoSource(Source):
         self.source_id = source_id
         self.options = options
         self.kind = kind
-        self.live = kind != "file" if options.mode == "auto" else options.mode == "live"
+        self.paced = options.realtime and kind == "file"
+        auto_live = kind != "file" or self.paced
+        self.live = auto_live if options.mode == "auto" else options.mode == "live"
         self._container: Any = None
         self._last_error = ""
         self._open()  # fail at construction: a bad path is reported before any model loads
@@ -85,7 +87,11 @@ class VideoSource(Source):
                 for frame in self._decode():
                     attempt = 0
                     now = time.perf_counter()
-                    if self.live:
+                    if self.paced:  # media time, delivered when a camera would deliver it
+                        stamp = float(frame.time) if frame.time is not None else index / self.fps
+                        time.sleep(max(0.0, started + stamp - now))
+                        now = time.perf_counter()
+                    elif self.live:
                         stamp = now - started
                     elif frame.time is not None:  # damaged files can step back: clamp
                         stamp = float(frame.time) if index == 0 else max(stamp, float(frame.time))
@@ -105,14 +111,14 @@ class VideoSource(Source):
                         return
                 if self._stopped:  # a clean stop is not a disconnect
                     return
-                if not self.live:
+                if not self.live or self.paced:
                     self.check_ending()
                     return
                 reason = "end of stream"
             except SourceError as err:
                 if self._stopped:
                     return
-                if not self.live:
+                if not self.live or self.paced:
                     if self.stats.frames == 0:
                         raise
                     self.stats.ended_early = str(err)

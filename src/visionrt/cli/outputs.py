@@ -1,0 +1,80 @@
+"""What `visionrt run` writes: the sinks for its outputs, and summary.json."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+from visionrt.config import RunConfig
+from visionrt.errors import SinkError
+from visionrt.pipeline import Pipeline
+from visionrt.sinks import JsonlSink, Sink, VideoSink
+from visionrt.sinks.base import check_writable, partial_path
+from visionrt.telemetry.stats import RunSummary
+
+
+def make_sinks(config: RunConfig, pipeline: Pipeline) -> list[Sink]:
+    """An annotated MP4 per source, one JSONL (with a `source` field when there are several),
+    and with a depth model its colourised MP4 and map files per source it runs on."""
+    out = Path(config.output.dir)
+    names = pipeline.names
+    check_writable(out / "summary.json")  # also when no other output is asked for
+    sinks: list[Sink] = []
+    if config.output.video:  # first: an unknown encoder fails before any file is opened
+        for i, source in enumerate(pipeline.sources):
+            sinks.append(
+                VideoSink(
+                    out / f"{names[i]}.mp4",
+                    source.fps,
+                    config.output.codec,
+                    source_id=i,
+                    preset=config.output.preset,
+                )
+            )
+    if config.depth.model:
+        sinks.extend(_depth_sinks(config, pipeline, out))
+    if config.output.jsonl:
+        name = f"{names[0]}.jsonl" if len(names) == 1 else "detections.jsonl"
+        sinks.append(JsonlSink(out / name))
+    return sinks
+
+
+def _depth_sinks(config: RunConfig, pipeline: Pipeline, out: Path) -> list[Sink]:
+    from visionrt.sinks.depth import DepthMapSink, DepthVideoSink
+
+    sinks: list[Sink] = []
+    for i in pipeline.depth_sources():
+        name, source = pipeline.names[i], pipeline.sources[i]
+        if config.depth.video:
+            sinks.append(
+                DepthVideoSink(
+                    out / f"{name}.depth.mp4",
+                    source.fps,
+                    config.output.codec,
+                    source_id=i,
+                    preset=config.output.preset,
+                )
+            )
+        if config.depth.maps:
+            sinks.append(DepthMapSink(out / f"{name}.depth", config.depth.maps, source_id=i))
+    return sinks
+
+
+def check_telemetry(path: Path) -> None:
+    if path.is_dir():
+        raise SinkError(f"cannot write telemetry {path}: it is a folder")
+    check_writable(path)
+
+
+def write_summary(summary: RunSummary, path: Path) -> None:
+    """summary.json, whole or not at all (written as summary.partial.json, then renamed)."""
+    partial = partial_path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps(summary.to_json(), indent=2), encoding="utf-8")
+        partial.replace(path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise SinkError(f"cannot write {path}: {err.strerror or err}") from err

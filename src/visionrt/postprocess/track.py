@@ -1,0 +1,287 @@
+"""Multi-object tracking of one source: track ids across frames, and predicted boxes for the frames
+the detector skipped (detect-every-N) or the source dropped, all advanced by frame timestamps.
+
+A clean-room ByteTrack-style tracker (Zhang et al., "ByteTrack: Multi-Object Tracking by
+Associating Every Detection Box", ECCV 2022), not a library: supervision deprecated its ByteTrack
+in 0.28 and no longer ships it (0.31.2 checked); its successor, the `trackers` package (2.6.1,
+Apache-2.0, drop-aware through an optional timestamp), requires opencv-python, which installs over
+our opencv-python-headless, plus supervision (matplotlib, pillow, requests, …), and associates
+across classes; the older supervision ByteTrack counted frames, not seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import numpy as np
+import numpy.typing as npt
+
+from visionrt.errors import ConfigError
+from visionrt.types import Detections, TrackedDetections
+
+try:  # not a core dependency (it comes with the openvino extra): greedy matching without it
+    from scipy.optimize import linear_sum_assignment
+except ImportError:  # pragma: no cover - depends on the environment
+    linear_sum_assignment = None  # type: ignore[assignment]
+
+__all__ = ["TrackedDetections", "Tracker", "box_iou", "match_boxes"]
+
+F64 = npt.NDArray[np.float64]
+Index = npt.NDArray[np.intp]
+
+# Alpha-beta gains for constant velocity: ALPHA weighs the measured box against the predicted one;
+# BETA = ALPHA² / (2 − ALPHA) is the Benedict–Bordner choice, which damps without overshoot.
+ALPHA = 0.75
+BETA = ALPHA**2 / (2.0 - ALPHA)
+MIN_SIZE = 1.0  # pixels: a predicted box never shrinks below this when its size velocity is < 0
+
+
+def box_iou(a: npt.NDArray[np.floating], b: npt.NDArray[np.floating]) -> F64:
+    """(A, B) IoU of xyxy boxes `a` (A, 4) and `b` (B, 4); 0 where the union has no area."""
+    a64, b64 = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
+    top_left = np.maximum(a64[:, None, :2], b64[None, :, :2])
+    bottom_right = np.minimum(a64[:, None, 2:], b64[None, :, 2:])
+    inter = np.prod(np.clip(bottom_right - top_left, 0.0, None), axis=2)
+    area_a = np.prod(np.clip(a64[:, 2:] - a64[:, :2], 0.0, None), axis=1)
+    area_b = np.prod(np.clip(b64[:, 2:] - b64[:, :2], 0.0, None), axis=1)
+    union = area_a[:, None] + area_b[None, :] - inter
+    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+
+
+def match_boxes(iou: F64, threshold: float, optimal: bool = True) -> tuple[Index, Index]:
+    """Pairs (rows, cols) with IoU ≥ `threshold`, each row and column used at most once: the
+    assignment with the largest summed IoU (Hungarian, scipy) when `optimal` and scipy is
+    installed, else greedy, best IoU first (the same pairs unless boxes overlap ambiguously)."""
+    gated = np.where(iou >= threshold, iou, 0.0)
+    if not gated.any():
+        return np.zeros((0,), np.intp), np.zeros((0,), np.intp)
+    if optimal and linear_sum_assignment is not None:
+        rows, cols = linear_sum_assignment(gated, maximize=True)
+        keep = gated[rows, cols] > 0
+        return rows[keep].astype(np.intp), cols[keep].astype(np.intp)
+    rows, cols = np.nonzero(gated)
+    order = np.argsort(-gated[rows, cols], kind="stable")
+    row_used = np.zeros(iou.shape[0], bool)
+    col_used = np.zeros(iou.shape[1], bool)
+    pairs = []
+    for row, col in zip(rows[order].tolist(), cols[order].tolist(), strict=True):
+        if not row_used[row] and not col_used[col]:
+            row_used[row] = col_used[col] = True
+            pairs.append((row, col))
+    out = np.asarray(pairs, np.intp).reshape(-1, 2)
+    return out[:, 0], out[:, 1]
+
+
+def _to_cxcywh(xyxy: F64) -> F64:
+    return np.concatenate([(xyxy[:, :2] + xyxy[:, 2:]) / 2.0, xyxy[:, 2:] - xyxy[:, :2]], axis=1)
+
+
+@dataclass(slots=True)
+class _Tracks:
+    """Live tracks as a struct of arrays, in increasing id order. `box` (T, 4) is centre x, centre
+    y, width, height in pixels at time `at` (T,) seconds; `velocity` (T, 4) is its rate in
+    pixels/second. `seen` is when the detector last saw the track, `hits` how often, `matched` the
+    row of this frame's detections it matched (−1: none), `active` whether it was seen at the
+    latest update."""
+
+    track_id: npt.NDArray[np.int64]
+    class_id: npt.NDArray[np.int32]
+    confidence: npt.NDArray[np.float32]
+    box: F64
+    velocity: F64
+    at: F64
+    seen: F64
+    hits: npt.NDArray[np.int64]
+    matched: npt.NDArray[np.intp]
+    active: npt.NDArray[np.bool_]
+
+    @classmethod
+    def empty(cls) -> _Tracks:
+        return cls(
+            np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32),
+            np.zeros((0, 4)), np.zeros((0, 4)), np.zeros(0), np.zeros(0),
+            np.zeros(0, np.int64), np.zeros(0, np.intp), np.zeros(0, bool),
+        )  # fmt: skip
+
+    def __len__(self) -> int:
+        return int(self.track_id.shape[0])
+
+    def take(self, keep: npt.NDArray[np.bool_] | Index) -> _Tracks:
+        return _Tracks(*(getattr(self, f.name)[keep] for f in fields(self)))
+
+    def extend(self, other: _Tracks) -> _Tracks:
+        return _Tracks(
+            *(np.concatenate([getattr(self, f.name), getattr(other, f.name)]) for f in fields(self))
+        )
+
+    def boxes_at(self, timestamp: float) -> F64:
+        """(T, 4) xyxy boxes extrapolated to `timestamp` at constant velocity."""
+        box = self.box + self.velocity * (timestamp - self.at)[:, None]
+        np.maximum(box[:, 2:], MIN_SIZE, out=box[:, 2:])
+        return np.concatenate([box[:, :2] - box[:, 2:] / 2.0, box[:, :2] + box[:, 2:] / 2.0], 1)
+
+
+class Tracker:
+    """ByteTrack-style tracking of one source's detections, advanced by frame timestamps.
+
+    Call `update` with a frame's detections where the detector ran and `predict` where it did
+    not; both take the frame's timestamp in seconds. Per update: every track's box is
+    extrapolated to the timestamp; detections with confidence ≥ `high` are matched to tracks of
+    the same class by IoU ≥ `match_iou`, then detections in [`low`, `high`) to the tracks left by
+    IoU ≥ `low_match_iou` (stricter: low scores are often clutter), matching each time for the
+    largest summed IoU (Hungarian via scipy; greedy by IoU when scipy is not installed). Matched
+    tracks take the detection through an alpha-beta filter on centre and size (constant velocity
+    in pixels/second, so skipped frames and timestamp gaps predict correctly; a track's second
+    sighting sets its velocity from the two boxes). Unmatched high-confidence detections start
+    tracks; low-confidence ones never do. A track is output once seen `min_hits` times (a track
+    still short of that is dropped at its first miss) and evicted `lost_seconds` after it was last
+    seen, so memory stays flat on endless streams; a lost track that matches again within that
+    window keeps its id.
+
+    `update` returns the detector's own boxes (and confidences) of the tracks it matched,
+    `predicted` all False; `predict` returns the boxes of the tracks seen at the latest update,
+    extrapolated, with their last confidence, `predicted` all True. Rows are in track-id order;
+    ids count from 1 and are never reused. A timestamp earlier than the previous call's (a looped
+    file, a restarted stream) starts a new timeline: all tracks end, ids continue.
+
+    Defaults: `high` 0.5 and `low` 0.1 split detections as ByteTrack does (the detector's own
+    threshold must be ≤ `low` for the second stage to see anything); `match_iou` 0.3 tolerates
+    prediction error over a few skipped frames; `lost_seconds` 1.0 bridges short occlusions (30
+    frames at 30 FPS, ByteTrack's buffer); `min_hits` 1 outputs a track from its first frame.
+    """
+
+    def __init__(
+        self,
+        high: float = 0.5,
+        low: float = 0.1,
+        match_iou: float = 0.3,
+        lost_seconds: float = 1.0,
+        min_hits: int = 1,
+        low_match_iou: float = 0.5,
+    ) -> None:
+        if not 0.0 <= low <= high <= 1.0:
+            raise ConfigError(f"tracker: expected 0 ≤ low ≤ high ≤ 1, got low={low}, high={high}")
+        for name, value in (("match_iou", match_iou), ("low_match_iou", low_match_iou)):
+            if not 0.0 < value <= 1.0:
+                raise ConfigError(f"tracker: expected 0 < {name} ≤ 1, got {value}")
+        if not (math.isfinite(lost_seconds) and lost_seconds >= 0):
+            raise ConfigError(f"tracker: expected lost_seconds ≥ 0, got {lost_seconds}")
+        if min_hits < 1:
+            raise ConfigError(f"tracker: expected min_hits ≥ 1, got {min_hits}")
+        self.high, self.low = high, low
+        self.match_iou, self.low_match_iou = match_iou, low_match_iou
+        self.lost_seconds, self.min_hits = lost_seconds, min_hits
+        self._tracks = _Tracks.empty()
+        self._next_id = 1
+        self._time: float | None = None
+
+    def __len__(self) -> int:
+        """Live tracks, lost ones within `lost_seconds` included."""
+        return len(self._tracks)
+
+    def update(self, detections: Detections, timestamp: float) -> TrackedDetections:
+        """Associate a frame's detections with the tracks; returns the tracks the detector saw."""
+        self._advance(timestamp)
+        tracks = self._tracks
+        predicted = tracks.boxes_at(timestamp)
+        conf = detections.confidence
+        high = np.flatnonzero(conf >= self.high)
+        low = np.flatnonzero((conf >= self.low) & (conf < self.high))
+        rows, dets = self._match(
+            predicted, np.arange(len(tracks)), detections, high, self.match_iou
+        )
+        left = np.setdiff1d(np.arange(len(tracks)), rows, assume_unique=True)
+        rows2, dets2 = self._match(predicted, left, detections, low, self.low_match_iou)
+        rows, dets = np.concatenate([rows, rows2]), np.concatenate([dets, dets2])
+
+        tracks.matched = np.full(len(tracks), -1, np.intp)
+        tracks.matched[rows] = dets
+        self._correct(tracks, rows, detections.xyxy[dets], conf[dets], timestamp)
+        seen = tracks.matched >= 0
+        tracks.active = seen
+        keep = (seen | (tracks.hits >= self.min_hits)) & (
+            timestamp - tracks.seen <= self.lost_seconds
+        )
+        tracks = tracks.take(keep)
+
+        fresh = np.setdiff1d(high, dets, assume_unique=True)
+        tracks = tracks.extend(self._start(detections, fresh, timestamp))
+        self._tracks = tracks
+
+        out = np.flatnonzero((tracks.matched >= 0) & (tracks.hits >= self.min_hits))
+        return TrackedDetections(
+            detections.filter(tracks.matched[out]),
+            tracks.track_id[out],
+            np.zeros(out.shape[0], bool),
+        )
+
+    def predict(self, timestamp: float) -> TrackedDetections:
+        """Boxes of the tracks seen at the latest update, extrapolated to `timestamp`."""
+        self._advance(timestamp)
+        tracks = self._tracks
+        tracks = self._tracks = tracks.take(timestamp - tracks.seen <= self.lost_seconds)
+        out = np.flatnonzero(tracks.active & (tracks.hits >= self.min_hits))
+        shown = tracks.take(out)
+        boxes = Detections(
+            shown.boxes_at(timestamp).astype(np.float32), shown.confidence, shown.class_id
+        )
+        return TrackedDetections(boxes, shown.track_id, np.ones(out.shape[0], bool))
+
+    def _advance(self, timestamp: float) -> None:
+        if not math.isfinite(timestamp):
+            raise ConfigError(f"tracker: expected a finite timestamp in seconds, got {timestamp}")
+        if self._time is not None and timestamp < self._time:
+            self._tracks = _Tracks.empty()
+        self._time = timestamp
+
+    def _match(
+        self, predicted: F64, rows: Index, detections: Detections, cols: Index, threshold: float
+    ) -> tuple[Index, Index]:
+        """Tracks `rows` matched to detections `cols` of the same class: (track rows, det rows)."""
+        if rows.size == 0 or cols.size == 0:
+            return np.zeros((0,), np.intp), np.zeros((0,), np.intp)
+        iou = box_iou(predicted[rows], detections.xyxy[cols])
+        iou[self._tracks.class_id[rows][:, None] != detections.class_id[cols][None, :]] = 0.0
+        picked_rows, picked_cols = match_boxes(iou, threshold)
+        return rows[picked_rows], cols[picked_cols]
+
+    @staticmethod
+    def _correct(
+        tracks: _Tracks,
+        rows: Index,
+        xyxy: npt.NDArray[np.float32],
+        confidence: npt.NDArray[np.float32],
+        timestamp: float,
+    ) -> None:
+        """Alpha-beta step of the matched `rows` towards their measured boxes, in place."""
+        if rows.size == 0:
+            return
+        measured = _to_cxcywh(xyxy.astype(np.float64))
+        dt = timestamp - tracks.at[rows]
+        prior = tracks.box[rows] + tracks.velocity[rows] * dt[:, None]
+        residual = measured - prior
+        second = (tracks.hits[rows] == 1)[:, None]  # one box so far: take the two-point velocity
+        rate = np.divide(residual, dt[:, None], out=np.zeros_like(residual), where=dt[:, None] > 0)
+        tracks.box[rows] = prior + np.where(second, 1.0, ALPHA) * residual
+        tracks.velocity[rows] += np.where(second, 1.0, BETA) * rate
+        tracks.at[rows] = tracks.seen[rows] = timestamp
+        tracks.hits[rows] += 1
+        tracks.confidence[rows] = confidence
+
+    def _start(self, detections: Detections, rows: Index, timestamp: float) -> _Tracks:
+        count = rows.shape[0]
+        ids = np.arange(self._next_id, self._next_id + count, dtype=np.int64)
+        self._next_id += count
+        return _Tracks(
+            ids,
+            detections.class_id[rows],
+            detections.confidence[rows],
+            _to_cxcywh(detections.xyxy[rows].astype(np.float64)),
+            np.zeros((count, 4)),
+            np.full(count, timestamp),
+            np.full(count, timestamp),
+            np.ones(count, np.int64),
+            rows.astype(np.intp),
+            np.ones(count, bool),
+        )

@@ -1,0 +1,252 @@
+"""A monocular depth model (Depth Anything v2 layout) as a task: its input size, buffers,
+inference with a NaN/Inf guard, and decoding to a DepthMap at source resolution."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from visionrt.backends import Backend, BackendOptions, load_backend
+from visionrt.backends.registry import ROWS, check_reads, find_row, row_for_file
+from visionrt.errors import ConfigError, ModelLoadError, VisionRTError
+from visionrt.model import SELF_DESCRIBING, model_metadata, read_model_spec
+from visionrt.postprocess.depth import depth_to_source, nonfinite_rows
+from visionrt.preprocess.depth import PATCH, DepthGeometry, depth_input_size, depth_into
+from visionrt.types import DepthMap
+
+ON_NONFINITE = ("recompute", "fail")
+
+
+class NonFiniteDepthError(VisionRTError, FloatingPointError):
+    """A depth map came out with NaN/Inf and the run was asked to refuse it (or FP32 gave
+    NaN/Inf too)."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True, slots=True)
+class DepthRow:
+    """One frame's raw depth, (H, W) float32 at the model's input size, and whether it had to
+    be recomputed in FP32. `infer` returns these so the flag travels with the row."""
+
+    values: npt.NDArray[np.float32]
+    recomputed: bool = False
+
+
+class DepthTask:
+    """A depth model loaded into a backend.
+
+    Input size: a model with static H and W runs at them. A dynamic one runs at
+    `backend_options.input_size` when given, else at `depth_input_size(source_hw, short_side)`
+    (short side `short_side`, the other keeping `source_hw`'s aspect, both multiples of 14), or
+    `short_side` × `short_side` without `source_hw`. The size is fixed here, before any frame,
+    because the pipeline allocates input buffers (`new_buffer`) before frames arrive and
+    OpenVINO compiles a static shape; a frame of another aspect is still right, only stretched
+    to that size and stretched back.
+
+    NaN/Inf guard: `infer` checks every output row. With `on_nonfinite` "recompute", a row with
+    NaN/Inf is run again through an FP32 backend of the same runtime and file (loaded at the
+    first such row) and its DepthMap says `recomputed`; with "fail" (or when the backend runs
+    FP32 already, or FP32 gives NaN/Inf too) NonFiniteDepthError stops the run. `nonfinite`
+    and `recomputed` count rows; they are read by the run summary (`describe`).
+
+    `metric` None reads the model's `depth` metadata ('metric …' → True), else relative."""
+
+    name = "depth"
+
+    def __init__(
+        self,
+        model: str | Path,
+        backend: str | Backend = "",
+        backend_options: BackendOptions | None = None,
+        short_side: int = 518,
+        on_nonfinite: str = "recompute",
+        source_hw: tuple[int, int] | None = None,
+        metric: bool | None = None,
+    ) -> None:
+        self.model = Path(model)
+        if on_nonfinite not in ON_NONFINITE:
+            raise ConfigError(
+                f"depth.on_nonfinite: expected recompute or fail, got '{on_nonfinite}'"
+            )
+        self.on_nonfinite = on_nonfinite
+        options = backend_options or BackendOptions()
+        if isinstance(backend, str) and backend not in ("", "auto"):
+            check_reads(find_row(backend), self.model)
+        meta = model_metadata(self.model) if self.model.suffix in SELF_DESCRIBING else {}
+        self.architecture_only = meta.get("architecture_only", "").lower() == "true"
+        self.metric = meta.get("depth", "").startswith("metric") if metric is None else metric
+        static_hw = self._static_hw()
+        if static_hw is not None:
+            if options.input_size and tuple(options.input_size) != static_hw:
+                raise ConfigError(
+                    f"depth input size {list(options.input_size)}: {self.model.name} is exported"
+                    f" at a fixed {static_hw[0]}x{static_hw[1]}; export it with dynamic H/W"
+                )
+            self.input_hw = static_hw
+        elif options.input_size:
+            self.input_hw = (int(options.input_size[0]), int(options.input_size[1]))
+        else:
+            self.input_hw = depth_input_size(source_hw or (short_side, short_side), short_side)
+        if any(d < PATCH or d % PATCH for d in self.input_hw):
+            raise ConfigError(
+                f"depth input size: expected height and width multiples of {PATCH} (the ViT"
+                f" patch), got {list(self.input_hw)}"
+            )
+        self.options = replace(options, input_size=self.input_hw)
+        self.owns_backend = isinstance(backend, str)
+        self.backend: Backend = (
+            load_backend(backend, self.model, self.options) if isinstance(backend, str) else backend
+        )
+        info = self.backend.info
+        self.input_name = info.inputs[0].name
+        in_shape = info.inputs[0].shape
+        height, width = in_shape[2:4]
+        if isinstance(height, int) and isinstance(width, int) and height > 0 and width > 0:
+            self.input_hw = (height, width)  # what the runtime actually runs
+        self.batch = options.batch
+        fixed = in_shape[0]
+        if isinstance(fixed, int) and fixed > 0 and fixed != self.batch:
+            raise ConfigError(
+                f"depth batch {self.batch}: {info.runtime} runs {self.model.name} with its batch"
+                f" axis fixed at {fixed} (export with a dynamic batch)"
+            )
+        self._pad_batches = isinstance(fixed, int) and fixed > 1
+        self._runtime = self.backend.name if self.backend.name in {r.name for r in ROWS} else ""
+        self._fp32: Backend | None = None
+        self._lock = threading.Lock()
+        self.nonfinite = 0
+        self.recomputed = 0
+
+    def _static_hw(self) -> tuple[int, int] | None:
+        """The file's own static input (height, width), None when dynamic or not readable
+        before a runtime loads it."""
+        if self.model.suffix not in SELF_DESCRIBING:
+            return None
+        spec = read_model_spec(self.model)
+        return None if spec.dynamic_hw else spec.input_size
+
+    def new_buffer(self) -> npt.NDArray[np.float32]:
+        """One batch row of input: (1, 3, H, W) float32."""
+        return np.empty((1, 3, *self.input_hw), np.float32)
+
+    def prepare(
+        self, image: npt.NDArray[np.uint8], buffer: npt.NDArray[Any], last: Any = None
+    ) -> DepthGeometry:
+        """Resize and normalize `image` into `buffer`; every pixel is written (no padding), so
+        `last` is not needed."""
+        return depth_into(image, buffer[0], self.input_hw)
+
+    def _run(self, backend: Backend, tensor: npt.NDArray[np.float32]) -> npt.NDArray[Any]:
+        rows = tensor.shape[0]
+        if self._pad_batches and rows < self.batch:  # a fixed batch axis: pad
+            pad = np.repeat(tensor[:1], self.batch - rows, axis=0)
+            tensor = np.concatenate([tensor, pad])
+        output = np.asarray(backend.infer({self.input_name: tensor})[0])
+        return output[:rows]
+
+    def infer(self, rows: list[npt.NDArray[Any]]) -> npt.NDArray[np.object_]:
+        """Run prepared rows as one batch; one DepthRow per input row (an object array, so
+        that each row carries its own `recomputed` flag to `decode`)."""
+        tensor = rows[0] if len(rows) == 1 else np.concatenate(rows)
+        output = self._run(self.backend, tensor)
+        bad = nonfinite_rows(output)
+        result = np.empty(len(rows), dtype=object)
+        for i in range(len(rows)):
+            result[i] = DepthRow(output[i])
+        if bad.any():
+            for row, values in zip(np.flatnonzero(bad), self._recover(tensor[bad]), strict=True):
+                result[row] = DepthRow(values, recomputed=True)
+        return result
+
+    def _recover(self, tensor: npt.NDArray[np.float32]) -> npt.NDArray[Any]:
+        """FP32 outputs for the rows of `tensor`, whose outputs had NaN/Inf; or raise."""
+        count = tensor.shape[0]
+        with self._lock:
+            self.nonfinite += count
+        info = self.backend.info
+        where = f"{self.model.name} on {info.runtime} ({info.precision})"
+        if self.on_nonfinite == "fail":
+            raise NonFiniteDepthError(
+                f"depth: {count} frame(s) with NaN/Inf from {where}; depth.on_nonfinite=fail"
+                " refuses them (recompute runs them again in FP32)"
+            )
+        if info.precision == "fp32":
+            raise NonFiniteDepthError(
+                f"depth: {count} frame(s) with NaN/Inf from {where}, which runs FP32 already:"
+                " the model or its input is at fault, not reduced precision"
+            )
+        output = self._run(self._fp32_backend(), tensor)
+        if nonfinite_rows(output).any():
+            raise NonFiniteDepthError(
+                f"depth: NaN/Inf from {where}, and from FP32 too: the model or its input is at"
+                " fault"
+            )
+        with self._lock:
+            self.recomputed += count
+        return output
+
+    def _fp32_backend(self) -> Backend:
+        """The same model file in the same runtime at FP32, loaded at the first use (a backend
+        passed in from outside, not in the registry, falls back to the file's own reader)."""
+        with self._lock:
+            if self._fp32 is None:
+                name = self._runtime or row_for_file(self.model).name
+                options = replace(self.options, precision="fp32")
+                try:
+                    self._fp32 = load_backend(name, self.model, options)
+                except VisionRTError as err:
+                    raise ModelLoadError(
+                        f"depth: cannot load the FP32 backend ({name}) to recompute NaN/Inf"
+                        f" frames: {err}"
+                    ) from err
+            return self._fp32
+
+    def decode(self, output: DepthRow | npt.NDArray[Any], geometry: DepthGeometry) -> DepthMap:
+        """One row of `infer` (or a raw (H, W) array) → a DepthMap at the source's size."""
+        if isinstance(output, DepthRow):
+            return depth_to_source(
+                output.values, geometry.source_hw, self.metric, output.recomputed
+            )
+        return depth_to_source(output, geometry.source_hw, self.metric)
+
+    def warm_up(self, calls: int) -> None:
+        blank = np.zeros((self.batch, 3, *self.input_hw), np.float32)
+        for _ in range(calls):
+            self.backend.infer({self.input_name: blank})
+
+    def describe(self) -> dict[str, Any]:
+        """What ran, for the run summary; `architecture_only` when the model has random
+        weights (Depth Anything built by scripts/build_depth_model.py)."""
+        info = self.backend.info
+        facts: dict[str, Any] = {
+            "model": str(self.model),
+            "runtime": info.runtime,
+            "version": info.version,
+            "device": info.device,
+            "precision": info.precision,
+            "input_hw": list(self.input_hw),
+            "batch": self.batch,
+            "concurrency": self.backend.concurrency,
+            "units": DepthMap(np.zeros((1, 1), np.float32), self.metric).units,
+            "on_nonfinite": self.on_nonfinite,
+            "nonfinite": self.nonfinite,
+            "recomputed": self.recomputed,
+            **{k: v for k, v in info.details.items() if k != "model"},
+        }
+        if self.architecture_only:
+            facts["architecture_only"] = True
+            facts["weights"] = "architecture-only (random weights)"
+        return facts
+
+    def close(self) -> None:
+        if self._fp32 is not None:
+            self._fp32.close()
+            self._fp32 = None
+        if self.owns_backend:
+            self.backend.close()
