@@ -222,3 +222,42 @@ def test_depth_runs_only_where_asked_and_gives_each_detection_a_distance(
     assert pipeline.summary().backend["depth"]["architecture_only"] is True
     with pytest.raises(ConfigError, match="no source named 'nope'"):
         Pipeline([str(a)], tiny_model, "onnxruntime", depth=DepthOptions(depth_model, on=("nope",)))
+
+
+def test_tracking_with_detect_every_n_boxes_every_frame(
+    small_video: Path, tiny_model: Path
+) -> None:
+    pipeline = Pipeline(
+        [str(small_video)],
+        tiny_model,
+        "onnxruntime",
+        options=PipelineOptions(track=True, detect_every=3),
+    )
+    calls: list[int] = []
+    infer = pipeline.task.infer
+
+    def counting(rows):  # type: ignore[no-untyped-def]
+        calls.append(len(rows))
+        return infer(rows)
+
+    pipeline.task.infer = counting  # type: ignore[method-assign]
+    results = list(pipeline)
+    pipeline.close()
+    assert [r.frame.index for r in results] == list(range(40))
+    assert sum(calls) == 14  # frames 0, 3, …, 39
+    for result in results:
+        assert result.tracks is not None
+        assert result.tracks.track_id.tolist() == [1]
+        assert result.tracks.predicted.tolist() == [result.frame.index % 3 != 0]
+        # The tiny detector's box does not move: predictions stay on it.
+        np.testing.assert_allclose(result.detections.xyxy, [[44, 38, 84, 58]], atol=0.5)
+        row = result.to_json()["detections"][0]
+        assert (row["track_id"], row["predicted"]) == (1, result.frame.index % 3 != 0)
+    assert pipeline.summary().accounted
+
+
+def test_detect_every_needs_tracking() -> None:
+    with pytest.raises(ConfigError, match="need tracking"):
+        PipelineOptions(detect_every=2)
+    with pytest.raises(ConfigError, match=r"pipeline\.detect_every: expected >= 1"):
+        PipelineOptions(track=True, detect_every=0)

@@ -27,6 +27,7 @@ class OutputOptions:
     video: bool = True
     jsonl: bool = True
     telemetry: str = ""
+    mot: bool = False  # MOTChallenge text per source (needs pipeline.track)
     codec: str = "libx264"
     # x264 speed/size trade: veryfast ~4 ms of CPU per 768×576 frame, ultrafast ~2 ms at 3× size.
     preset: str = "veryfast"

@@ -205,6 +205,7 @@ class FrameResult:
     class_names: tuple[str, ...] = ()
     depth: DepthMap | None = None
     distance: npt.NDArray[np.float32] | None = None
+    tracks: TrackedDetections | None = None
 
     def to_json(self) -> dict[str, Any]:
         det = self.detections
@@ -218,6 +219,12 @@ class FrameResult:
             }
             for i in range(len(det))
         ]
+        if self.tracks is not None:
+            for row, track, predicted in zip(
+                rows, self.tracks.track_id, self.tracks.predicted, strict=True
+            ):
+                row["track_id"] = int(track)
+                row["predicted"] = bool(predicted)
         if self.distance is not None:
             for row, value in zip(rows, self.distance, strict=True):
                 row["distance"] = round(float(value), 4) if np.isfinite(value) else None

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from visionrt.config import RunConfig
-from visionrt.errors import SinkError
+from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline import Pipeline
 from visionrt.sinks import JsonlSink, Sink, VideoSink
 from visionrt.sinks.base import check_writable, partial_path
@@ -32,6 +32,13 @@ def make_sinks(config: RunConfig, pipeline: Pipeline) -> list[Sink]:
                     preset=config.output.preset,
                 )
             )
+    if config.output.mot:
+        if not config.pipeline.track:
+            raise ConfigError("--mot writes tracks: add --track")
+        from visionrt.sinks.mot import MotSink
+
+        for i in range(len(pipeline.sources)):
+            sinks.append(MotSink(out / f"{names[i]}.mot.txt", source_id=i))
     if config.depth.model:
         sinks.extend(_depth_sinks(config, pipeline, out))
     if config.output.jsonl:

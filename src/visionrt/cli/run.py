@@ -55,6 +55,11 @@ def _flag_values(**flags: Any) -> dict[str, Any]:
             "jsonl": False if flags["no_jsonl"] else None,
         },
     }
+    values["pipeline"] = {
+        "track": True if flags["track"] else None,
+        "detect_every": flags["detect_every"],
+    }
+    values["output"]["mot"] = True if flags["mot"] else None
     if flags["sources"]:
         values["sources"] = list(flags["sources"])
     depth_on = flags["depth_on"]
@@ -210,6 +215,16 @@ def run_command(
         bool, Opt("--no-plan", help="Ignore the tuned plan: run the FP32 reference.")
     ] = False,
     quiet: Annotated[bool, Opt("--quiet", "-q", help="No progress bar or table.")] = False,
+    track: Annotated[
+        bool, Opt("--track", help="Track objects per source: each box gets a track_id.")
+    ] = False,
+    detect_every: Annotated[
+        int | None,
+        Opt(help="With --track: run the detector on every Nth frame, track in between."),
+    ] = None,
+    mot: Annotated[
+        bool, Opt("--mot", help="With --track: write MOTChallenge text per source.")
+    ] = False,
     depth: Annotated[
         str | None,
         Opt(
@@ -243,6 +258,9 @@ def run_command(
         no_video=no_video,
         no_jsonl=no_jsonl,
         telemetry=telemetry,
+        track=track,
+        detect_every=detect_every,
+        mot=mot,
         depth=depth,
         depth_on=depth_on,
         depth_size=depth_size,

@@ -17,6 +17,7 @@ from visionrt.pipeline.flow import END, Flow, Item, Job, lower_priority
 from visionrt.pipeline.inbox import Inboxes
 from visionrt.pipeline.options import PipelineOptions
 from visionrt.pipeline.ordering import InOrder
+from visionrt.postprocess.track import Tracker
 from visionrt.sources import Source
 from visionrt.tasks.base import Task
 from visionrt.telemetry import Telemetry
@@ -80,6 +81,7 @@ class Graph:
         self.inferred: queue.Queue[Any] = queue.Queue(maxsize=options.queue_size + in_flight)
         self.readers: list[threading.Thread] = []
         self._next_seq = [0] * len(sources)
+        self.trackers: list[Tracker] = [Tracker() for _ in sources] if options.track else []
 
     def depths(self) -> dict[str, Callable[[], int]]:
         """Readers of the frames waiting between stages, by queue name."""
@@ -183,6 +185,10 @@ class Graph:
         item.seq = self._next_seq[source_id]
         self._next_seq[source_id] += 1
         lanes = self.schedule[source_id]
+        if item.seq % self.options.detect_every:  # tracking alone on this frame
+            lanes = lanes[1:]
+        if not lanes:  # nothing to infer: straight to the consumer
+            return self.flow.put(self.inferred, Job(item, -1))
         item.waiting = len(lanes)
         for lane in lanes:
             started = time.perf_counter()
@@ -243,6 +249,8 @@ class Graph:
                 yield self._fuse(ready)
 
     def _decode(self, job: Job) -> Item:
+        if job.lane < 0:
+            return job.item
         item, lane = job.item, self.lanes[job.lane]
         if job.dropped and not item.dropped:  # counted once per frame, whichever task lost it
             item.dropped = True
@@ -260,19 +268,28 @@ class Graph:
 
     def _fuse(self, item: Item) -> FrameResult:
         """The frame's task results as one FrameResult: each detection gets its distance."""
-        detections = item.results.get(self.lanes[0].task.name, Detections.empty())
+        name = self.lanes[0].task.name
+        detections = item.results.get(name, Detections.empty())
+        frame = item.frame
+        tracks = None
+        if self.trackers:  # in order per source: the consumer releases frames in sequence
+            tracker = self.trackers[frame.source_id]
+            if name in item.results:
+                tracks = tracker.update(detections, frame.timestamp)
+            else:
+                tracks = tracker.predict(frame.timestamp)
+            detections = tracks.detections
         depth = item.results.get("depth")
         distance = None
         if depth is not None:
             from visionrt.postprocess.depth import box_distance
 
             distance = box_distance(depth, detections.xyxy)
-        frame = item.frame
         self.telemetry.frame_out(
             time.perf_counter() - frame.captured_at, self.labels[frame.source_id]
         )
         names = getattr(self.lanes[0].task, "class_names", ())
-        return FrameResult(frame, detections, item.timings, names, depth, distance)
+        return FrameResult(frame, detections, item.timings, names, depth, distance, tracks)
 
     def _drain(self) -> None:
         """Give the buffers of abandoned jobs back (the end of a run)."""

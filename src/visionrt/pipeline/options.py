@@ -25,6 +25,11 @@ class PipelineOptions:
     # How long an inference worker waits for more frames to fill a batch once it has one; 0
     # sends a batch with what is there (live mode should never wait for a stalled camera).
     batch_wait_ms: float = 0.0
+    # A tracker per source gives each box a track id; with `detect_every` N > 1 the detector
+    # runs on every Nth frame of each source and the frames between get the tracks' predicted
+    # boxes (needs `track`).
+    track: bool = False
+    detect_every: int = 1
 
     def __post_init__(self) -> None:
         if self.queue_size < 1:
@@ -38,6 +43,12 @@ class PipelineOptions:
         if not 0 <= self.batch_wait_ms <= 1000:
             raise ConfigError(
                 f"pipeline.batch_wait_ms: expected 0 to 1000, got {self.batch_wait_ms}"
+            )
+        if self.detect_every < 1:
+            raise ConfigError(f"pipeline.detect_every: expected >= 1, got {self.detect_every}")
+        if self.detect_every > 1 and not self.track:
+            raise ConfigError(
+                "pipeline.detect_every: frames between detections need tracking: add --track"
             )
         if self.opencv_threads < 0:
             raise ConfigError(f"pipeline.opencv_threads: expected >= 0, got {self.opencv_threads}")
