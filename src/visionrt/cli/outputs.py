@@ -1,10 +1,13 @@
-"""What `visionrt run` writes: the sinks for its outputs, and summary.json."""
+"""What `visionrt run` writes and says: the header naming what runs, the sinks for its outputs,
+and summary.json."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 from pathlib import Path
+
+from rich.console import Console
 
 from visionrt.config import RunConfig
 from visionrt.errors import ConfigError, SinkError
@@ -85,3 +88,28 @@ def write_summary(summary: RunSummary, path: Path) -> None:
         with contextlib.suppress(OSError):
             partial.unlink(missing_ok=True)
         raise SinkError(f"cannot write {path}: {err.strerror or err}") from err
+
+
+def describe_run(pipeline: Pipeline, model: str, console: Console) -> None:
+    info = pipeline.backend.info
+    console.print(
+        f"model {Path(model).name} · {info.runtime} {info.version} on {info.device}"
+        f" ({info.precision}) · input {pipeline.input_hw[0]}x{pipeline.input_hw[1]}"
+        f" · {'live' if pipeline.live else 'file'} mode"
+    )
+    for task in pipeline.tasks[1:]:
+        facts = task.describe()
+        on = ", ".join(pipeline.names[i] for i in pipeline.depth_sources())
+        label = " · ARCHITECTURE-ONLY (random weights)" if facts.get("architecture_only") else ""
+        console.print(
+            f"{task.name} {Path(str(facts.get('model', ''))).name} · {facts['runtime']}"
+            f" ({facts['precision']}) · input {facts['input_hw'][0]}x{facts['input_hw'][1]}"
+            f" · on {on}{label}",
+            markup=False,
+        )
+    if info.precision == "fp32" and "BF16" in info.details.get("capabilities", ()):
+        # OpenVINO would pick bf16 by itself on this CPU; we run what was asked, and say so.
+        console.print(
+            "note: this CPU has bf16, which this run does not use;"
+            " `visionrt tune` measures bf16 and INT8 plans against this reference"
+        )

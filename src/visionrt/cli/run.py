@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from visionrt.backends import BackendOptions
 from visionrt.backends.registry import choose_auto
-from visionrt.cli.outputs import check_telemetry, make_sinks, write_summary
+from visionrt.cli.outputs import check_telemetry, describe_run, make_sinks, write_summary
 from visionrt.config import RunConfig, load_config
 from visionrt.errors import ConfigError, Interrupted, SinkError, SourceError, VisionRTError
 from visionrt.model import DEMO_VIDEO, demo_model_path
@@ -286,7 +286,7 @@ def run_command(
         _depth_options(cfg),
     )
     try:
-        _describe(pipeline, cfg.model, console)
+        describe_run(pipeline, cfg.model, console)
         sinks = make_sinks(cfg, pipeline)
         telemetry = cfg.output.telemetry
         writer = TelemetryWriter(pipeline.telemetry, telemetry).start() if telemetry else None
@@ -329,31 +329,6 @@ def _depth_options(cfg: RunConfig) -> DepthOptions | None:
         depth.short_side,
         depth.on_nonfinite,
     )
-
-
-def _describe(pipeline: Pipeline, model: str, console: Console) -> None:
-    info = pipeline.backend.info
-    console.print(
-        f"model {Path(model).name} · {info.runtime} {info.version} on {info.device}"
-        f" ({info.precision}) · input {pipeline.input_hw[0]}x{pipeline.input_hw[1]}"
-        f" · {'live' if pipeline.live else 'file'} mode"
-    )
-    for task in pipeline.tasks[1:]:
-        facts = task.describe()
-        on = ", ".join(pipeline.names[i] for i in pipeline.depth_sources())
-        label = " · ARCHITECTURE-ONLY (random weights)" if facts.get("architecture_only") else ""
-        console.print(
-            f"{task.name} {Path(str(facts.get('model', ''))).name} · {facts['runtime']}"
-            f" ({facts['precision']}) · input {facts['input_hw'][0]}x{facts['input_hw'][1]}"
-            f" · on {on}{label}",
-            markup=False,
-        )
-    if info.precision == "fp32" and "BF16" in info.details.get("capabilities", ()):
-        # OpenVINO would pick bf16 by itself on this CPU; we run what was asked, and say so.
-        console.print(
-            "note: this CPU has bf16, which this run does not use;"
-            " `visionrt tune` measures bf16 and INT8 plans against this reference"
-        )
 
 
 def _run(
