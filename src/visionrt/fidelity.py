@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError
+from visionrt.postprocess.track import box_iou  # one IoU for matching and tracking
 from visionrt.types import Detections
 
 # Rounded to the decimal values (linspace gives 0.8999999999999999 for 0.9).
@@ -97,18 +98,6 @@ class FidelityReport:
             f" count match {self.count_match:.1%} over {self.frames} frames"
             f" ({self.candidate_boxes} boxes vs {self.reference_boxes} reference)"
         )
-
-
-def box_iou(a: npt.NDArray[np.floating], b: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
-    """IoU of every box in `a` (N, 4) with every box in `b` (M, 4), xyxy pixels → (N, M)."""
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    top_left = np.maximum(a64[:, None, :2], b64[None, :, :2])
-    bottom_right = np.minimum(a64[:, None, 2:], b64[None, :, 2:])
-    inter = np.prod(np.clip(bottom_right - top_left, 0.0, None), axis=2)
-    area_a = np.prod(np.clip(a64[:, 2:] - a64[:, :2], 0.0, None), axis=1)
-    area_b = np.prod(np.clip(b64[:, 2:] - b64[:, :2], 0.0, None), axis=1)
-    union = area_a[:, None] + area_b[None, :] - inter
-    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
 
 
 def _match_frame(
