@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from visionrt.errors import ConfigError
-from visionrt.fidelity import box_iou, compare_to_reference, fidelity
+from visionrt.fidelity import (
+    box_iou,
+    collect_detections,
+    compare_to_reference,
+    fidelity,
+    tracking_fidelity,
+)
+from visionrt.pipeline import PipelineOptions
 from visionrt.types import Detections
 
 A = [0.0, 0.0, 100.0, 100.0]
@@ -141,3 +148,42 @@ def test_reference_against_itself_is_perfect(demo_model: Path, demo_video: Path)
     assert report.frames == 20
     assert report.reference_boxes > 0
     assert (report.map50, report.map50_95, report.count_match) == (1.0, 1.0, 1.0)
+
+
+def test_tracking_fidelity_splits_detected_and_predicted_frames() -> None:
+    """Detector on frames 0 and 3 (exact); predicted frames 1 and 4 off by IoU 0.6 (a hit at
+    0.5), 2 and 5 lost the object (a box far away, scored lower)."""
+    reference = [dets((A, 0.9, 0)) for _ in range(6)]
+    near, lost = dets((A_SHIFTED, 0.9, 0)), dets((FAR, 0.5, 0))
+    candidate = [dets((A, 0.9, 0)), near, lost, dets((A, 0.9, 0)), near, lost]
+    score = tracking_fidelity(reference, candidate, 3)
+    assert score.detected.frames == 2
+    assert score.detected.map50 == 1.0
+    assert score.predicted is not None
+    assert score.predicted.frames == 4
+    assert score.predicted.map50 == pytest.approx(51 / 101)  # recall 2/4 at precision 1
+    assert score.overall.map50 == pytest.approx(67 / 101)  # recall 4/6 at precision 1
+    assert score.to_json()["predicted"]["frames"] == 4
+
+    every_frame = tracking_fidelity(reference, reference, 1)
+    assert every_frame.predicted is None
+    assert every_frame.overall == every_frame.detected
+    assert every_frame.to_json()["predicted"] is None
+    with pytest.raises(ConfigError, match="detect_every >= 1, got 0"):
+        tracking_fidelity(reference, reference, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tracker", ["bytetrack", "ocsort"])
+def test_tracked_runs_against_the_reference(
+    demo_model: Path, demo_video: Path, tracker: str
+) -> None:
+    """Tracking on every frame loses nothing (the detector runs at the tracker's low threshold,
+    its extra boxes score below every reference box); detect-every-3 stays close."""
+    reference = collect_detections(demo_video, demo_model, frames=30)
+    for every, least in ((1, 1.0), (3, 0.8)):
+        options = PipelineOptions(track=True, detect_every=every, tracker=tracker)
+        boxes = collect_detections(demo_video, demo_model, frames=30, pipeline_options=options)
+        score = tracking_fidelity(reference, boxes, every)
+        assert score.overall.map50 >= least, (every, score.overall)
+        assert score.detected.map50 == 1.0

@@ -253,7 +253,7 @@ def test_open_errors_are_the_workers_own(tmp_path: Path) -> None:
 
 
 def test_workers_option_is_validated() -> None:
-    expected = r"^source\.workers: expected thread or process, got 'x'$"
+    expected = r"^source\.workers: expected auto, thread or process, got 'x'$"
     with pytest.raises(ConfigError, match=expected):
         SourceOptions(workers="x")
 

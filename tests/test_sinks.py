@@ -293,3 +293,32 @@ def test_telemetry_lines_carry_rates_latency_and_queues(tmp_path: Path) -> None:
     assert lines[-1]["latency_ms"] == {"p50": 0.0, "p95": 0.0, "p99": 0.0}  # none since
     assert lines[-1]["queues"] == {"decoded": 2, "broken": None}
     assert [line["t"] for line in lines] == sorted(line["t"] for line in lines)
+
+
+def test_overlay_shows_track_ids_distances_and_predicted_boxes() -> None:
+    from visionrt.sinks.video import annotate
+
+    image = np.zeros((200, 200, 3), np.uint8)
+    boxes = Detections(
+        np.array([[50, 80, 150, 180]], np.float32),
+        np.array([0.9], np.float32),
+        np.array([0], np.int32),
+    )
+    names = ("person",)
+
+    def label_width(canvas: np.ndarray) -> int:  # the filled label sits above the box
+        return int(np.count_nonzero(canvas[60:79].any(axis=2).any(axis=0)))
+
+    def outline(canvas: np.ndarray) -> int:
+        return int(np.count_nonzero(canvas[100:170].any(axis=2)))
+
+    plain = annotate(image, boxes, names)
+    ids, seen = np.array([7], np.int64), np.array([False])
+    tracked = annotate(image, boxes, names, ids, seen, np.array([3.25], np.float32))
+    assert label_width(tracked) > label_width(plain) + 20  # "#7 … 3.25" is longer
+    no_distance = annotate(image, boxes, names, ids, seen, np.array([np.nan], np.float32))
+    assert label_width(tracked) > label_width(no_distance)  # a NaN distance is left out
+    predicted = annotate(image, boxes, names, ids, np.array([True]))
+    assert outline(predicted) == 2 * 70 < outline(no_distance)  # 1 px sides, thin
+    other = annotate(image, boxes, names, np.array([8], np.int64), seen)
+    assert not np.array_equal(other[120, 50], no_distance[120, 50])  # colour follows the id

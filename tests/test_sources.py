@@ -423,3 +423,18 @@ def test_realtime_paces_a_file_like_a_camera(tmp_path: Path) -> None:
     assert elapsed >= 19 / 25 - 0.01
     assert source.report()["lost"] == 0
     assert not source.report()["ended_early"]
+
+
+def test_auto_workers_put_each_of_several_cameras_in_a_process() -> None:
+    from visionrt.sources.registry import worker_options
+
+    specs = ["/dev/video0", "rtsp://cam/1", "clip.mp4", "synthetic:8x8:1"]
+    chosen = [o.workers for o in worker_options(specs, SourceOptions())]
+    assert chosen == ["process", "process", "thread", "thread"]
+    # One camera alone stays in a thread; an explicit choice is kept for every source.
+    assert [o.workers for o in worker_options(["0", "a.mp4"], SourceOptions())] == [
+        "thread",
+        "thread",
+    ]
+    forced = worker_options(specs, SourceOptions(workers="thread"))
+    assert {o.workers for o in forced} == {"thread"}

@@ -13,12 +13,20 @@ import pytest
 
 from visionrt.errors import ConfigError, SinkError
 from visionrt.postprocess import track
+from visionrt.postprocess.ocsort import OcSortTracker
 from visionrt.postprocess.track import Tracker, box_iou, match_boxes
 from visionrt.sinks.base import partial_path
 from visionrt.sinks.mot import MotSink
 from visionrt.types import Detections, Frame, FrameResult, TrackedDetections
 
 FPS = 30.0
+# Both trackers must pass the behaviour tests here; OC-SORT's own are in test_ocsort.py.
+KINDS: dict[str, type[Tracker]] = {"bytetrack": Tracker, "ocsort": OcSortTracker}
+
+
+@pytest.fixture(params=sorted(KINDS))
+def tracker_class(request: pytest.FixtureRequest) -> type[Tracker]:
+    return KINDS[str(request.param)]
 
 
 def _dets(
@@ -51,12 +59,12 @@ def solver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
 
 @pytest.mark.parametrize("detect_every", [1, 3])
 def test_two_objects_crossing_at_different_speeds_keep_their_ids(
-    solver: str, detect_every: int
+    solver: str, detect_every: int, tracker_class: type[Tracker]
 ) -> None:
     """A (fast, rightwards, in front) passes B (slow, leftwards); while they overlap the detector
     sees only A, so B must be carried through the occlusion by its motion."""
     rng = np.random.default_rng(7)
-    tracker = Tracker()
+    tracker = tracker_class()
     ids_seen: set[int] = set()
     hidden = 0
     for i in range(90):
@@ -85,12 +93,12 @@ def test_two_objects_crossing_at_different_speeds_keep_their_ids(
     assert len(tracker) == 2
 
 
-def test_detect_every_third_frame_predicts_the_motion_between() -> None:
+def test_detect_every_third_frame_predicts_the_motion_between(tracker_class: type[Tracker]) -> None:
     """Irregular timestamps (live jitter): prediction by seconds, not by frame count, is exact
     for constant motion once the second sighting gives the velocity."""
     rng = np.random.default_rng(3)
     stamps = np.cumsum(rng.uniform(0.02, 0.05, 60))
-    tracker = Tracker()
+    tracker = tracker_class()
 
     def truth(t: float) -> list[float]:
         return _box(100 + 150 * t, 300 - 60 * t, 40 + 10 * t, 80 + 20 * t)
@@ -110,9 +118,9 @@ def test_detect_every_third_frame_predicts_the_motion_between() -> None:
     assert worst < 0.01  # pixels
 
 
-def test_predicted_boxes_follow_noisy_motion_within_tolerance() -> None:
+def test_predicted_boxes_follow_noisy_motion_within_tolerance(tracker_class: type[Tracker]) -> None:
     rng = np.random.default_rng(11)
-    tracker = Tracker()
+    tracker = tracker_class()
     errors = []
     for i in range(150):
         t = i / FPS
@@ -129,8 +137,10 @@ def test_predicted_boxes_follow_noisy_motion_within_tolerance() -> None:
     assert float(np.mean(errors)) < 1.5
 
 
-def test_a_dropped_half_second_keeps_ids_when_the_motion_continues() -> None:
-    tracker = Tracker()
+def test_a_dropped_half_second_keeps_ids_when_the_motion_continues(
+    tracker_class: type[Tracker],
+) -> None:
+    tracker = tracker_class()
 
     def boxes(t: float) -> list[list[float]]:
         # 50 px wide boxes moving 200 px/s: 100 px in the gap, no overlap without prediction.
@@ -149,9 +159,9 @@ def test_a_dropped_half_second_keeps_ids_when_the_motion_continues() -> None:
     ids=["recovered-within-lost_seconds", "evicted-after-lost_seconds"],
 )
 def test_a_track_unseen_longer_than_lost_seconds_is_evicted(
-    absent_seconds: float, expected_ids: list[int]
+    absent_seconds: float, expected_ids: list[int], tracker_class: type[Tracker]
 ) -> None:
-    tracker = Tracker(lost_seconds=1.0)
+    tracker = tracker_class(lost_seconds=1.0)
     still = _dets([_box(200, 200, 60, 60)])
     for i in range(10):
         tracker.update(still, i / FPS)
@@ -165,9 +175,9 @@ def test_a_track_unseen_longer_than_lost_seconds_is_evicted(
     assert out.track_id.tolist() == expected_ids
 
 
-def test_memory_stays_flat_over_ten_thousand_frames() -> None:
+def test_memory_stays_flat_over_ten_thousand_frames(tracker_class: type[Tracker]) -> None:
     rng = np.random.default_rng(5)
-    tracker = Tracker(lost_seconds=0.5)
+    tracker = tracker_class(lost_seconds=0.5)
     objects: list[tuple[int, int, float, float, float, float]] = []  # start, end, x, y, vx, vy
     most = 0
     ids: set[int] = set()
@@ -192,8 +202,10 @@ def test_memory_stays_flat_over_ten_thousand_frames() -> None:
     assert len(tracker) == 0
 
 
-def test_low_confidence_detections_extend_tracks_but_never_create_them() -> None:
-    tracker = Tracker(high=0.5, low=0.1, lost_seconds=0.5)
+def test_low_confidence_detections_extend_tracks_but_never_create_them(
+    tracker_class: type[Tracker],
+) -> None:
+    tracker = tracker_class(high=0.5, low=0.1, lost_seconds=0.5)
     box = _box(300, 300, 80, 80)
     assert len(tracker.update(_dets([box], conf=0.3), 0.0)) == 0
     assert len(tracker) == 0
@@ -207,8 +219,8 @@ def test_low_confidence_detections_extend_tracks_but_never_create_them() -> None
     assert len(tracker) == 1  # lost, not yet evicted
 
 
-def test_empty_detections_and_a_fresh_tracker() -> None:
-    tracker = Tracker()
+def test_empty_detections_and_a_fresh_tracker(tracker_class: type[Tracker]) -> None:
+    tracker = tracker_class()
     for out in (tracker.predict(0.0), tracker.update(Detections.empty(), 0.1)):
         assert len(out) == 0
         assert out.track_id.dtype == np.int64
@@ -216,8 +228,8 @@ def test_empty_detections_and_a_fresh_tracker() -> None:
         assert out.detections.xyxy.shape == (0, 4)
 
 
-def test_a_class_change_does_not_match_across_classes() -> None:
-    tracker = Tracker()
+def test_a_class_change_does_not_match_across_classes(tracker_class: type[Tracker]) -> None:
+    tracker = tracker_class()
     box = _box(100, 100, 50, 50)
     assert tracker.update(_dets([box], cls=0), 0.0).track_id.tolist() == [1]
     out = tracker.update(_dets([box], cls=2), 1 / FPS)
@@ -226,8 +238,8 @@ def test_a_class_change_does_not_match_across_classes() -> None:
     assert len(tracker) == 2  # the class-0 track is lost, not taken over
 
 
-def test_min_hits_holds_back_tracks_and_drops_one_frame_blips() -> None:
-    tracker = Tracker(min_hits=2)
+def test_min_hits_holds_back_tracks_and_drops_one_frame_blips(tracker_class: type[Tracker]) -> None:
+    tracker = tracker_class(min_hits=2)
     box = _box(100, 100, 50, 50)
     blip = _box(600, 600, 50, 50)
     assert len(tracker.update(_dets([box, blip]), 0.0)) == 0
@@ -236,8 +248,10 @@ def test_min_hits_holds_back_tracks_and_drops_one_frame_blips() -> None:
     assert len(tracker) == 1  # the blip missed its second sighting and is gone
 
 
-def test_time_going_backwards_starts_a_new_timeline_with_new_ids() -> None:
-    tracker = Tracker()
+def test_time_going_backwards_starts_a_new_timeline_with_new_ids(
+    tracker_class: type[Tracker],
+) -> None:
+    tracker = tracker_class()
     box = _dets([_box(100, 100, 50, 50)])
     tracker.update(box, 5.0)
     assert tracker.update(box, 0.0).track_id.tolist() == [2]
@@ -256,14 +270,16 @@ def test_time_going_backwards_starts_a_new_timeline_with_new_ids() -> None:
         {"min_hits": 0},
     ],
 )
-def test_invalid_options_are_config_errors(options: dict[str, float]) -> None:
+def test_invalid_options_are_config_errors(
+    options: dict[str, float], tracker_class: type[Tracker]
+) -> None:
     with pytest.raises(ConfigError, match="tracker: expected"):
-        Tracker(**options)  # type: ignore[arg-type]
+        tracker_class(**options)  # type: ignore[arg-type]
 
 
-def test_a_non_finite_timestamp_is_a_config_error() -> None:
+def test_a_non_finite_timestamp_is_a_config_error(tracker_class: type[Tracker]) -> None:
     with pytest.raises(ConfigError, match="finite timestamp"):
-        Tracker().update(Detections.empty(), math.nan)
+        tracker_class().update(Detections.empty(), math.nan)
 
 
 def test_box_iou_on_hand_cases() -> None:

@@ -31,6 +31,14 @@ class OutputOptions:
     codec: str = "libx264"
     # x264 speed/size trade: veryfast ~4 ms of CPU per 768×576 frame, ultrafast ~2 ms at 3× size.
     preset: str = "veryfast"
+    # Prometheus metrics at http://metrics_host:metrics_port/metrics while the run lasts (0: off);
+    # localhost unless the user opens it up on purpose.
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"output.metrics_port: expected 1 to 65535, got {self.metrics_port}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +57,7 @@ class DepthConfig:
     on_nonfinite: str = "recompute"
     video: bool = True
     maps: str = ""
+    smoothing: float = 0.0  # EMA weight of the previous depth map per source (0: off)
 
     def __post_init__(self) -> None:
         if self.short_side < 14 or self.short_side % 14:
@@ -60,6 +69,8 @@ class DepthConfig:
             raise ConfigError(
                 f"depth.on_nonfinite: expected recompute or fail, got '{self.on_nonfinite}'"
             )
+        if not 0.0 <= self.smoothing < 1.0:
+            raise ConfigError(f"depth.smoothing: expected 0 <= alpha < 1, got {self.smoothing}")
         if self.maps not in ("", "png", "npy"):
             raise ConfigError(f"depth.maps: expected png, npy or nothing, got '{self.maps}'")
 

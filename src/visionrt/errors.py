@@ -47,6 +47,13 @@ class SinkError(VisionRTError, OSError):
     exit_code = 6
 
 
+class NonFiniteDepthError(VisionRTError, FloatingPointError):
+    """A depth map came out with NaN/Inf and the run was asked to refuse it (or FP32 gave
+    NaN/Inf too)."""
+
+    exit_code = 1
+
+
 class StageError(VisionRTError, RuntimeError):
     """A pipeline stage failed mid-run on something other than a visionrt error (a runtime that
     rejects a real frame, a bug); the run stopped and its outputs were finalized."""

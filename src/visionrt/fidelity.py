@@ -3,6 +3,8 @@
 The reference's detections are taken as ground truth; no labels are needed. Matching, the
 101-point interpolation and the IoU thresholds 0.50:0.05:0.95 follow pycocotools' COCOeval
 (bbox, one area range, no crowd boxes, no per-image cap beyond what postprocessing kept).
+A tracked detect-every-N run is scored the same way, every frame's boxes (detected or predicted)
+against the every-frame reference, and split by which frames the detector ran on.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +21,9 @@ from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError
 from visionrt.postprocess.track import box_iou  # one IoU for matching and tracking
 from visionrt.types import Detections
+
+if TYPE_CHECKING:
+    from visionrt.pipeline import PipelineOptions
 
 # Rounded to the decimal values (linspace gives 0.8999999999999999 for 0.9).
 IOU_THRESHOLDS: npt.NDArray[np.float64] = np.round(np.linspace(0.5, 0.95, 10), 2)
@@ -199,6 +204,43 @@ def fidelity(reference: Sequence[Detections], candidate: Sequence[Detections]) -
     )
 
 
+@dataclass(frozen=True, slots=True)
+class TrackingFidelity:
+    """A detect-every-N run against the every-frame reference: `overall` on all frames, `detected`
+    on the frames the detector ran on (frame index % N == 0), `predicted` on the others (None
+    when N is 1)."""
+
+    detect_every: int
+    overall: FidelityReport
+    detected: FidelityReport
+    predicted: FidelityReport | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "detect_every": self.detect_every,
+            "overall": self.overall.to_json(),
+            "detected": self.detected.to_json(),
+            "predicted": None if self.predicted is None else self.predicted.to_json(),
+        }
+
+
+def tracking_fidelity(
+    reference: Sequence[Detections], candidate: Sequence[Detections], detect_every: int
+) -> TrackingFidelity:
+    """Score a detect-every-`detect_every` run's boxes on every frame (`candidate`, frame i's
+    detector boxes where i % N == 0 and the tracker's predictions between) against the
+    every-frame `reference`, overall and split by frame kind."""
+    if detect_every < 1:
+        raise ConfigError(f"fidelity: expected detect_every >= 1, got {detect_every}")
+    overall = fidelity(reference, candidate)
+    detected = fidelity(reference[::detect_every], candidate[::detect_every])
+    predicted = None
+    if detect_every > 1:
+        between = [i for i in range(len(reference)) if i % detect_every]
+        predicted = fidelity([reference[i] for i in between], [candidate[i] for i in between])
+    return TrackingFidelity(detect_every, overall, detected, predicted)
+
+
 def collect_detections(
     video: str | Path,
     model: str | Path,
@@ -206,8 +248,10 @@ def collect_detections(
     options: BackendOptions | None = None,
     frames: int = 200,
     conf: float = 0.25,
+    pipeline_options: PipelineOptions | None = None,
 ) -> list[Detections]:
-    """The detections of the first `frames` frames of `video` (file mode, every frame, in order)."""
+    """The detections of the first `frames` frames of `video` (file mode, every frame, in order);
+    with `pipeline_options` (tracking, detect-every-N) the boxes the pipeline gives each frame."""
     from visionrt.pipeline import Pipeline
     from visionrt.postprocess import PostprocessOptions
     from visionrt.sources import SourceOptions
@@ -219,6 +263,7 @@ def collect_detections(
         options or BackendOptions(),
         PostprocessOptions(conf=conf),
         SourceOptions(mode="file", max_frames=frames),
+        pipeline_options,
     )
     try:
         return [result.detections for result in pipeline]

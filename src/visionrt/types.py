@@ -1,5 +1,5 @@
-"""Values passed between stages: frames, letterbox geometry, detections, tensor specs and backend
-facts."""
+"""Values passed between stages: frames, letterbox and depth-resize geometry, detections, depth
+maps, tensor specs and backend facts."""
 
 from __future__ import annotations
 
@@ -61,6 +61,15 @@ class Letterbox:
     new_hw: tuple[int, int]
     top: int
     left: int
+
+
+@dataclass(frozen=True, slots=True)
+class DepthGeometry:
+    """Source (h, w) → depth input (h, w): a plain resize, no padding; the map goes back by the
+    inverse resize."""
+
+    source_hw: tuple[int, int]
+    input_hw: tuple[int, int]
 
 
 def boxes_to_source(xyxy: npt.NDArray[np.float32], box: Letterbox) -> npt.NDArray[np.float32]:

@@ -47,7 +47,8 @@ class NullBackend(Backend):
         # `delay_ms` stands in for inference time in pipeline tests and overhead baselines;
         # `fail_after` N (fault injection for tests) makes every call after the Nth raise a
         # RuntimeError, as a runtime rejecting a frame would; warm-up calls count, 0 is never.
-        self._delay = _number(options.settings, "delay_ms") / 1e3
+        # `delay` (seconds) may be changed mid-run: a model that slows down under load.
+        self.delay = _number(options.settings, "delay_ms") / 1e3
         self._fail_after = int(_number(options.settings, "fail_after", integer=True))
         self._calls = 0
         self._output = np.zeros(out_shape, np.float32)
@@ -64,8 +65,8 @@ class NullBackend(Backend):
         self._calls += 1
         if self._fail_after and self._calls > self._fail_after:
             raise RuntimeError(f"null backend: injected failure on call {self._calls}")
-        if self._delay:
-            time.sleep(self._delay)
+        if self.delay:
+            time.sleep(self.delay)
         batch = next(iter(inputs.values())).shape[0]
         if batch == self._output.shape[0]:
             return [self._output]

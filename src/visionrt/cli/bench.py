@@ -24,7 +24,7 @@ from visionrt.bench import (
     prepared_inputs,
 )
 from visionrt.bench.report import ReportPoint, write_report
-from visionrt.cli.run import _parse_size
+from visionrt.cli.run_config import parse_size
 from visionrt.errors import ConfigError
 from visionrt.model import DEMO_VIDEO, demo_model_path
 from visionrt.pipeline import Pipeline
@@ -58,7 +58,7 @@ def parse_variant(text: str, base: BackendOptions, model: str) -> Variant:
     if len(parts) > 1 and parts[1]:
         options = replace(options, precision=parts[1])
     if len(parts) > 2 and parts[2] and parts[2] != "native":
-        height, width = _parse_size(parts[2])
+        height, width = parse_size(parts[2])
         options = replace(options, input_size=(height, width))
     settings = dict(options.settings)
     for extra in extras:
@@ -194,6 +194,13 @@ def bench_command(
         Path | None,
         typer.Option(help="Write an HTML report (throughput vs p99, stage times) here."),
     ] = None,
+    find_batch: Annotated[
+        int,
+        typer.Option(
+            help="Instead: find each variant's batch up to N — doubled until out of memory or"
+            " no gain, then bisected (on a GPU: the largest batch that fits and pays)."
+        ),
+    ] = 0,
 ) -> None:
     """Measure model-only and end-to-end FPS of backend variants on a real video."""
     model_path = model or str(demo_model_path())
@@ -201,6 +208,9 @@ def bench_command(
     base = BackendOptions(threads=threads)
     variants = [parse_variant(v, base, model_path) for v in (variant or ["onnxruntime:fp32"])]
     console = Console(stderr=True)
+    if find_batch:
+        _find_batches(variants, video, find_batch, max(3, calls // 10), console, json_out)
+        return
     results = run_bench(variants, video, runs, calls, max_frames, console, interleave)
     table = Table(title=f"{Path(video).name} · {runs} runs · median (min–max)")
     for column in (
@@ -262,6 +272,35 @@ def bench_command(
             ),
             encoding="utf-8",
         )
+
+
+def _find_batches(
+    variants: list[Variant],
+    video: str,
+    max_batch: int,
+    calls: int,
+    console: Console,
+    json_out: Path | None,
+) -> None:
+    from visionrt.tune.batch import batch_throughput, search_batch
+
+    found = {}
+    for variant in variants:
+        measure = batch_throughput(variant.model, variant.backend, variant.options, video, calls)
+        search = search_batch(
+            measure,
+            max_batch,
+            on_point=lambda p, v=variant: console.print(
+                f"{v.label} batch {p.batch}: " + (f"{p.fps:.1f} frames/s" if p.fits else p.error)
+            ),
+        )
+        console.print(
+            f"[bold]{variant.label}[/]: batch {search.best} (largest that fits:"
+            f" {search.largest_fit}; {search.stopped})"
+        )
+        found[variant.label] = search.to_json()
+    if json_out:
+        json_out.write_text(json.dumps(found, indent=2), encoding="utf-8")
 
 
 def register(app: typer.Typer) -> None:

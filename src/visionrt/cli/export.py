@@ -10,11 +10,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from visionrt.cli.run import _parse_size
+from visionrt.cli.run_config import parse_size
+from visionrt.errors import ConfigError
 from visionrt.export import TARGETS, ExportResult, export_model
+from visionrt.export.depth import DepthFidelityReport
 
 # DESIGN.md's default accuracy budget (fidelity mAP50) per precision.
 _BUDGET = {"fp16": 0.97, "int8": 0.90}
+# A depth artifact's default budget: the share of pixels within 25 % of FP32 (δ<1.25).
+_DEPTH_BUDGET = {"int8": 0.90}
 
 
 def _budget(target: str) -> float | None:
@@ -43,9 +47,11 @@ def _table(result: ExportResult) -> Table:
     kept = report.get("kept_in_float") or []
     if kept or TARGETS[target].int8:
         shown = ", ".join(kept[:4]) + (f", … ({len(kept)} in all)" if len(kept) > 4 else "")
-        table.add_row("kept in float", shown or "nothing")
+        table.add_row("kept in float", shown or report.get("kept_in_float_by_recipe", "nothing"))
     fidelity = result.fidelity
-    if fidelity is not None:
+    if isinstance(fidelity, DepthFidelityReport):
+        table.add_row("fidelity", _depth_fidelity(fidelity, target))
+    elif fidelity is not None:
         budget = _budget(target)
         verdict = ""
         if budget is not None:
@@ -57,6 +63,35 @@ def _table(result: ExportResult) -> Table:
             f" · count match {fidelity.count_match:.1%} over {fidelity.frames} frames{verdict}",
         )
     return table
+
+
+def _depth_fidelity(fidelity: DepthFidelityReport, target: str) -> str:
+    budget = _DEPTH_BUDGET["int8"] if TARGETS[target].int8 else None
+    text = (
+        f"AbsRel {fidelity.abs_rel:.4f} (worst {fidelity.worst_abs_rel:.4f}) · δ<1.25"
+        f" {fidelity.delta1:.2%} (worst {fidelity.worst_delta1:.2%}) over {fidelity.frames}"
+        " frames against ONNX Runtime FP32, each aligned by scale and shift"
+    )
+    if budget is not None:
+        text += " · within" if fidelity.delta1 >= budget else " · OUTSIDE"
+        text += f" the default budget (δ<1.25 ≥ {budget:.2f})"
+    if fidelity.architecture_only:
+        text += (
+            "\nnote: architecture-only model (random weights): this fidelity says nothing about"
+            " real weights"
+        )
+    return text
+
+
+def _depth_size(text: str | None) -> int | tuple[int, int] | None:
+    """'266' (the short side) or '266x350' (height × width)."""
+    if not text:
+        return None
+    parts = text.lower().split("x")
+    if len(parts) in (1, 2) and all(part.isdigit() for part in parts):
+        sizes = [int(part) for part in parts]
+        return sizes[0] if len(sizes) == 1 else (sizes[0], sizes[1])
+    raise ConfigError(f"--depth-size: expected a short side (266) or HEIGHTxWIDTH, got '{text}'")
 
 
 def export_command(
@@ -83,14 +118,22 @@ def export_command(
         bool, typer.Option("--no-fidelity", help="Skip the fidelity check.")
     ] = False,
     conf: Annotated[float, typer.Option(help="Confidence threshold for fidelity.")] = 0.25,
+    depth_size: Annotated[
+        str | None,
+        typer.Option(
+            help="Depth models: input short side (default 518; 266/364 faster), the long side"
+            " keeping the video's aspect, or HEIGHTxWIDTH (multiples of 14)."
+        ),
+    ] = None,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Also write the report as JSON here.")
     ] = None,
 ) -> None:
-    """Export a model to FP16/INT8 ONNX, OpenVINO IR (FP32/INT8) or a TensorRT engine, cached."""
+    """Export a model to FP16/INT8 ONNX, OpenVINO IR (FP32/INT8) or a TensorRT engine, cached;
+    a depth model (Depth Anything) to OpenVINO IR (FP32/INT8) at a fixed size."""
     size: Any = None
     if imgsz:
-        height, width = _parse_size(imgsz)
+        height, width = parse_size(imgsz)
         size = (height, width)
     result = export_model(
         model,
@@ -102,6 +145,7 @@ def export_command(
         progress=True,
         fidelity_frames=0 if no_fidelity else fidelity_frames,
         conf=conf,
+        depth_size=_depth_size(depth_size),
     )
     err = Console(stderr=True, soft_wrap=True)
     if result.cached:

@@ -7,142 +7,27 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from visionrt.backends import BackendOptions
 from visionrt.backends.registry import choose_auto
 from visionrt.cli.outputs import check_telemetry, describe_run, make_sinks, write_summary
+from visionrt.cli.run_config import flag_values, plan_layer, with_defaults
 from visionrt.config import RunConfig, load_config
 from visionrt.errors import ConfigError, Interrupted, SinkError, SourceError, VisionRTError
-from visionrt.model import DEMO_VIDEO, demo_model_path
 from visionrt.pipeline import DepthOptions, Pipeline
 from visionrt.sinks import Sink
 from visionrt.telemetry.report import TelemetryWriter, print_summary
 from visionrt.telemetry.stats import RunSummary
-from visionrt.tune.plan import Plan, cached_plan, fingerprint_differences
+
+if TYPE_CHECKING:
+    from visionrt.telemetry.metrics import MetricsServer
 from visionrt.types import FrameResult
 
 Opt = typer.Option
-
-
-def _flag_values(**flags: Any) -> dict[str, Any]:
-    """Explicit flags as a nested config dict; flags left unset are None and do not override."""
-    imgsz = flags.pop("imgsz")
-    values: dict[str, Any] = {
-        "model": flags["model"],
-        "backend": flags["backend"],
-        "source": {
-            "mode": flags["mode"],
-            "max_frames": flags["max_frames"],
-            "realtime": True if flags["realtime"] else None,
-        },
-        "inference": {
-            "device": flags["device"],
-            "precision": flags["precision"],
-            "threads": flags["threads"],
-            "batch": flags["batch"],
-            "input_size": _parse_size(imgsz) if imgsz else None,
-        },
-        "postprocess": {"conf": flags["conf"], "iou": flags["iou"]},
-        "output": {
-            "dir": flags["out"],
-            "telemetry": flags["telemetry"],
-            "video": False if flags["no_video"] else None,
-            "jsonl": False if flags["no_jsonl"] else None,
-        },
-    }
-    values["pipeline"] = {
-        "track": True if flags["track"] else None,
-        "detect_every": flags["detect_every"],
-    }
-    values["output"]["mot"] = True if flags["mot"] else None
-    if flags["sources"]:
-        values["sources"] = list(flags["sources"])
-    depth_on = flags["depth_on"]
-    values["depth"] = {
-        "model": flags["depth"],
-        "on": [n.strip() for n in depth_on.split(",") if n.strip()] if depth_on else None,
-        "short_side": flags["depth_size"],
-    }
-    return values
-
-
-def _parse_size(text: str) -> list[int]:
-    parts = text.lower().replace("x", ",").split(",")
-    try:
-        sizes = [int(p) for p in parts if p]
-    except ValueError as err:
-        raise ConfigError(
-            f"--imgsz '{text}': expected SIZE or HEIGHTxWIDTH, e.g. 640 or 512x640"
-        ) from err
-    if len(sizes) == 1:
-        sizes = sizes * 2
-    if len(sizes) != 2:
-        raise ConfigError(f"--imgsz '{text}': expected SIZE or HEIGHTxWIDTH")
-    return sizes
-
-
-def _with_defaults(config: RunConfig) -> RunConfig:
-    from dataclasses import replace
-
-    if not config.model:
-        config = replace(config, model=str(demo_model_path()))
-    if not config.sources:
-        if not DEMO_VIDEO.is_file():
-            raise SourceError(
-                f"no source given and the demo video {DEMO_VIDEO} is missing:"
-                " apt-get install opencv-doc (or `make setup`)"
-            )
-        config = replace(config, sources=(str(DEMO_VIDEO),))
-    return config
-
-
-# Settings that choose the configuration: given any of them, the user's choice wins over a plan.
-_CHOICES = ("backend", "device", "precision", "input_size", "fold_preprocess", "settings")
-
-
-def _plan_layer(
-    plan: Path | None,
-    no_plan: bool,
-    config: Path | None,
-    overrides: list[str] | None,
-    values: dict[str, Any],
-) -> tuple[dict[str, Any] | None, str]:
-    """The plan's sections to run under the user's own settings, and the line saying so.
-
-    `--plan FILE` runs that plan (flags still override single settings). Otherwise, when the
-    user chose no backend, precision, size or runtime setting, the plan cached for the model on
-    this machine is used; `--no-plan` runs the reference."""
-    if plan is not None and no_plan:
-        raise ConfigError("--plan and --no-plan: expected one of them")
-    if plan is not None:
-        loaded = Plan.load(plan)
-        note = f"plan {plan}: {loaded.summary_line()}"
-        for difference in fingerprint_differences(loaded):
-            note += f"\nwarning: this machine differs from the plan's: {difference}"
-        return loaded.run, note
-    if no_plan:
-        return None, ""
-    chosen = load_config(config, overrides, values)
-    inference = {f: getattr(chosen.inference, f) for f in _CHOICES if f != "backend"}
-    defaults = {f: getattr(BackendOptions(), f) for f in inference}
-    if chosen.backend or inference != defaults:
-        return None, ""
-    model = Path(chosen.model) if chosen.model else demo_model_path()
-    if model.suffix != ".onnx" or not model.is_file():
-        return None, ""
-    found = cached_plan(model)
-    if found is None:
-        return None, (
-            f"no tuned plan for {model.name} on this machine: running the FP32 reference;"
-            " `visionrt tune` finds the fastest configuration here (minutes, once)"
-        )
-    cached, path = found
-    return cached.run, f"plan {path.name}: {cached.summary_line()} (--no-plan: the reference)"
 
 
 def _install_signal_handlers(pipeline: Pipeline) -> None:
@@ -222,6 +107,21 @@ def run_command(
         int | None,
         Opt(help="With --track: run the detector on every Nth frame, track in between."),
     ] = None,
+    tracker: Annotated[str | None, Opt(help="With --track: bytetrack (default) or ocsort.")] = None,
+    slo_ms: Annotated[
+        float | None,
+        Opt(
+            help="Live latency target: when glass-to-result p95 passes it, detect less often,"
+            " then at a smaller input size (and back up when there is headroom)."
+        ),
+    ] = None,
+    tile: Annotated[
+        int | None,
+        Opt(help="Detect on TILE-pixel tiles of each frame (high-resolution sources), merged."),
+    ] = None,
+    tile_overlap: Annotated[
+        float | None, Opt(help="With --tile: overlap between tiles, a fraction (0.2).")
+    ] = None,
     mot: Annotated[
         bool, Opt("--mot", help="With --track: write MOTChallenge text per source.")
     ] = False,
@@ -238,9 +138,17 @@ def run_command(
     depth_size: Annotated[
         int | None, Opt(help="Depth input short side, a multiple of 14 (266, 364, 518).")
     ] = None,
+    depth_smoothing: Annotated[
+        float | None,
+        Opt(help="Smooth depth over time per source: EMA weight of the previous map, 0-1."),
+    ] = None,
+    metrics_port: Annotated[
+        int | None,
+        Opt(help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics while the run lasts."),
+    ] = None,
 ) -> None:
     """Run a detector over sources, writing annotated video, JSONL and a telemetry summary."""
-    values = _flag_values(
+    values = flag_values(
         sources=sources,
         model=model,
         backend=backend,
@@ -264,10 +172,16 @@ def run_command(
         depth=depth,
         depth_on=depth_on,
         depth_size=depth_size,
+        metrics_port=metrics_port,
+        depth_smoothing=depth_smoothing,
+        tracker=tracker,
+        slo_ms=slo_ms,
+        tile=tile,
+        tile_overlap=tile_overlap,
     )
     console = Console(stderr=True, quiet=quiet)
-    base, plan_note = _plan_layer(plan, no_plan, config, set_, values)
-    cfg = _with_defaults(load_config(config, set_, values, base=base))
+    base, plan_note = plan_layer(plan, no_plan, config, set_, values)
+    cfg = with_defaults(load_config(config, set_, values, base=base))
     if plan_note:  # which configuration runs is said even with --quiet
         Console(stderr=True, soft_wrap=True).print(plan_note, markup=False, highlight=False)
     if cfg.output.telemetry:
@@ -285,16 +199,27 @@ def run_command(
         cfg.pipeline,
         _depth_options(cfg),
     )
+    metrics: MetricsServer | None = None
+    pipeline.on_degrade = lambda change: Console(stderr=True).print(
+        f"slo: {change.reason}: → {change.label}", markup=False, highlight=False
+    )
     try:
         describe_run(pipeline, cfg.model, console)
         sinks = make_sinks(cfg, pipeline)
+        metrics = _serve_metrics(pipeline, cfg, console)
         telemetry = cfg.output.telemetry
         writer = TelemetryWriter(pipeline.telemetry, telemetry).start() if telemetry else None
     except BaseException:
         pipeline.close()  # nothing ran: let go of the backend and the sources
+        if metrics is not None:
+            metrics.close()
         raise
     _install_signal_handlers(pipeline)
-    summary, error = _run(pipeline, sinks, writer, cfg, console, quiet)
+    try:
+        summary, error = _run(pipeline, sinks, writer, cfg, console, quiet)
+    finally:
+        if metrics is not None:
+            metrics.close()
     summary_path = Path(cfg.output.dir) / "summary.json"
     summary.outputs.append(str(summary_path))
     try:
@@ -315,6 +240,22 @@ def run_command(
         raise Interrupted(f"interrupted: outputs finalized with {summary.frames_out} frames")
 
 
+def _serve_metrics(pipeline: Pipeline, cfg: RunConfig, console: Console) -> MetricsServer | None:
+    if not cfg.output.metrics_port:
+        return None
+    from visionrt.telemetry.metrics import MetricsServer
+
+    described = pipeline.task.describe()
+    info = {k: str(described.get(k, "")) for k in ("runtime", "device", "precision")}
+    server = MetricsServer(cfg.output.metrics_port, cfg.output.metrics_host, info)
+    named = zip(pipeline.names, pipeline.sources, strict=True)
+    server.watch({name: (lambda s=s: s.stats) for name, s in named}, pipeline.queue_depths)
+    pipeline.telemetry.add_listener(server)
+    server.start()
+    console.print(f"metrics: {server.url}")
+    return server
+
+
 def _depth_options(cfg: RunConfig) -> DepthOptions | None:
     if not cfg.depth.model:
         if cfg.depth.on:
@@ -328,6 +269,7 @@ def _depth_options(cfg: RunConfig) -> DepthOptions | None:
         depth.inference,
         depth.short_side,
         depth.on_nonfinite,
+        depth.smoothing,
     )
 
 

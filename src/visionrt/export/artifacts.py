@@ -1,4 +1,5 @@
-"""`export_model`: make (or reuse) one optimized artifact of a model, and measure its fidelity."""
+"""`export_model`: make (or reuse) one optimized artifact of a model (a detector or a depth
+model), and measure its fidelity."""
 
 from __future__ import annotations
 
@@ -14,6 +15,13 @@ from typing import Any
 from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError, ModelLoadError, SourceNotFoundError
 from visionrt.export import cache
+from visionrt.export.depth import (
+    DEPTH_TARGETS,
+    DepthFidelityReport,
+    compare_depth_to_reference,
+    depth_export_size,
+    is_depth_model,
+)
 from visionrt.fidelity import FidelityReport, compare_to_reference
 from visionrt.model import DEMO_VIDEO, demo_model_path, file_sha256, read_model_spec
 
@@ -52,12 +60,13 @@ TARGETS: dict[str, Target] = {
 @dataclass(frozen=True, slots=True)
 class ExportResult:
     """The artifact, its report (what report.json holds), whether it came from the cache, and
-    its fidelity against the ONNX Runtime FP32 reference (None when not measured)."""
+    its fidelity against the ONNX Runtime FP32 reference (None when not measured): detection
+    AP for a detector, AbsRel/δ<1.25 for a depth model."""
 
     path: Path
     report: dict[str, Any]
     cached: bool
-    fidelity: FidelityReport | None = None
+    fidelity: FidelityReport | DepthFidelityReport | None = None
 
 
 class _Progress:
@@ -183,6 +192,35 @@ def _build(
     return built
 
 
+def _build_depth(
+    target: Target,
+    source: Path,
+    folder: Path,
+    input_hw: tuple[int, int],
+    video: Path,
+    frames: int,
+    progress: _Progress,
+) -> dict[str, Any]:
+    """Write a depth model's artifact into `folder` (calibrated at `input_hw` for INT8)."""
+    from visionrt.export.depth import build_depth, depth_calibration
+
+    calibration = None
+    calibrated: dict[str, Any] = {}
+    if target.int8:
+        with progress.bar():
+            on_frame = progress.task("calibration frames", frames)
+            calibration = depth_calibration(video, frames, input_hw, on_frame)
+        calibrated["calibration"] = {
+            "video": str(video),
+            "frames": len(calibration),
+            "indices": calibration.indices,
+            "preprocess": "depth",
+        }
+    started = time.perf_counter()  # NNCF shows its own progress
+    built = build_depth(target.name, source, folder / target.filename, input_hw, calibration)
+    return {**built, **calibrated, "convert_s": round(time.perf_counter() - started, 2)}
+
+
 def _fidelity(
     target: Target,
     artifact: Path,
@@ -209,6 +247,7 @@ def export_model(
     progress: bool = True,
     fidelity_frames: int = 100,
     conf: float = 0.25,
+    depth_size: int | tuple[int, int] | None = None,
 ) -> ExportResult:
     """Export `model` (default: the demo model) to `target`, or reuse the cached artifact.
 
@@ -216,7 +255,12 @@ def export_model(
     letterboxed as the pipeline does. Artifacts live in `out` (default
     ~/.cache/visionrt/artifacts) under a folder named by model hash, target, runtime version and
     settings, next to a report.json. With `fidelity_frames` > 0 the artifact is scored against
-    the ONNX Runtime FP32 reference on that many frames of the video (kept in the report)."""
+    the ONNX Runtime FP32 reference on that many frames of the video (kept in the report).
+
+    A depth model (`is_depth_model`: Depth Anything's layout) is built at one fixed input size,
+    `depth_size`: (h, w), or a short side (default 518) with the video's aspect; calibration
+    frames are preprocessed the depth way, and fidelity is AbsRel/δ<1.25 against FP32 after
+    per-frame scale-and-shift alignment (`DepthFidelityReport`). Depth targets: DEPTH_TARGETS."""
     if target not in TARGETS:
         raise ConfigError(f"export target '{target}': expected one of {', '.join(TARGETS)}")
     spec = TARGETS[target]
@@ -236,9 +280,24 @@ def export_model(
     video = Path(calibrate) if calibrate else DEMO_VIDEO
     if (spec.int8 or fidelity_frames > 0) and not video.is_file():
         raise SourceNotFoundError(f"calibration video not found: {video}")
+    depth = model_path.suffix == ".onnx" and is_depth_model(model_path)
+    input_hw: tuple[int, int] | None = None
+    if depth:
+        if target not in DEPTH_TARGETS:
+            raise ConfigError(
+                f"export target '{target}': {model_path.name} is a depth model; depth models"
+                f" export to {', '.join(DEPTH_TARGETS)}"
+            )
+        if imgsz is not None:
+            raise ConfigError("--imgsz reshapes detectors; size a depth model with --depth-size")
+        input_hw = depth_export_size(model_path, depth_size, video if video.is_file() else None)
+    elif depth_size is not None:
+        raise ConfigError(f"--depth-size: {model_path.name} is not a depth model")
     runtime = _runtime_version(spec)
     model_hash = file_sha256(model_path)
     settings: dict[str, Any] = {"recipe": spec.recipe, "imgsz": list(imgsz) if imgsz else None}
+    if input_hw is not None:
+        settings["depth_input_hw"] = list(input_hw)
     if spec.int8:
         settings["calibration"] = {"video": cache.video_fingerprint(video), "frames": frames}
     if target == "tensorrt":
@@ -261,7 +320,10 @@ def export_model(
                 from visionrt.export.onnx_variants import export_from_pytorch
 
                 source = export_from_pytorch(model_path, scratch / "reference.onnx", imgsz)
-            built = _build(spec, source, scratch, imgsz, video, frames, show)
+            if input_hw is not None:
+                built = _build_depth(spec, source, scratch, input_hw, video, frames, show)
+            else:
+                built = _build(spec, source, scratch, imgsz, video, frames, show)
             report = {
                 "model": str(model_path),
                 "model_sha256": model_hash,
@@ -274,8 +336,12 @@ def export_model(
             }
             cache.write_report(scratch, report)
         artifact = folder / spec.filename
-    result_fidelity = None
-    if fidelity_frames > 0:
+    result_fidelity: FidelityReport | DepthFidelityReport | None = None
+    if fidelity_frames > 0 and input_hw is not None:
+        result_fidelity = _depth_fidelity(
+            spec, artifact, model_path, report, folder, video, fidelity_frames, input_hw, show
+        )
+    elif fidelity_frames > 0:
         reference = Path(report.get("reference_model") or model_path)
         previous = report.get("fidelity") or {}
         key = {"video": str(video), "frames": fidelity_frames, "conf": conf}
@@ -288,3 +354,29 @@ def export_model(
             # As the report holds it, so a cache hit returns exactly the same values.
             result_fidelity = FidelityReport.from_json(report["fidelity"])
     return ExportResult(artifact, report, cached, result_fidelity)
+
+
+def _depth_fidelity(
+    target: Target,
+    artifact: Path,
+    reference: Path,
+    report: dict[str, Any],
+    folder: Path,
+    video: Path,
+    frames: int,
+    input_hw: tuple[int, int],
+    progress: _Progress,
+) -> DepthFidelityReport:
+    """The depth artifact's fidelity, measured once per (video, frames) and kept in the
+    report as the detector's is."""
+    previous = report.get("fidelity") or {}
+    key = {"video": str(video), "frames": frames}
+    if previous.get("kind") == "depth" and previous.get("measured_on") == key:
+        return DepthFidelityReport.from_json(previous)
+    with progress.status(f"depth fidelity: FP32 reference vs {target.name} on {frames} frames"):
+        measured = compare_depth_to_reference(
+            video, reference, artifact, target.backend, target.options(), frames, input_hw
+        )
+    report["fidelity"] = {**measured.to_json(), "measured_on": key}
+    cache.write_report(folder, report)
+    return DepthFidelityReport.from_json(report["fidelity"])

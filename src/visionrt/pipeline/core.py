@@ -4,8 +4,8 @@ sinks and accounts for every frame."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +13,18 @@ import cv2
 
 from visionrt.backends import Backend, BackendOptions
 from visionrt.errors import ConfigError, SinkError
+from visionrt.pipeline.degrade import Change, Degrader, build_ladder
 from visionrt.pipeline.flow import Flow
 from visionrt.pipeline.graph import Graph
 from visionrt.pipeline.options import PipelineOptions
 from visionrt.postprocess import PostprocessOptions
+from visionrt.postprocess.depth import DepthSmoother
+from visionrt.preprocess.tile import tile_count
 from visionrt.sinks import Sink
 from visionrt.sources import Source, SourceOptions, open_source
 from visionrt.sources.naming import default_name, split_name, unique_names
-from visionrt.tasks import DetectTask
+from visionrt.sources.registry import worker_options
+from visionrt.tasks import DetectTask, TiledDetectTask
 from visionrt.tasks.base import Task
 from visionrt.telemetry import RunSummary, Telemetry
 from visionrt.types import FrameResult
@@ -30,7 +34,8 @@ from visionrt.types import FrameResult
 class DepthOptions:
     """A depth model run beside the detector: on the sources named in `on` (empty: all).
     `short_side` is the depth input's short side (multiples of 14); `on_nonfinite` says what a
-    NaN/Inf depth map does: "recompute" the frame in FP32, or "fail" the run."""
+    NaN/Inf depth map does: "recompute" the frame in FP32, or "fail" the run; `smoothing` is
+    the EMA weight of a source's previous depth map (0: off; for live depth that flickers)."""
 
     model: str | Path
     on: tuple[str, ...] = ()
@@ -38,6 +43,11 @@ class DepthOptions:
     backend_options: BackendOptions = field(default_factory=BackendOptions)
     short_side: int = 518
     on_nonfinite: str = "recompute"
+    # Temporal smoothing of each source's depth (EMA weight of the previous map; 0: off).
+    smoothing: float = 0.0
+
+
+TRACK_LOW = 0.1  # ByteTrack's low-score floor
 
 
 class Pipeline:
@@ -69,8 +79,10 @@ class Pipeline:
         source_options = source_options or SourceOptions()
         named = [split_name(s) if isinstance(s, str) else ("", s) for s in sources]
         # Open sources before loading a model: a bad path fails fast.
+        specs = [spec if isinstance(spec, str) else "" for _, spec in named]
+        per_source = worker_options(specs, source_options)
         self.sources: list[Source] = [
-            spec if isinstance(spec, Source) else open_source(spec, i, source_options)
+            spec if isinstance(spec, Source) else open_source(spec, i, per_source[i])
             for i, (_, spec) in enumerate(named)
         ]
         self.named = [bool(name) for name, _ in named]
@@ -82,11 +94,28 @@ class Pipeline:
             self.named,
         )
         self.live = any(s.live for s in self.sources)
-        self.task = DetectTask(model, backend, backend_options, self.postprocess)
+        # Tracking: the user's threshold starts tracks; ByteTrack's second stage also needs the
+        # detector's boxes down to TRACK_LOW, which only ever extend tracks already there.
+        self.tracker_high = self.postprocess.conf
+        self.tracker_low = min(TRACK_LOW, self.postprocess.conf)
+        if self.options.track:
+            self.postprocess = replace(self.postprocess, conf=self.tracker_low)
+        self.task: DetectTask | TiledDetectTask = (
+            self._tiled(model, backend, backend_options)
+            if self.options.tile
+            else DetectTask(model, backend, backend_options, self.postprocess)
+        )
         self.tasks: list[Task] = [self.task]
         self.schedule: list[list[int]] = [[0] for _ in self.sources]
+        self.depth_smoother: DepthSmoother | None = None
         if depth is not None:
             self._add_depth(depth)
+        self.variants: list[Task] = []
+        self.degrader: Degrader | None = None
+        # Told of each degrade step (the CLI prints it); set before the run.
+        self.on_degrade: Callable[[Change], None] | None = None
+        if self.options.slo_ms:
+            self._add_degrade(model, backend, backend_options or BackendOptions())
         # The detector's facts, under the names callers use.
         self.backend, self.spec = self.task.backend, self.task.spec
         self.input_hw, self.layout = self.task.input_hw, self.task.layout
@@ -97,8 +126,60 @@ class Pipeline:
         self._interrupted = False
         self._started = self._closed = False
         self._errors: list[BaseException] = []
-        for task in self.tasks:
+        for task in [*self.tasks, *self.variants]:
             task.warm_up(self.options.warmup)
+
+    def _add_degrade(
+        self, model: str | Path, backend: str | Backend, options: BackendOptions
+    ) -> None:
+        """The ladder's detector variants (smaller inputs, then a lighter model) and its
+        controller."""
+        if not self.live:
+            raise ConfigError(
+                "--slo-ms: a latency target needs live sources (cameras, streams, or files with"
+                " --realtime); file mode processes every frame and its latency is queueing"
+            )
+        labels: list[str] = []
+        # A loaded Backend cannot be re-sized; tiles keep their size (detect less often instead).
+        if isinstance(backend, str) and not self.options.tile:
+            for side in self.options.slo_sizes or _smaller_sides(self.task):
+                variant = DetectTask(
+                    model, backend, replace(options, input_size=(side, side)), self.postprocess
+                )
+                self.variants.append(variant)
+                labels.append(f"input {side}×{side}")
+        if self.options.slo_model:
+            lighter = DetectTask(
+                self.options.slo_model, "", replace(options, input_size=()), self.postprocess
+            )
+            self.variants.append(lighter)
+            labels.append(f"model {Path(self.options.slo_model).name}")
+        every = self.options.detect_every
+        rungs = build_ladder(
+            every, max(every, self.options.slo_max_every), self.options.track, labels
+        )
+        self.degrader = Degrader(
+            self.options.slo_ms / 1e3, rungs, self.options.slo_window, on_change=self._degraded
+        )
+
+    def _degraded(self, change: Change) -> None:
+        down = change.level_to > change.level_from
+        self.telemetry.count("slo: step down" if down else "slo: step up")
+        if self.on_degrade is not None:
+            self.on_degrade(change)
+
+    def _tiled(
+        self, model: str | Path, backend: str | Backend, options: BackendOptions | None
+    ) -> TiledDetectTask:
+        """The detector on tiles; its buffers are sized for the source needing most tiles."""
+        tiling = self.options.tiling()
+        sizes = [s.size for s in self.sources if getattr(s, "size", None)]
+        if not sizes:
+            raise ConfigError("--tile: no source reports its frame size before the run")
+        largest = max(sizes, key=lambda hw: tile_count(hw, tiling))
+        return TiledDetectTask(
+            model, backend, options, self.postprocess, tiling=tiling, source_hw=largest
+        )
 
     def _add_depth(self, depth: DepthOptions) -> None:
         from visionrt.tasks.depth import DepthTask
@@ -120,6 +201,8 @@ class Pipeline:
             source_hw=size,
         )
         self.tasks.append(task)
+        if depth.smoothing:
+            self.depth_smoother = DepthSmoother(depth.smoothing)
         for i in on:
             self.schedule[i].append(len(self.tasks) - 1)
 
@@ -219,6 +302,8 @@ class Pipeline:
             {**s.report(), "name": name, "spec": s.name, **counts.get(name, {})}
             for s, name in zip(self.sources, self.names, strict=True)
         ]
+        if self.degrader is not None:
+            summary.slo = self.degrader.report()
         summary.interrupted = self._interrupted
         errors = [str(e) for e in self._errors[:1] if not isinstance(e, KeyboardInterrupt)]
         errors += [s.stats.ended_early for s in self.sources if s.stats.ended_early]
@@ -238,7 +323,7 @@ class Pipeline:
                 # thread is a daemon and lets go of it when its read times out.
                 continue
             source.close()
-        for task in self.tasks:
+        for task in [*self.tasks, *self.variants]:
             task.close()
 
     # -- the run ---------------------------------------------------------------------------
@@ -253,6 +338,11 @@ class Pipeline:
             self.telemetry,
             self._flow,
             self._fail,
+            self.tracker_high,
+            self.tracker_low,
+            variants=self.variants,
+            degrader=self.degrader,
+            depth_smoother=self.depth_smoother,
         )
         if self.options.opencv_threads:
             cv2.setNumThreads(self.options.opencv_threads)
@@ -277,6 +367,13 @@ class Pipeline:
         self._errors.append(err)
         self._flow.aborting.set()
         self._halt()
+
+
+def _smaller_sides(task: DetectTask | TiledDetectTask) -> list[int]:
+    """0.8× and 0.6× of the detector's larger input side, rounded to its stride."""
+    stride, side = task.spec.stride, max(task.input_hw)
+    sides = [max(stride, round(side * f / stride) * stride) for f in (0.8, 0.6)]
+    return [s for s in dict.fromkeys(sides) if s < side]
 
 
 def _as_sink_error(sink: Sink, err: Exception) -> SinkError:

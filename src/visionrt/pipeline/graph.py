@@ -13,11 +13,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from visionrt.errors import StageError, VisionRTError
+from visionrt.pipeline.degrade import Degrader
 from visionrt.pipeline.flow import END, Flow, Item, Job, lower_priority
 from visionrt.pipeline.inbox import Inboxes
 from visionrt.pipeline.options import PipelineOptions
 from visionrt.pipeline.ordering import InOrder
-from visionrt.postprocess.track import Tracker
+from visionrt.postprocess.depth import DepthSmoother
+from visionrt.postprocess.track import Tracker, make_tracker
 from visionrt.sources import Source
 from visionrt.tasks.base import Task
 from visionrt.telemetry import Telemetry
@@ -34,7 +36,13 @@ class Lane:
     task's name ("depth_infer")."""
 
     def __init__(
-        self, index: int, task: Task, live: bool, options: PipelineOptions, flow: Flow
+        self,
+        index: int,
+        task: Task,
+        live: bool,
+        options: PipelineOptions,
+        flow: Flow,
+        prefix: str | None = None,
     ) -> None:
         self.index, self.task = index, task
         self.concurrency = max(1, task.backend.concurrency)
@@ -47,7 +55,8 @@ class Lane:
         self.free: queue.Queue[int] = queue.Queue()
         for slot in range(pool):
             self.free.put(slot)
-        prefix = "" if index == 0 else f"{task.name}_"
+        if prefix is None:
+            prefix = "" if index == 0 else f"{task.name}_"
         self.stage = {s: prefix + s for s in ("preprocess", "prepared", "infer", "postprocess")}
 
 
@@ -66,6 +75,11 @@ class Graph:
         telemetry: Telemetry,
         flow: Flow,
         on_error: Callable[[BaseException], None],
+        tracker_high: float = 0.5,
+        tracker_low: float = 0.1,
+        variants: Sequence[Task] = (),
+        degrader: Degrader | None = None,
+        depth_smoother: DepthSmoother | None = None,
     ) -> None:
         self.sources, self.labels, self.named = sources, labels, named
         self.options, self.telemetry, self.flow = options, telemetry, flow
@@ -74,6 +88,18 @@ class Graph:
         any_live = any(self.live)
         self.lanes = [Lane(i, t, any_live, options, flow) for i, t in enumerate(tasks)]
         self.schedule = [[self.lanes[i] for i in lanes] for lanes in schedule]
+        # The degrade ladder's detector variants: lanes of their own, idle until a rung uses them.
+        self.variant_lanes = [
+            Lane(len(tasks) + j, t, any_live, options, flow, prefix=f"variant{j + 1}_")
+            for j, t in enumerate(variants)
+        ]
+        self.lanes += self.variant_lanes
+        self.degrader = degrader
+        self.depth_smoother = depth_smoother
+        # Frames of each source until the detector runs again (detect-every-N), and frames
+        # since the last kept one (the degrade ladder's frame skipping without tracking).
+        self._until_detect = [0] * len(sources)
+        self._skipped = [0] * len(sources)
         self.decoded: Inboxes[Item] = Inboxes(
             1 if any_live else options.queue_size, flow.aborting, flow.readers_overdue
         )
@@ -81,7 +107,11 @@ class Graph:
         self.inferred: queue.Queue[Any] = queue.Queue(maxsize=options.queue_size + in_flight)
         self.readers: list[threading.Thread] = []
         self._next_seq = [0] * len(sources)
-        self.trackers: list[Tracker] = [Tracker() for _ in sources] if options.track else []
+        self.trackers: list[Tracker] = (
+            [make_tracker(options.tracker, tracker_high, tracker_low) for _ in sources]
+            if options.track
+            else []
+        )
 
     def depths(self) -> dict[str, Callable[[], int]]:
         """Readers of the frames waiting between stages, by queue name."""
@@ -150,7 +180,10 @@ class Graph:
                 if self.named[source_id]:  # the user's name for it, not its path
                     frame = dataclasses.replace(frame, source_name=label)
                 self.telemetry.frame_in(label)
-                decode = time.perf_counter() - started
+                # Live, the wait for the camera (or a paced file's next frame time) is not
+                # decoding: only what follows the capture counts.
+                since = max(started, frame.captured_at) if source.live else started
+                decode = time.perf_counter() - since
                 item = Item(frame, timings={"decode": decode})
                 self.telemetry.record("decode", decode)
                 if not self.decoded.put(source_id, item, source.live, self._evicted):
@@ -181,12 +214,26 @@ class Graph:
             reason = f"older than {self.options.stale_after}s"
             self.telemetry.drop("preprocess", reason, self.labels[source_id])
             return True
+        rung = self.degrader.rung if self.degrader is not None else None
+        every = rung.every if rung is not None else self.options.detect_every
+        if every > 1 and not self.options.track:  # the ladder thins the frame rate
+            self._skipped[source_id] = (self._skipped[source_id] + 1) % every
+            if self._skipped[source_id]:
+                reason = f"slo: 1 frame in {every}"
+                self.telemetry.drop("preprocess", reason, self.labels[source_id])
+                return True
         # Numbered after the last drop that leaves no trace: the consumer never waits for a gap.
         item.seq = self._next_seq[source_id]
         self._next_seq[source_id] += 1
         lanes = self.schedule[source_id]
-        if item.seq % self.options.detect_every:  # tracking alone on this frame
-            lanes = lanes[1:]
+        if rung is not None and rung.variant:
+            lanes = [self.variant_lanes[rung.variant - 1], *lanes[1:]]
+        if self.options.track and every > 1:
+            if self._until_detect[source_id] > 0:  # tracking alone on this frame
+                self._until_detect[source_id] -= 1
+                lanes = lanes[1:]
+            else:
+                self._until_detect[source_id] = every - 1
         if not lanes:  # nothing to infer: straight to the consumer
             return self.flow.put(self.inferred, Job(item, -1))
         item.waiting = len(lanes)
@@ -260,6 +307,11 @@ class Graph:
             started = time.perf_counter()
             item.results[lane.task.name] = lane.task.decode(job.output, job.geometry)
             seconds = time.perf_counter() - started
+            drain = getattr(lane.task, "drain_events", None)  # optional part of the contract
+            if drain is not None:
+                label = self.labels[item.frame.source_id]
+                for event, count in drain().items():
+                    self.telemetry.count(event, label, count)
             item.timings[lane.stage["postprocess"]] = seconds
             self.telemetry.record(lane.stage["postprocess"], seconds)
         job.output = None
@@ -284,10 +336,13 @@ class Graph:
         if depth is not None:
             from visionrt.postprocess.depth import box_distance
 
+            if self.depth_smoother is not None:  # in order per source, as EMA needs
+                depth = self.depth_smoother.smooth(frame.source_id, depth, frame.timestamp)
             distance = box_distance(depth, detections.xyxy)
-        self.telemetry.frame_out(
-            time.perf_counter() - frame.captured_at, self.labels[frame.source_id]
-        )
+        latency = time.perf_counter() - frame.captured_at
+        self.telemetry.frame_out(latency, self.labels[frame.source_id])
+        if self.degrader is not None:
+            self.degrader.observe(latency)
         names = getattr(self.lanes[0].task, "class_names", ())
         return FrameResult(frame, detections, item.timings, names, depth, distance, tracks)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from visionrt.errors import ConfigError
+from visionrt.preprocess.tile import TileOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,27 @@ class PipelineOptions:
     # boxes (needs `track`).
     track: bool = False
     detect_every: int = 1
+    tracker: str = "bytetrack"
+    # Live runs with a latency target: when glass-to-result p95 over `slo_window` seconds passes
+    # `slo_ms`, step down a ladder — detect every N up to `slo_max_every`, then the detector at
+    # each of `slo_sizes` (square input sides; empty: 0.8× and 0.6× of the model's, rounded to
+    # its stride), then `slo_model` (a lighter detector) — and back up with hysteresis. 0: off.
+    slo_ms: float = 0.0
+    slo_sizes: tuple[int, ...] = ()
+    slo_model: str = ""
+    slo_max_every: int = 3
+    slo_window: float = 2.0
+    # High-resolution sources: the detector runs on `tile`-pixel tiles overlapping by
+    # `tile_overlap` (0: off), batched in one call per frame, plus the whole frame when
+    # `tile_full_frame`, merged across tiles (IoU, or intersection-over-smaller for boxes a tile
+    # edge cut, above `tile_merge`).
+    tile: int = 0
+    tile_overlap: float = 0.2
+    tile_full_frame: bool = True
+    tile_merge: float = 0.5
+
+    def tiling(self) -> TileOptions:
+        return TileOptions(self.tile, self.tile_overlap, self.tile_full_frame, self.tile_merge)
 
     def __post_init__(self) -> None:
         if self.queue_size < 1:
@@ -50,5 +72,21 @@ class PipelineOptions:
             raise ConfigError(
                 "pipeline.detect_every: frames between detections need tracking: add --track"
             )
+        from visionrt.postprocess.track import TRACKERS  # the tracker module's own list
+
+        if self.tracker not in TRACKERS:
+            raise ConfigError(
+                f"pipeline.tracker: expected one of {', '.join(TRACKERS)}, got '{self.tracker}'"
+            )
+        if self.slo_ms < 0:
+            raise ConfigError(f"pipeline.slo_ms: expected > 0 milliseconds, got {self.slo_ms}")
+        if self.slo_window <= 0:
+            raise ConfigError(f"pipeline.slo_window: expected > 0 seconds, got {self.slo_window}")
+        if self.slo_max_every < 1:
+            raise ConfigError(f"pipeline.slo_max_every: expected >= 1, got {self.slo_max_every}")
+        if any(size < 32 for size in self.slo_sizes):
+            raise ConfigError(f"pipeline.slo_sizes: expected sides >= 32, got {self.slo_sizes}")
+        if self.tile:
+            self.tiling()  # its own checks, with the flags' names
         if self.opencv_threads < 0:
             raise ConfigError(f"pipeline.opencv_threads: expected >= 0, got {self.opencv_threads}")

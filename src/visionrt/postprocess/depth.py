@@ -1,5 +1,6 @@
 """Depth model output → DepthMap at source resolution; distances of boxes from a depth map; the
-fidelity of a depth map against a reference (AbsRel, δ<1.25 after scale-and-shift alignment)."""
+fidelity of a depth map against a reference (AbsRel, δ<1.25 after scale-and-shift alignment);
+temporal smoothing of live depth and the flicker it removes."""
 
 from __future__ import annotations
 
@@ -156,3 +157,133 @@ def depth_fidelity(
     abs_rel = float(np.mean(np.abs(aligned - target) / target))
     ratio = np.maximum(aligned / target, target / aligned)
     return DepthFidelity(abs_rel, float(np.mean(ratio < 1.25)), scale, shift, int(valid.sum()))
+
+
+# -- temporal smoothing and flicker -----------------------------------------------------------
+
+# The scale-and-shift fit between consecutive maps is done on every FIT_STRIDE-th pixel in each
+# direction: two numbers fitted on a 16th of a 576×768 map differ from the full fit by far less
+# than frame-to-frame noise, and the fit then costs well under a millisecond.
+FIT_STRIDE = 4
+
+
+def _fit_onto(
+    previous: npt.NDArray[np.float32], current: npt.NDArray[np.float32]
+) -> tuple[float, float] | None:
+    """(scale, shift) mapping `previous` onto `current`, fitted on a strided grid; None when no
+    fit exists (too few finite pixels)."""
+    grid = (slice(None, None, FIT_STRIDE), slice(None, None, FIT_STRIDE))
+    scale, shift = align_scale_shift(previous[grid], current[grid])
+    if not (np.isfinite(scale) and np.isfinite(shift)):
+        return None
+    return scale, shift
+
+
+@dataclass(slots=True)
+class _Smoothed:
+    values: npt.NDArray[np.float32]
+    timestamp: float | None
+    metric: bool
+
+
+class DepthSmoother:
+    """Exponential moving average of each source's depth maps, for live depth (off by default:
+    it trades flicker for lag on moving objects).
+
+    `smooth` returns (1 − alpha) · current + alpha · previous, where previous is the last
+    smoothed map of that source. A relative model's output (`DepthMap.metric` False) is inverse
+    depth up to an unknown scale and shift that drift from frame to frame, so the previous map
+    is first mapped onto the current one by the least-squares scale and shift
+    (`align_scale_shift`): blending unaligned maps would mix two scales and pull the result
+    toward the old frame's. The output keeps the current frame's scale. Metric maps are blended
+    as they are, which `align` (default: not metric) can override.
+
+    A source's history starts over when the map's size or metric flag changes, the timestamp
+    goes backwards (a file looped, a camera restarted), or no fit exists; a NaN in the history
+    gives way to the current value, and a NaN in the current map stays NaN.
+
+    Call it in frame order per source (the pipeline's in-order fuse step); not thread-safe."""
+
+    def __init__(self, alpha: float, align: bool | None = None) -> None:
+        if not 0.0 <= alpha < 1.0:
+            raise ConfigError(f"depth.smoothing: expected 0 <= alpha < 1, got {alpha}")
+        self.alpha = float(alpha)
+        self.align = align
+        self._state: dict[int, _Smoothed] = {}
+
+    def reset(self, source_id: int | None = None) -> None:
+        """Forget one source's history (or every source's)."""
+        if source_id is None:
+            self._state.clear()
+        else:
+            self._state.pop(source_id, None)
+
+    def smooth(self, source_id: int, depth: DepthMap, timestamp: float | None = None) -> DepthMap:
+        """The smoothed map of `source_id` with `depth` (its frame at `timestamp` seconds) as
+        the newest; `depth` itself when alpha is 0 or the history starts over."""
+        if self.alpha == 0.0:
+            return depth
+        current = depth.values
+        state = self._state.get(source_id)
+        blended: npt.NDArray[np.float32] | None = None
+        if (
+            state is not None
+            and state.values.shape == current.shape
+            and state.metric == depth.metric
+            and not (
+                timestamp is not None
+                and state.timestamp is not None
+                and timestamp < state.timestamp
+            )
+        ):
+            align = (not depth.metric) if self.align is None else self.align
+            fit = _fit_onto(state.values, current) if align else (1.0, 0.0)
+            if fit is not None:
+                blended = self._blend(state.values, current, *fit)
+        values = current if blended is None else blended
+        self._state[source_id] = _Smoothed(values, timestamp, depth.metric)
+        if blended is None:
+            return depth
+        return DepthMap(blended, metric=depth.metric, recomputed=depth.recomputed)
+
+    def _blend(
+        self,
+        previous: npt.NDArray[np.float32],
+        current: npt.NDArray[np.float32],
+        scale: float,
+        shift: float,
+    ) -> npt.NDArray[np.float32]:
+        """(1 − alpha)·current + alpha·(scale·previous + shift), accumulated in place (two
+        float32 arrays instead of the plain expression's four temporaries)."""
+        out = np.multiply(current, np.float32(1.0 - self.alpha), dtype=np.float32)
+        out += np.multiply(previous, np.float32(self.alpha * scale), dtype=np.float32)
+        out += np.float32(self.alpha * shift)
+        lost = ~np.isfinite(out)
+        if lost.any():  # NaN/Inf in the history gives way; the current's own NaN stays
+            np.copyto(out, current, where=lost)
+        return out
+
+
+def depth_flicker(
+    previous: npt.NDArray[np.floating],
+    current: npt.NDArray[np.floating],
+    static: npt.NDArray[np.bool_] | None = None,
+) -> float:
+    """Frame-to-frame flicker of two consecutive depth maps: the mean |aligned current −
+    previous| over the `static` pixels (those where nothing moved; all when None), relative to
+    the mean |previous| there. The current map is first scale-and-shift aligned onto the
+    previous one (over the same pixels), so a relative model's drift of scale is not counted,
+    only changes of shape. 0 is no flicker; NaN when fewer than two pixels qualify."""
+    prev = np.asarray(previous, np.float64)
+    cur = np.asarray(current, np.float64)
+    valid = np.isfinite(prev) & np.isfinite(cur)
+    if static is not None:
+        valid &= static
+    scale, shift = align_scale_shift(cur, prev, valid)
+    if valid.sum() < 2 or not np.isfinite(scale):
+        return float("nan")
+    reference = np.abs(prev[valid]).mean()
+    if reference == 0:
+        return float("nan")
+    change = np.abs(scale * cur[valid] + shift - prev[valid]).mean()
+    return float(change / reference)

@@ -6,7 +6,8 @@ Associating Every Detection Box", ECCV 2022), not a library: supervision depreca
 in 0.28 and no longer ships it (0.31.2 checked); its successor, the `trackers` package (2.6.1,
 Apache-2.0, drop-aware through an optional timestamp), requires opencv-python, which installs over
 our opencv-python-headless, plus supervision (matplotlib, pillow, requests, …), and associates
-across classes; the older supervision ByteTrack counted frames, not seconds.
+across classes; the older supervision ByteTrack counted frames, not seconds. The OC-SORT variant
+(`visionrt.postprocess.ocsort`) subclasses `Tracker`; `make_tracker` picks one by name.
 """
 
 from __future__ import annotations
@@ -25,7 +26,15 @@ try:  # not a core dependency (it comes with the openvino extra): greedy matchin
 except ImportError:  # pragma: no cover - depends on the environment
     linear_sum_assignment = None  # type: ignore[assignment]
 
-__all__ = ["TrackedDetections", "Tracker", "box_iou", "match_boxes"]
+__all__ = [
+    "TRACKERS",
+    "TrackedDetections",
+    "Tracker",
+    "assign",
+    "box_iou",
+    "make_tracker",
+    "match_boxes",
+]
 
 F64 = npt.NDArray[np.float64]
 Index = npt.NDArray[np.intp]
@@ -53,7 +62,14 @@ def match_boxes(iou: F64, threshold: float, optimal: bool = True) -> tuple[Index
     """Pairs (rows, cols) with IoU ≥ `threshold`, each row and column used at most once: the
     assignment with the largest summed IoU (Hungarian, scipy) when `optimal` and scipy is
     installed, else greedy, best IoU first (the same pairs unless boxes overlap ambiguously)."""
-    gated = np.where(iou >= threshold, iou, 0.0)
+    return assign(np.where(iou >= threshold, iou, 0.0), optimal)
+
+
+def assign(weights: F64, optimal: bool = True) -> tuple[Index, Index]:
+    """Pairs (rows, cols) of positive `weights` (R, C), each row and column used at most once,
+    for the largest summed weight (Hungarian via scipy when `optimal`, else greedy, best first);
+    a weight ≤ 0 forbids its pair."""
+    gated = np.where(weights > 0, weights, 0.0)
     if not gated.any():
         return np.zeros((0,), np.intp), np.zeros((0,), np.intp)
     if optimal and linear_sum_assignment is not None:
@@ -62,8 +78,8 @@ def match_boxes(iou: F64, threshold: float, optimal: bool = True) -> tuple[Index
         return rows[keep].astype(np.intp), cols[keep].astype(np.intp)
     rows, cols = np.nonzero(gated)
     order = np.argsort(-gated[rows, cols], kind="stable")
-    row_used = np.zeros(iou.shape[0], bool)
-    col_used = np.zeros(iou.shape[1], bool)
+    row_used = np.zeros(gated.shape[0], bool)
+    col_used = np.zeros(gated.shape[1], bool)
     pairs = []
     for row, col in zip(rows[order].tolist(), cols[order].tolist(), strict=True):
         if not row_used[row] and not col_used[col]:
@@ -83,7 +99,9 @@ class _Tracks:
     y, width, height in pixels at time `at` (T,) seconds; `velocity` (T, 4) is its rate in
     pixels/second. `seen` is when the detector last saw the track, `hits` how often, `matched` the
     row of this frame's detections it matched (−1: none), `active` whether it was seen at the
-    latest update."""
+    latest update. `observed` (T, K, 4) holds the last K detector boxes (xyxy pixels, oldest
+    first) seen at `observed_at` (T, K) seconds, NaN before a track has K: the raw observations
+    that OC-SORT re-fits and recovers from (ByteTrack keeps K = 1 and does not read them)."""
 
     track_id: npt.NDArray[np.int64]
     class_id: npt.NDArray[np.int32]
@@ -95,13 +113,16 @@ class _Tracks:
     hits: npt.NDArray[np.int64]
     matched: npt.NDArray[np.intp]
     active: npt.NDArray[np.bool_]
+    observed: F64
+    observed_at: F64
 
     @classmethod
-    def empty(cls) -> _Tracks:
+    def empty(cls, kept: int = 1) -> _Tracks:
         return cls(
             np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32),
             np.zeros((0, 4)), np.zeros((0, 4)), np.zeros(0), np.zeros(0),
             np.zeros(0, np.int64), np.zeros(0, np.intp), np.zeros(0, bool),
+            np.zeros((0, kept, 4)), np.zeros((0, kept)),
         )  # fmt: skip
 
     def __len__(self) -> int:
@@ -151,6 +172,8 @@ class Tracker:
     frames at 30 FPS, ByteTrack's buffer); `min_hits` 1 outputs a track from its first frame.
     """
 
+    observations_kept = 1  # detector boxes remembered per track (`_Tracks.observed`)
+
     def __init__(
         self,
         high: float = 0.5,
@@ -172,7 +195,7 @@ class Tracker:
         self.high, self.low = high, low
         self.match_iou, self.low_match_iou = match_iou, low_match_iou
         self.lost_seconds, self.min_hits = lost_seconds, min_hits
-        self._tracks = _Tracks.empty()
+        self._tracks = _Tracks.empty(self.observations_kept)
         self._next_id = 1
         self._time: float | None = None
 
@@ -184,16 +207,9 @@ class Tracker:
         """Associate a frame's detections with the tracks; returns the tracks the detector saw."""
         self._advance(timestamp)
         tracks = self._tracks
-        predicted = tracks.boxes_at(timestamp)
         conf = detections.confidence
         high = np.flatnonzero(conf >= self.high)
-        low = np.flatnonzero((conf >= self.low) & (conf < self.high))
-        rows, dets = self._match(
-            predicted, np.arange(len(tracks)), detections, high, self.match_iou
-        )
-        left = np.setdiff1d(np.arange(len(tracks)), rows, assume_unique=True)
-        rows2, dets2 = self._match(predicted, left, detections, low, self.low_match_iou)
-        rows, dets = np.concatenate([rows, rows2]), np.concatenate([dets, dets2])
+        rows, dets = self._associate(detections, high, timestamp)
 
         tracks.matched = np.full(len(tracks), -1, np.intp)
         tracks.matched[rows] = dets
@@ -232,22 +248,50 @@ class Tracker:
         if not math.isfinite(timestamp):
             raise ConfigError(f"tracker: expected a finite timestamp in seconds, got {timestamp}")
         if self._time is not None and timestamp < self._time:
-            self._tracks = _Tracks.empty()
+            self._tracks = _Tracks.empty(self.observations_kept)
         self._time = timestamp
 
-    def _match(
-        self, predicted: F64, rows: Index, detections: Detections, cols: Index, threshold: float
+    def _associate(
+        self, detections: Detections, high: Index, timestamp: float
     ) -> tuple[Index, Index]:
-        """Tracks `rows` matched to detections `cols` of the same class: (track rows, det rows)."""
+        """ByteTrack's two stages: (track rows, detection rows) matched."""
+        predicted = self._tracks.boxes_at(timestamp)
+        everyone = np.arange(len(self._tracks))
+        conf = detections.confidence
+        low = np.flatnonzero((conf >= self.low) & (conf < self.high))
+        rows, dets = self._match(predicted, everyone, detections, high, self.match_iou, True)
+        left = np.setdiff1d(everyone, rows, assume_unique=True)
+        rows2, dets2 = self._match(predicted, left, detections, low, self.low_match_iou)
+        return np.concatenate([rows, rows2]), np.concatenate([dets, dets2])
+
+    def _match(
+        self,
+        boxes: F64,
+        rows: Index,
+        detections: Detections,
+        cols: Index,
+        threshold: float,
+        weigh: bool = False,
+    ) -> tuple[Index, Index]:
+        """Tracks `rows` (at `boxes`, (T, 4) xyxy for all tracks) matched to detections `cols` of
+        the same class by IoU ≥ `threshold`, for the largest summed IoU, or summed `_weights` when
+        `weigh`: (track rows, detection rows)."""
         if rows.size == 0 or cols.size == 0:
             return np.zeros((0,), np.intp), np.zeros((0,), np.intp)
-        iou = box_iou(predicted[rows], detections.xyxy[cols])
+        iou = box_iou(boxes[rows], detections.xyxy[cols])
         iou[self._tracks.class_id[rows][:, None] != detections.class_id[cols][None, :]] = 0.0
-        picked_rows, picked_cols = match_boxes(iou, threshold)
+        weights = self._weights(iou, rows, detections, cols) if weigh else iou
+        gated = np.where(iou >= threshold, weights, 0.0)
+        picked_rows, picked_cols = assign(gated)
         return rows[picked_rows], cols[picked_cols]
 
-    @staticmethod
+    def _weights(self, iou: F64, rows: Index, detections: Detections, cols: Index) -> F64:
+        """What the first (high-confidence) stage maximizes: the IoU here; OC-SORT adds
+        momentum."""
+        return iou
+
     def _correct(
+        self,
         tracks: _Tracks,
         rows: Index,
         xyxy: npt.NDArray[np.float32],
@@ -268,11 +312,19 @@ class Tracker:
         tracks.at[rows] = tracks.seen[rows] = timestamp
         tracks.hits[rows] += 1
         tracks.confidence[rows] = confidence
+        tracks.observed[rows, :-1] = tracks.observed[rows, 1:]
+        tracks.observed_at[rows, :-1] = tracks.observed_at[rows, 1:]
+        tracks.observed[rows, -1] = xyxy
+        tracks.observed_at[rows, -1] = timestamp
 
     def _start(self, detections: Detections, rows: Index, timestamp: float) -> _Tracks:
-        count = rows.shape[0]
+        count, kept = rows.shape[0], self.observations_kept
         ids = np.arange(self._next_id, self._next_id + count, dtype=np.int64)
         self._next_id += count
+        observed = np.full((count, kept, 4), np.nan)
+        observed[:, -1] = detections.xyxy[rows]
+        observed_at = np.full((count, kept), np.nan)
+        observed_at[:, -1] = timestamp
         return _Tracks(
             ids,
             detections.class_id[rows],
@@ -284,4 +336,20 @@ class Tracker:
             np.ones(count, np.int64),
             rows.astype(np.intp),
             np.ones(count, bool),
+            observed,
+            observed_at,
         )
+
+
+TRACKERS = ("bytetrack", "ocsort")
+
+
+def make_tracker(kind: str = "bytetrack", high: float = 0.5, low: float = 0.1) -> Tracker:
+    """A tracker by name (`TRACKERS`); `high` and `low` split detections by confidence."""
+    if kind == "bytetrack":
+        return Tracker(high=high, low=low)
+    if kind == "ocsort":
+        from visionrt.postprocess.ocsort import OcSortTracker  # it subclasses Tracker
+
+        return OcSortTracker(high=high, low=low)
+    raise ConfigError(f"tracker: expected one of {', '.join(TRACKERS)}, got '{kind}'")

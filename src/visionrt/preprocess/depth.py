@@ -3,13 +3,12 @@ RGB, ImageNet-normalized, written into a reused (3, H, W) float32 buffer."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import cv2
 import numpy as np
 import numpy.typing as npt
 
 from visionrt.errors import ConfigError
+from visionrt.types import DepthGeometry
 
 PATCH = 14
 SHORT_SIDES = (266, 364, 518)  # the sizes documented and benchmarked; any multiple of 14 runs
@@ -18,15 +17,6 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 # (x / 255 - mean) / std as one multiply and one subtract per channel.
 _SCALE = tuple(np.float32(1.0 / (255.0 * s)) for s in IMAGENET_STD)
 _OFFSET = tuple(np.float32(m / s) for m, s in zip(IMAGENET_MEAN, IMAGENET_STD, strict=True))
-
-
-@dataclass(frozen=True, slots=True)
-class DepthGeometry:
-    """Source (h, w) → depth input (h, w): a plain resize, no padding; the map goes back by the
-    inverse resize."""
-
-    source_hw: tuple[int, int]
-    input_hw: tuple[int, int]
 
 
 def _round_to(value: float, multiple: int) -> int:

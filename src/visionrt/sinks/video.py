@@ -1,4 +1,5 @@
-"""Annotated video: boxes, class names and scores drawn on each frame, encoded by PyAV (H.264)."""
+"""Annotated video: boxes, class names, scores, track ids and distances drawn on each frame,
+encoded by PyAV (H.264)."""
 
 from __future__ import annotations
 
@@ -19,31 +20,48 @@ _PALETTE = ((56, 56, 255), (151, 157, 255), (31, 112, 255), (29, 178, 255), (49,
 
 
 def annotate(
-    image: npt.NDArray[np.uint8], detections: Detections, class_names: tuple[str, ...]
+    image: npt.NDArray[np.uint8],
+    detections: Detections,
+    class_names: tuple[str, ...],
+    track_ids: npt.NDArray[np.int64] | None = None,
+    predicted: npt.NDArray[np.bool_] | None = None,
+    distance: npt.NDArray[np.float32] | None = None,
 ) -> npt.NDArray[np.uint8]:
-    """A copy of `image` with each detection's box and 'name score' label drawn on it."""
+    """A copy of `image` with each detection's box and label drawn on it: '#id name score
+    distance'. With tracks, a box's colour follows its id and predicted boxes (the detector did
+    not see them this frame) are drawn thin; a NaN distance is left out."""
     canvas = image.copy()
-    for (x1, y1, x2, y2), score, cls in zip(
-        detections.xyxy.astype(int), detections.confidence, detections.class_id, strict=True
+    for i, ((x1, y1, x2, y2), score, cls) in enumerate(
+        zip(detections.xyxy.astype(int), detections.confidence, detections.class_id, strict=True)
     ):
-        color = _PALETTE[int(cls) % len(_PALETTE)]
-        cv2.rectangle(canvas, (x1, y1), (x2, y2), color, 2)
+        key = int(track_ids[i]) if track_ids is not None else int(cls)
+        color = _PALETTE[key % len(_PALETTE)]
+        thin = predicted is not None and bool(predicted[i])
+        cv2.rectangle(canvas, (x1, y1), (x2, y2), color, 1 if thin else 2)
         name = class_names[cls] if cls < len(class_names) else str(cls)
         label = f"{name} {score:.2f}"
-        (tw, th), _ = cv2.getTextSize(label, cv2.FONT_HERSHEY_SIMPLEX, 0.5, 1)
-        top = max(y1 - th - 4, 0)
-        cv2.rectangle(canvas, (x1, top), (x1 + tw + 2, top + th + 4), color, -1)
-        cv2.putText(
-            canvas,
-            label,
-            (x1 + 1, top + th + 1),
-            cv2.FONT_HERSHEY_SIMPLEX,
-            0.5,
-            (255, 255, 255),
-            1,
-            cv2.LINE_AA,
-        )
+        if track_ids is not None:
+            label = f"#{key} {label}"
+        if distance is not None and np.isfinite(distance[i]):
+            label += f" {float(distance[i]):.2f}"
+        _label(canvas, label, x1, y1, color)
     return canvas
+
+
+def _label(canvas: npt.NDArray[np.uint8], text: str, x: int, y: int, color: Any) -> None:
+    (tw, th), _ = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, 0.5, 1)
+    top = max(y - th - 4, 0)
+    cv2.rectangle(canvas, (x, top), (x + tw + 2, top + th + 4), color, -1)
+    cv2.putText(
+        canvas,
+        text,
+        (x + 1, top + th + 1),
+        cv2.FONT_HERSHEY_SIMPLEX,
+        0.5,
+        (255, 255, 255),
+        1,
+        cv2.LINE_AA,
+    )
 
 
 class VideoSink(Sink):
@@ -106,7 +124,15 @@ class VideoSink(Sink):
             raise SinkError(f"{self.path}: write after close")
         if self.source_id is not None and result.frame.source_id != self.source_id:
             return
-        image = annotate(result.frame.image, result.detections, result.class_names)
+        tracks = result.tracks
+        image = annotate(
+            result.frame.image,
+            result.detections,
+            result.class_names,
+            tracks.track_id if tracks is not None else None,
+            tracks.predicted if tracks is not None else None,
+            result.distance,
+        )
         if self._stream is None:
             self._start(*image.shape[:2])
         height, width = self._stream.height, self._stream.width

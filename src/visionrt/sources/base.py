@@ -19,7 +19,9 @@ class SourceOptions:
     """`mode`: file (every frame, in order), live (freshest frame wins), or auto (live for
     cameras and streams). `reconnect_*` in seconds (and for restarting a dead worker process);
     `max_frames` 0 means all. `workers`: decode in a thread of this process, or in a worker
-    process of its own that hands frames over through shared memory."""
+    process of its own that hands frames over through shared memory; auto: a process for each
+    camera and stream when there are two or more of them (each camera in its own worker, none
+    of them stalled by another's decoding or the GIL), threads otherwise."""
 
     mode: str = "auto"
     max_frames: int = 0
@@ -31,13 +33,15 @@ class SourceOptions:
     # A video file paced at its own frame rate, as a camera delivers: live behaviour (drops,
     # latency, SLO) with a file. Such a file is live in auto mode and still ends at its end.
     realtime: bool = False
-    workers: str = "thread"
+    workers: str = "auto"
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "file", "live"):
             raise ConfigError(f"source.mode: expected auto, file or live, got '{self.mode}'")
-        if self.workers not in ("thread", "process"):
-            raise ConfigError(f"source.workers: expected thread or process, got '{self.workers}'")
+        if self.workers not in ("auto", "thread", "process"):
+            raise ConfigError(
+                f"source.workers: expected auto, thread or process, got '{self.workers}'"
+            )
         if self.max_frames < 0:
             raise ConfigError(f"source.max_frames: expected >= 0, got {self.max_frames}")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from visionrt.errors import SourceNotFoundError
@@ -58,6 +58,26 @@ ROWS: tuple[SourceRow, ...] = (
     SourceRow("images", _is_images, ImageSource),
     SourceRow("file", lambda s: True, _video_file),  # last: anything else is a video file
 )
+
+
+LIVE_KINDS = ("camera", "stream")
+
+
+def source_kind(spec: str) -> str:
+    """The row that would open `spec`: synthetic, camera, stream, images or file."""
+    return next(r for r in ROWS if r.matches(spec)).kind
+
+
+def worker_options(specs: list[str], options: SourceOptions) -> list[SourceOptions]:
+    """Each source's options with `workers` "auto" settled: process for the cameras and streams
+    when two or more are opened together, thread for the rest."""
+    if options.workers != "auto":
+        return [options] * len(specs)
+    live = [source_kind(spec) in LIVE_KINDS for spec in specs]
+    several = sum(live) >= 2
+    return [
+        replace(options, workers="process" if several and is_live else "thread") for is_live in live
+    ]
 
 
 def open_source(spec: str, source_id: int = 0, options: SourceOptions | None = None) -> Source:

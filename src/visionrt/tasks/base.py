@@ -34,6 +34,9 @@ class Task(Protocol):
 
     def warm_up(self, calls: int) -> None: ...
 
+    # Optional: `drain_events() -> dict[str, int]`, events counted since the last call (e.g. a
+    # depth map recomputed in FP32); the pipeline adds them to the run's telemetry per source.
+
     def describe(self) -> dict[str, Any]:
         """What ran, for the run summary."""
 

@@ -13,20 +13,15 @@ import numpy.typing as npt
 
 from visionrt.backends import Backend, BackendOptions, load_backend
 from visionrt.backends.registry import ROWS, check_reads, find_row, row_for_file
-from visionrt.errors import ConfigError, ModelLoadError, VisionRTError
+from visionrt.errors import ConfigError, ModelLoadError, NonFiniteDepthError, VisionRTError
 from visionrt.model import SELF_DESCRIBING, model_metadata, read_model_spec
 from visionrt.postprocess.depth import depth_to_source, nonfinite_rows
-from visionrt.preprocess.depth import PATCH, DepthGeometry, depth_input_size, depth_into
-from visionrt.types import DepthMap
+from visionrt.preprocess.depth import PATCH, depth_input_size, depth_into
+from visionrt.types import DepthGeometry, DepthMap
 
 ON_NONFINITE = ("recompute", "fail")
-
-
-class NonFiniteDepthError(VisionRTError, FloatingPointError):
-    """A depth map came out with NaN/Inf and the run was asked to refuse it (or FP32 gave
-    NaN/Inf too)."""
-
-    exit_code = 1
+# The telemetry event `drain_events` reports, one per decoded frame that was recomputed.
+RECOMPUTED_EVENT = "depth: non-finite recomputed in fp32"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +48,8 @@ class DepthTask:
     NaN/Inf is run again through an FP32 backend of the same runtime and file (loaded at the
     first such row) and its DepthMap says `recomputed`; with "fail" (or when the backend runs
     FP32 already, or FP32 gives NaN/Inf too) NonFiniteDepthError stops the run. `nonfinite`
-    and `recomputed` count rows; they are read by the run summary (`describe`).
+    and `recomputed` count rows; they are read by the run summary (`describe`);
+    `drain_events` gives the pipeline the recomputed frames decoded since its last call.
 
     `metric` None reads the model's `depth` metadata ('metric …' → True), else relative."""
 
@@ -89,6 +85,9 @@ class DepthTask:
                     f" at a fixed {static_hw[0]}x{static_hw[1]}; export it with dynamic H/W"
                 )
             self.input_hw = static_hw
+            # Nothing to reshape; and OpenVINO refuses any input_size for an IR (.xml), which
+            # is what `visionrt export --to openvino-int8` makes of a depth model.
+            options = replace(options, input_size=None)
         elif options.input_size:
             self.input_hw = (int(options.input_size[0]), int(options.input_size[1]))
         else:
@@ -98,7 +97,9 @@ class DepthTask:
                 f"depth input size: expected height and width multiples of {PATCH} (the ViT"
                 f" patch), got {list(self.input_hw)}"
             )
-        self.options = replace(options, input_size=self.input_hw)
+        if static_hw is None:
+            options = replace(options, input_size=self.input_hw)
+        self.options = options
         self.owns_backend = isinstance(backend, str)
         self.backend: Backend = (
             load_backend(backend, self.model, self.options) if isinstance(backend, str) else backend
@@ -122,6 +123,10 @@ class DepthTask:
         self._lock = threading.Lock()
         self.nonfinite = 0
         self.recomputed = 0
+        self._events: dict[str, int] = {}
+        # Its own lock: `_lock` is held while the FP32 backend loads (seconds), and decode on
+        # the consumer must not wait for that.
+        self._events_lock = threading.Lock()
 
     def _static_hw(self) -> tuple[int, int] | None:
         """The file's own static input (height, width), None when dynamic or not readable
@@ -210,10 +215,22 @@ class DepthTask:
     def decode(self, output: DepthRow | npt.NDArray[Any], geometry: DepthGeometry) -> DepthMap:
         """One row of `infer` (or a raw (H, W) array) → a DepthMap at the source's size."""
         if isinstance(output, DepthRow):
+            if output.recomputed:
+                # Counted here, not in `infer`: a batch may mix sources, and the pipeline
+                # drains right after this decode, so the event lands on this frame's source.
+                with self._events_lock:
+                    self._events[RECOMPUTED_EVENT] = self._events.get(RECOMPUTED_EVENT, 0) + 1
             return depth_to_source(
                 output.values, geometry.source_hw, self.metric, output.recomputed
             )
         return depth_to_source(output, geometry.source_hw, self.metric)
+
+    def drain_events(self) -> dict[str, int]:
+        """Events counted since the last call ({RECOMPUTED_EVENT: frames}), then forgotten; {}
+        when none. Safe to call from any thread."""
+        with self._events_lock:
+            events, self._events = self._events, {}
+        return events
 
     def warm_up(self, calls: int) -> None:
         blank = np.zeros((self.batch, 3, *self.input_hw), np.float32)

@@ -36,17 +36,47 @@ def summary_table(summary: RunSummary) -> Table:
     return table
 
 
+def source_table(summary: RunSummary) -> Table:
+    """One row per source: frames, drops, FPS and glass-to-result latency."""
+    table = Table(title="per source", title_justify="left")
+    for column in ("source", "in", "out", "dropped", "FPS", "p50 ms", "p95 ms", "p99 ms"):
+        table.add_column(column, justify="left" if column == "source" else "right")
+    for source in summary.sources:
+        latency = source.get("latency_ms", {})
+        table.add_row(
+            str(source.get("name", "")),
+            str(source.get("frames_in", 0)),
+            str(source.get("frames_out", 0)),
+            str(sum(source.get("dropped", {}).values())),
+            f"{source.get('fps', 0.0):.1f}",
+            *(f"{latency.get(k, 0.0):.1f}" for k in ("p50", "p95", "p99")),
+        )
+    return table
+
+
 def print_summary(summary: RunSummary, console: Console | None = None) -> None:
     console = console or Console(stderr=True)
     console.print(summary_table(summary))
     for reason, count in summary.dropped.items():
         console.print(f"  dropped {count}: {reason}")
+    for event, count in summary.events.items():
+        console.print(f"  {event}: {count}")
+    if len(summary.sources) > 1:
+        console.print(source_table(summary))
     for source in summary.sources:
-        if source.get("corrupt") or source.get("reconnects"):
-            console.print(
-                f"  {source['name']}: {source['corrupt']} corrupt frames skipped,"
-                f" {source['reconnects']} reconnects ({source['gap_seconds']} s gap)"
+        troubles = [
+            f"{source[key]} {label}"
+            for key, label in (
+                ("corrupt", "corrupt frames skipped"),
+                ("reconnects", "reconnects"),
+                ("restarts", "worker restarts"),
+                ("missed", "frames missed while behind"),
             )
+            if source.get(key)
+        ]
+        if troubles:
+            gap = f" ({source['gap_seconds']} s gap)" if source.get("gap_seconds") else ""
+            console.print(f"  {source['name']}: {', '.join(troubles)}{gap}")
         for warning in source.get("warnings", []):
             console.print(f"  [yellow]warning:[/] {warning}")
 
@@ -118,6 +148,10 @@ class TelemetryWriter:
             seconds -= previous["t"]
         # Over the time since the last line, measured: the last line covers less than a second.
         snapshot["fps"] = round(frames / seconds, 2) if seconds > 0 else 0.0
+        before = (previous or {}).get("sources", {})
+        for name, now in snapshot["sources"].items():
+            frames = now["frames_out"] - before.get(name, {}).get("frames_out", 0)
+            now["fps"] = round(frames / seconds, 2) if seconds > 0 else 0.0
         handle.write(json.dumps(snapshot) + "\n")
         handle.flush()
         return snapshot

@@ -7,7 +7,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import psutil
@@ -39,7 +39,12 @@ class RunSummary:
     cpu_percent: float
     rss_mb: float
     backend: dict[str, Any] = field(default_factory=dict)
+    # Named events that are neither frames nor drops ("depth: non-finite recomputed",
+    # "slo: step down"), counted over the run.
+    events: dict[str, int] = field(default_factory=dict)
     sources: list[dict[str, Any]] = field(default_factory=list)
+    # The SLO degrade path, when one ran: target, ladder, final level, every step with its reason.
+    slo: dict[str, Any] = field(default_factory=dict)
     outputs: list[str] = field(default_factory=list)
     interrupted: bool = False
     error: str = ""
@@ -60,7 +65,19 @@ class _SourceCounts:
     frames_in: int = 0
     frames_out: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
+    events: Counter[str] = field(default_factory=Counter)
     latency: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
+    window: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
+
+
+class Listener(Protocol):
+    """Told of each measurement as it happens (a Prometheus exporter keeps its own counters)."""
+
+    def frame_in(self, source: str) -> None: ...
+    def frame_out(self, latency: float, source: str) -> None: ...
+    def drop(self, stage: str, reason: str, source: str, count: int) -> None: ...
+    def count(self, event: str, source: str, count: int) -> None: ...
+    def record(self, stage: str, seconds: float) -> None: ...
 
 
 class Telemetry:
@@ -75,12 +92,18 @@ class Telemetry:
         self.frames_in = 0
         self.frames_out = 0
         self.dropped: Counter[str] = Counter()
+        self.events: Counter[str] = Counter()
         self._per_source: dict[str, _SourceCounts] = {}
+        self._listeners: tuple[Listener, ...] = ()
         self._lock = threading.Lock()
         self._process = psutil.Process()
         self.started = 0.0
         self.finished = 0.0
         self._cpu_start = 0.0
+
+    def add_listener(self, listener: Listener) -> None:
+        """Tell `listener` of every measurement from now on (before the run starts)."""
+        self._listeners = (*self._listeners, listener)
 
     def start(self) -> None:
         self.started = time.perf_counter()
@@ -96,6 +119,8 @@ class Telemetry:
             with self._lock:
                 samples = self.samples.setdefault(stage, deque(maxlen=MAX_SAMPLES))
         samples.append(seconds)
+        for listener in self._listeners:
+            listener.record(stage, seconds)
 
     def register_gauge(self, name: str, read: Callable[[], float]) -> None:
         """A value read at each snapshot (e.g. a queue's depth), under "queues"; registering a
@@ -107,6 +132,8 @@ class Telemetry:
         with self._lock:
             self.frames_in += 1
             self._source(source).frames_in += 1
+        for listener in self._listeners:
+            listener.frame_in(source)
 
     def frame_out(self, latency: float, source: str = "") -> None:
         self.latency.append(latency)
@@ -116,11 +143,25 @@ class Telemetry:
             counts = self._source(source)
             counts.frames_out += 1
             counts.latency.append(latency)
+            counts.window.append(latency)
+        for listener in self._listeners:
+            listener.frame_out(latency, source)
 
     def drop(self, stage: str, reason: str, source: str = "", count: int = 1) -> None:
         with self._lock:
             self.dropped[f"{stage}: {reason}"] += count
             self._source(source).dropped[f"{stage}: {reason}"] += count
+        for listener in self._listeners:
+            listener.drop(stage, reason, source, count)
+
+    def count(self, event: str, source: str = "", count: int = 1) -> None:
+        """Count a named event that is neither a frame nor a drop (a recomputed depth map, a
+        degrade step), overall and for `source`."""
+        with self._lock:
+            self.events[event] += count
+            self._source(source).events[event] += count
+        for listener in self._listeners:
+            listener.count(event, source, count)
 
     def _source(self, name: str) -> _SourceCounts:
         counts = self._per_source.get(name)
@@ -134,7 +175,7 @@ class Telemetry:
         seconds = self.elapsed()
         with self._lock:
             counts = {
-                name: (c.frames_in, c.frames_out, dict(c.dropped), list(c.latency))
+                name: (c.frames_in, c.frames_out, dict(c.dropped), dict(c.events), list(c.latency))
                 for name, c in self._per_source.items()
             }
         return {
@@ -142,10 +183,11 @@ class Telemetry:
                 "frames_in": frames_in,
                 "frames_out": frames_out,
                 "dropped": dropped,
+                "events": events,
                 "fps": round(frames_out / seconds, 3) if seconds > 0 else 0.0,
                 "latency_ms": {k: round(v, 3) for k, v in percentiles(latency).items()},
             }
-            for name, (frames_in, frames_out, dropped, latency) in counts.items()
+            for name, (frames_in, frames_out, dropped, events, latency) in counts.items()
         }
 
     def elapsed(self) -> float:
@@ -162,13 +204,23 @@ class Telemetry:
             frames_in, frames_out = self.frames_in, self.frames_out
             dropped = sum(self.dropped.values())
             gauges = self._gauges
+            sources = {}
+            for name, counts in self._per_source.items():
+                recent, counts.window = counts.window, deque(maxlen=MAX_SAMPLES)
+                sources[name] = {
+                    "frames_in": counts.frames_in,
+                    "frames_out": counts.frames_out,
+                    "dropped": sum(counts.dropped.values()),
+                    "latency_ms": _rounded(percentiles(recent)),
+                }
         latency = percentiles(window)  # glass to result, over the frames since the last one
         return {
             "t": round(self.elapsed(), 3),
             "frames_in": frames_in,
             "frames_out": frames_out,
             "dropped": dropped,
-            "latency_ms": {k: round(latency[k], 2) for k in ("p50", "p95", "p99")},
+            "latency_ms": _rounded(latency),
+            "sources": sources,
             "queues": {name: _read(gauge) for name, gauge in gauges.items()},
             "cpu_percent": self._process.cpu_percent(),
             "rss_mb": round(memory, 1),
@@ -178,7 +230,7 @@ class Telemetry:
         seconds = self.elapsed()
         cpu = sum(self._process.cpu_times()[:2]) - self._cpu_start
         with self._lock:  # a drop reason seen for the first time would change the dict
-            dropped = dict(self.dropped)
+            dropped, events = dict(self.dropped), dict(self.events)
         return RunSummary(
             frames_in=self.frames_in,
             frames_out=self.frames_out,
@@ -189,7 +241,12 @@ class Telemetry:
             latency=percentiles(self.latency),
             cpu_percent=100.0 * cpu / seconds if seconds > 0 else 0.0,
             rss_mb=self._process.memory_info().rss / 2**20,
+            events=events,
         )
+
+
+def _rounded(latency: dict[str, float]) -> dict[str, float]:
+    return {k: round(latency[k], 2) for k in ("p50", "p95", "p99")}
 
 
 def _read(gauge: Callable[[], float]) -> float | None:

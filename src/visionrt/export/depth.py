@@ -1,0 +1,266 @@
+"""Export of a monocular depth model (Depth Anything layout): recognizing one, its fixed input
+size, calibration preprocessed the depth way, and the artifact's fidelity against ONNX Runtime
+FP32 (AbsRel and δ<1.25 after per-frame scale-and-shift alignment)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from visionrt.backends import BackendOptions
+from visionrt.errors import ConfigError, ModelLoadError, SourceError
+from visionrt.export.calibration import CalibrationSet, Tensor, calibration_frames
+from visionrt.model import is_architecture_only, model_metadata
+from visionrt.postprocess.depth import depth_fidelity, depth_plane
+from visionrt.preprocess.depth import PATCH, depth_input_size, depth_into
+from visionrt.sources import SourceOptions, open_source
+
+DEFAULT_SHORT_SIDE = 518
+# Targets with a depth recipe. ONNX Runtime's INT8 needs symbolic shape inference, which does
+# not complete on the dynamic-size ViT export; TensorRT needs an optimization profile for it.
+DEPTH_TARGETS = ("openvino", "openvino-int8")
+REFERENCE_BACKEND = "onnxruntime"
+ARCHITECTURE_ONLY_NOTE = (
+    "architecture-only model (random weights): this fidelity measures the runtime and the"
+    " quantizer on this architecture, and says nothing about a trained model's"
+)
+
+
+def is_depth_model(path: Path) -> bool:
+    """True for an ONNX model that says it gives depth (`depth` metadata, as
+    scripts/build_depth_model.py writes), or whose one output is a map of the input's size:
+    [N, H, W] or [N, 1, H, W] with H and W the input's (same values or same symbolic names).
+    A detector's [N, 84, 8400] is not, nor is a file ONNX cannot read (the export then
+    fails where a detector's would, with the detector's message)."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # onnx raises DecodeError and others for a damaged file
+        return False
+    if any(prop.key == "depth" for prop in model.metadata_props):
+        return True
+    graph = model.graph
+    initializers = {init.name for init in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in initializers]
+    if len(inputs) != 1 or len(graph.output) != 1:
+        return False
+
+    def dims(value: Any) -> list[str]:
+        shape = value.type.tensor_type.shape.dim
+        return [d.dim_param if d.dim_param else str(d.dim_value) for d in shape]
+
+    given, made = dims(inputs[0]), dims(graph.output[0])
+    if len(given) != 4 or given[1] != "3" or any(d in ("", "0") for d in given[2:]):
+        return False
+    return made[-2:] == given[2:] and (len(made) == 3 or (len(made) == 4 and made[1] == "1"))
+
+
+def _static_hw(path: Path) -> tuple[int, int] | None:
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    initializers = {init.name for init in graph.initializer}
+    shape = next(i for i in graph.input if i.name not in initializers).type.tensor_type.shape
+    height, width = (d.dim_value for d in shape.dim[2:4])
+    return (height, width) if height > 0 and width > 0 else None
+
+
+def _video_hw(video: Path) -> tuple[int, int] | None:
+    source = open_source(str(video), 0, SourceOptions(mode="file", max_frames=1))
+    try:
+        size = getattr(source, "size", None)
+        if size is None:
+            image = next(iter(source.frames())).image
+            size = image.shape[:2]
+        return int(size[0]), int(size[1])
+    except StopIteration:
+        return None
+    finally:
+        source.close()
+
+
+def depth_export_size(
+    model: Path, size: int | tuple[int, int] | None, video: Path | None
+) -> tuple[int, int]:
+    """The fixed (height, width) a depth artifact is built, calibrated and scored at: the
+    model's own static size; else `size` as (h, w); else `size` (default 518) as the short side
+    with the long side keeping `video`'s aspect (square without a video), as DepthTask sizes a
+    run on that video."""
+    static = _static_hw(model)
+    if static is not None:
+        if size is not None and size != static and size != min(static):
+            raise ConfigError(
+                f"--depth-size {size}: {model.name} is exported at a fixed"
+                f" {static[0]}x{static[1]}; export it with dynamic H/W"
+            )
+        return static
+    if isinstance(size, tuple):
+        if any(d < PATCH or d % PATCH for d in size):
+            raise ConfigError(
+                f"--depth-size: expected height and width multiples of {PATCH}, got {list(size)}"
+            )
+        return size
+    short_side = size or DEFAULT_SHORT_SIDE
+    source_hw = (_video_hw(video) if video is not None else None) or (short_side, short_side)
+    return depth_input_size(source_hw, short_side)
+
+
+class DepthCalibrationSet(CalibrationSet):
+    """Calibration frames handed out as the depth task prepares them: resized to `input_hw`,
+    RGB, ImageNet-normalized, (1, 3, H, W) float32."""
+
+    def __getitem__(self, position: int) -> Tensor:
+        tensor = np.empty((1, 3, *self.input_hw), np.float32)
+        depth_into(self.images[position], tensor[0], self.input_hw)
+        return tensor
+
+
+def depth_calibration(
+    video: Path, count: int, input_hw: tuple[int, int], on_frame: Callable[..., None]
+) -> DepthCalibrationSet:
+    """`count` frames spread over `video`, preprocessed the depth way."""
+    frames = calibration_frames(video, count, input_hw, on_frame)
+    return DepthCalibrationSet(frames.images, frames.indices, input_hw)
+
+
+def build_depth(
+    target: str,
+    source: Path,
+    artifact: Path,
+    input_hw: tuple[int, int],
+    calibration: CalibrationSet | None,
+) -> dict[str, Any]:
+    """Write the depth artifact for `target`; return the report's build section."""
+    from visionrt.export.openvino_ir import export_depth_ir
+
+    built = export_depth_ir(source, artifact, input_hw, calibration)
+    return {
+        "input_hw": list(input_hw),
+        "task": "depth",
+        "architecture_only": is_architecture_only(source),
+        **built,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class DepthFidelityReport:
+    """An artifact's depth maps against the FP32 reference's over `frames` frames at
+    `input_hw`, each frame aligned by least-squares scale and shift (inverse depth for a
+    relative model): `abs_rel` and `delta1` are means over the frames, `worst_*` the worst
+    frame's; `nonfinite_frames` counts frames whose candidate map held NaN/Inf (those pixels
+    are left out). `architecture_only`: the scores say nothing about trained weights."""
+
+    abs_rel: float
+    delta1: float
+    worst_abs_rel: float
+    worst_delta1: float
+    frames: int
+    input_hw: tuple[int, int]
+    nonfinite_frames: int = 0
+    architecture_only: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "kind": "depth",
+            "abs_rel": round(self.abs_rel, 5),
+            "delta1": round(self.delta1, 5),
+            "worst_abs_rel": round(self.worst_abs_rel, 5),
+            "worst_delta1": round(self.worst_delta1, 5),
+            "frames": self.frames,
+            "input_hw": list(self.input_hw),
+            "nonfinite_frames": self.nonfinite_frames,
+            "architecture_only": self.architecture_only,
+        }
+        if self.architecture_only:
+            data["note"] = ARCHITECTURE_ONLY_NOTE
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> DepthFidelityReport:
+        """The inverse of `to_json` (values as rounded there)."""
+        height, width = data["input_hw"]
+        return cls(
+            abs_rel=float(data["abs_rel"]),
+            delta1=float(data["delta1"]),
+            worst_abs_rel=float(data["worst_abs_rel"]),
+            worst_delta1=float(data["worst_delta1"]),
+            frames=int(data["frames"]),
+            input_hw=(int(height), int(width)),
+            nonfinite_frames=int(data.get("nonfinite_frames", 0)),
+            architecture_only=bool(data.get("architecture_only", False)),
+        )
+
+    def __str__(self) -> str:
+        text = (
+            f"AbsRel {self.abs_rel:.4f} (worst {self.worst_abs_rel:.4f}) · δ<1.25"
+            f" {self.delta1:.2%} (worst {self.worst_delta1:.2%}) over {self.frames} frames"
+        )
+        return text + (" · architecture-only (random weights)" if self.architecture_only else "")
+
+
+def compare_depth_to_reference(
+    video: Path,
+    reference: Path,
+    candidate: Path,
+    backend: str,
+    options: BackendOptions,
+    frames: int,
+    input_hw: tuple[int, int],
+) -> DepthFidelityReport:
+    """Run the reference model in ONNX Runtime FP32 and `candidate` on `backend` on the same
+    inputs (the first `frames` frames of `video`, preprocessed once at `input_hw`) and score
+    the candidate's raw maps, at the model's resolution, against the reference's.
+
+    Raw backend outputs, not DepthTask.infer: its NaN guard would recompute a bad frame in FP32
+    and hide exactly what this check is for."""
+    from dataclasses import replace
+
+    from visionrt.tasks.depth import DepthTask
+
+    metric = model_metadata(reference).get("depth", "").startswith("metric")
+    sized = BackendOptions(input_size=input_hw)
+    tasks = [
+        DepthTask(reference, REFERENCE_BACKEND, sized),
+        DepthTask(candidate, backend, replace(options, input_size=input_hw)),
+    ]
+    if tasks[1].input_hw != input_hw:
+        for task in tasks:
+            task.close()
+        raise ModelLoadError(
+            f"{candidate.name} runs at {list(tasks[1].input_hw)}, not {list(input_hw)}"
+        )
+    scores: list[Any] = []
+    nonfinite = 0
+    source = open_source(str(video), 0, SourceOptions(mode="file", max_frames=frames))
+    try:
+        buffer = tasks[0].new_buffer()
+        for frame in source.frames():
+            depth_into(frame.image, buffer[0], input_hw)
+            want, got = (
+                depth_plane(task.backend.infer({task.input_name: buffer})[0]) for task in tasks
+            )
+            nonfinite += int(not np.isfinite(got).all())
+            scores.append(depth_fidelity(got, want, inverse=not metric))
+    finally:
+        source.close()
+        for task in tasks:
+            task.close()
+    if not scores:
+        raise SourceError(f"fidelity video {video} gave no frames")
+    abs_rel = [s.abs_rel for s in scores]
+    delta1 = [s.delta1 for s in scores]
+    return DepthFidelityReport(
+        abs_rel=float(np.nanmean(abs_rel)),
+        delta1=float(np.nanmean(delta1)),
+        worst_abs_rel=float(np.nanmax(abs_rel)),
+        worst_delta1=float(np.nanmin(delta1)),
+        frames=len(scores),
+        input_hw=input_hw,
+        nonfinite_frames=nonfinite,
+        architecture_only=is_architecture_only(reference),
+    )

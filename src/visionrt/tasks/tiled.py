@@ -1,0 +1,246 @@
+"""A detector run on overlapping tiles of a high-resolution frame (SAHI-style): every tile of a
+frame goes through the backend in one batch, and the tiles' boxes are merged in source pixels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from visionrt.backends import Backend, BackendOptions
+from visionrt.errors import ConfigError
+from visionrt.postprocess import PostprocessOptions
+from visionrt.postprocess.yolo import decode_one
+from visionrt.preprocess.tile import TileGrid, TileOptions, fill_tiles, plan_tiles, tile_count
+from visionrt.tasks.detect import DetectTask
+from visionrt.types import Detections
+
+# A box edge this close (in detector input pixels) to a tile edge inside the frame is taken as
+# cut by the tile: the detector rarely places the edge of a truncated object exactly on it.
+EDGE_MARGIN = 3.0
+
+
+def cut_sides(
+    xyxy: npt.NDArray[np.float32],
+    window: npt.NDArray[np.int32],
+    source_hw: tuple[int, int],
+    margin: float,
+) -> npt.NDArray[np.bool_]:
+    """(N, 4) bool: which of its left, top, right, bottom edges each box (source pixels) shares
+    with `window`, counting only window edges inside the frame: there the tile cut the object."""
+    x1, y1, x2, y2 = (int(v) for v in window)
+    height, width = source_hw
+    return np.stack(
+        [
+            (xyxy[:, 0] <= x1 + margin) & (x1 > 0),
+            (xyxy[:, 1] <= y1 + margin) & (y1 > 0),
+            (xyxy[:, 2] >= x2 - margin) & (x2 < width),
+            (xyxy[:, 3] >= y2 - margin) & (y2 < height),
+        ],
+        axis=1,
+    ).reshape(-1, 4)
+
+
+def seen_better(
+    xyxy: npt.NDArray[np.float32],
+    sides: npt.NDArray[np.bool_],
+    tile_id: npt.NDArray[np.intp],
+    windows: npt.NDArray[np.int32],
+    margin: float,
+) -> npt.NDArray[np.bool_]:
+    """Which cut boxes lie wholly inside another of `windows` with their cut edges inside it:
+    that tile saw the object past the cut, so a partial view it did not confirm is spurious."""
+    box, win = xyxy[:, None, :], windows[None, :, :].astype(np.float32)
+    inside = (box[..., :2] >= win[..., :2]).all(axis=2) & (box[..., 2:] <= win[..., 2:]).all(axis=2)
+    room = np.concatenate([box[..., :2] - win[..., :2], win[..., 2:] - box[..., 2:]], axis=2)
+    clear = ((room > margin) | ~sides[:, None, :]).all(axis=2)
+    other = np.arange(len(windows))[None, :] != tile_id[:, None]
+    return sides.any(axis=1) & (inside & clear & other).any(axis=1)
+
+
+def merge_tiles(
+    detections: Detections,
+    tile_id: npt.NDArray[np.intp],
+    cut: npt.NDArray[np.bool_],
+    threshold: float,
+    max_det: int = 300,
+    agnostic: bool = False,
+    spurious: npt.NDArray[np.bool_] | None = None,
+) -> Detections:
+    """Merge boxes that several tiles saw of one object, greedily, best score first.
+
+    Only boxes of different tiles are compared: the detector's own NMS already separated the
+    boxes within a tile. Two boxes match above `threshold` of IoU, or of intersection over the
+    smaller box when a tile edge cuts either (`cut`: a cut box is a part of the object, so its
+    IoU with the whole stays low). A group of matched boxes keeps the best score and the box of
+    its best-scored member no tile edge cut; when every member is cut, their union, so an object
+    wider than the overlap comes out whole. A group made only of `spurious` boxes (partial views
+    that a tile seeing past the cut did not confirm) is dropped."""
+    order = np.argsort(-detections.confidence, kind="stable")
+    xyxy, cls = detections.xyxy[order], detections.class_id[order]
+    tile_id, cut = tile_id[order], cut[order]
+    weak = np.zeros(len(xyxy), np.bool_) if spurious is None else spurious[order]
+    area = (xyxy[:, 2] - xyxy[:, 0]) * (xyxy[:, 3] - xyxy[:, 1])
+    merged = xyxy.copy()
+    pending = np.ones(len(xyxy), np.bool_)  # in no group yet
+    kept = np.zeros(len(xyxy), np.bool_)
+    for i in range(len(xyxy)):
+        if not pending[i]:
+            continue
+        rest = i + 1 + np.flatnonzero(pending[i + 1 :])
+        rest = rest[(tile_id[rest] != tile_id[i]) & (agnostic or (cls[rest] == cls[i]))]
+        low = np.maximum(xyxy[rest, :2], xyxy[i, :2])
+        high = np.minimum(xyxy[rest, 2:], xyxy[i, 2:])
+        inter = np.prod(np.clip(high - low, 0, None), axis=1)
+        iou = inter / np.maximum(area[rest] + area[i] - inter, 1e-9)
+        ios = inter / np.maximum(np.minimum(area[rest], area[i]), 1e-9)
+        group = np.concatenate([[i], rest[np.where(cut[rest] | cut[i], ios, iou) > threshold]])
+        pending[group] = False
+        if weak[group].all():
+            continue
+        kept[i] = True
+        whole = group[~cut[group]]  # best score first
+        if whole.size:
+            merged[i] = xyxy[whole[0]]
+        else:
+            merged[i, :2] = xyxy[group, :2].min(axis=0)
+            merged[i, 2:] = xyxy[group, 2:].max(axis=0)
+    keep = np.flatnonzero(kept)[:max_det]
+    return Detections(merged[keep], detections.confidence[order][keep], cls[keep])
+
+
+class TiledDetectTask:
+    """A DetectTask run on tiles: one buffer holds every input row of a frame (its tiles, plus the
+    full frame when `tiling.full_frame`), and one `infer` runs the rows of all its frames as one
+    backend batch. Results are Detections in source pixels, like DetectTask's.
+
+    `source_hw` (height, width) sizes the buffers: frames needing more rows than that size's grid
+    are refused (with several sources, pass the size with the largest `tile_count`).
+    `backend_options.batch` is frames per `infer` call; the detector runs rows × that batch."""
+
+    name = "detect"
+
+    def __init__(
+        self,
+        model: str | Path,
+        backend: str | Backend = "",
+        backend_options: BackendOptions | None = None,
+        postprocess: PostprocessOptions | None = None,
+        *,
+        tiling: TileOptions | None = None,
+        source_hw: tuple[int, int],
+    ) -> None:
+        options = backend_options or BackendOptions()
+        self.tiling = tiling or TileOptions()
+        if len(source_hw) != 2 or min(source_hw) < 1:
+            raise ConfigError(f"--tile: expected a source size (height, width), got {source_hw}")
+        self.source_hw = (int(source_hw[0]), int(source_hw[1]))
+        self.rows = tile_count(self.source_hw, self.tiling)
+        self.batch = options.batch
+        self.detector = DetectTask(
+            model, backend, replace(options, batch=self.rows * self.batch), postprocess
+        )
+        self.postprocess = self.detector.postprocess
+        self.backend: Backend = self.detector.backend
+        self.spec, self.class_names = self.detector.spec, self.detector.class_names
+        self.input_hw, self.layout = self.detector.input_hw, self.detector.layout
+        self.head = self.detector.head
+        self._grids: dict[tuple[int, int], TileGrid] = {}
+        self.grid(self.source_hw)  # sizes the buffers: fails now, not on the first frame
+
+    def grid(self, source_hw: tuple[int, int]) -> TileGrid:
+        """The tile grid for frames of `source_hw`; ConfigError when it needs more rows than a
+        buffer holds."""
+        grid = self._grids.get(source_hw)
+        if grid is None:
+            grid = plan_tiles(source_hw, self.input_hw, self.tiling)
+            if len(grid) > self.rows:
+                height, width = source_hw
+                raise ConfigError(
+                    f"--tile: a {width}x{height} frame needs {len(grid)} input rows at tile"
+                    f" {self.tiling.tile}, overlap {self.tiling.overlap}; the buffers hold"
+                    f" {self.rows} (sized for {self.source_hw[1]}x{self.source_hw[0]}: pass the"
+                    " largest source size)"
+                )
+            self._grids[source_hw] = grid
+        return grid
+
+    def new_buffer(self) -> npt.NDArray[Any]:
+        """Every input row of one frame: (K, 3, H, W) float32, or (K, H, W, 3) uint8 when
+        folded."""
+        row = self.detector.new_buffer()
+        return np.empty((self.rows, *row.shape[1:]), row.dtype)
+
+    def prepare(
+        self, image: npt.NDArray[np.uint8], buffer: npt.NDArray[Any], last: TileGrid | None
+    ) -> TileGrid:
+        """Letterbox each tile of `image` into its row of `buffer`; returns the grid, which
+        `decode` needs to map boxes back."""
+        grid = self.grid((int(image.shape[0]), int(image.shape[1])))
+        fill_tiles(image, buffer, grid, self.layout, last)
+        return grid
+
+    def infer(self, rows: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.float32]:
+        """The rows of every frame as one backend batch; returns (frames, K, …): one entry per
+        frame, holding that frame's K row outputs."""
+        output = self.detector.infer([np.concatenate(rows) if len(rows) > 1 else rows[0]])
+        frames = len(rows)
+        return output[: frames * self.rows].reshape(frames, self.rows, *output.shape[1:])
+
+    def decode(self, output: npt.NDArray[np.float32], grid: TileGrid) -> Detections:
+        """One frame's row outputs → Detections in source pixels, merged across tiles."""
+        parts, tiles, sides = [], [], []
+        tiled = len(grid) - 1 if grid.full_frame else len(grid)
+        margin = EDGE_MARGIN / grid.letterboxes[0].scale
+        for row, window in enumerate(grid.windows):
+            found = decode_one(output[row], self.head, grid.letterboxes[row], self.postprocess)
+            xyxy = found.xyxy + window[[0, 1, 0, 1]].astype(np.float32)
+            parts.append(Detections(xyxy, found.confidence, found.class_id))
+            tiles.append(np.full(len(found), row, np.intp))
+            if row < tiled:
+                sides.append(cut_sides(xyxy, window, grid.source_hw, margin))
+            else:  # the full frame cuts nothing
+                sides.append(np.zeros((len(found), 4), np.bool_))
+        every = Detections(
+            np.concatenate([p.xyxy for p in parts]),
+            np.concatenate([p.confidence for p in parts]),
+            np.concatenate([p.class_id for p in parts]),
+        )
+        tile_id, cut = np.concatenate(tiles), np.concatenate(sides)
+        # Only tiles judge a partial view: the full frame sees small objects too coarsely.
+        spurious = seen_better(every.xyxy, cut, tile_id, grid.windows[:tiled], margin)
+        return merge_tiles(
+            every,
+            tile_id,
+            cut.any(axis=1),
+            self.tiling.merge_threshold,
+            self.postprocess.max_det,
+            self.postprocess.agnostic,
+            spurious,
+        )
+
+    def warm_up(self, calls: int) -> None:
+        self.detector.warm_up(calls)
+
+    def describe(self) -> dict[str, Any]:
+        """What ran, for the run summary: the detector's facts, with `batch` in frames."""
+        return {
+            **self.detector.describe(),
+            "batch": self.batch,
+            "tiling": {
+                "tile": self.tiling.tile,
+                "overlap": self.tiling.overlap,
+                "full_frame": self.tiling.full_frame,
+                "merge_threshold": self.tiling.merge_threshold,
+                "rows_per_frame": self.rows,
+                "rows_per_call": self.detector.batch,
+                "source_hw": list(self.source_hw),
+            },
+        }
+
+    def close(self) -> None:
+        self.detector.close()

@@ -1,0 +1,207 @@
+"""Serves a run's telemetry as Prometheus metrics over HTTP (prometheus-client), on localhost by
+default: frames in/out, drops by stage and reason, events, reconnects and restarts per source,
+stage and glass-to-result latency histograms, queue depths, CPU/RSS, and NVIDIA GPU use where
+nvidia-ml-py finds a GPU."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from visionrt.errors import ConfigError, SinkError
+
+# Glass-to-result and stage latencies on CPU run from ~1 ms (decode) to seconds (depth at 518).
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class MetricsServer:
+    """Prometheus metrics of one run at http://HOST:PORT/metrics.
+
+    Counters and histograms are fed as the pipeline measures (it is a telemetry listener);
+    queue depths, source reconnects/restarts, process CPU/RSS and GPU figures are read at each
+    scrape. `port` 0 picks a free port (see `port` after `start`). `sources` gives the
+    per-source readers: name → callable returning the source's stats (reconnects, restarts,
+    missed), `gauges` name → queue depth reader, `info` labels for visionrt_build_info."""
+
+    def __init__(
+        self,
+        port: int,
+        host: str = "127.0.0.1",
+        info: dict[str, str] | None = None,
+    ) -> None:
+        try:
+            import prometheus_client as prom
+        except ImportError as err:  # a core dependency; a broken install says so
+            raise ConfigError(
+                "--metrics-port needs prometheus-client: pip install prometheus-client"
+            ) from err
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"--metrics-port: expected 0 to 65535, got {port}")
+        self._prom = prom
+        prom.disable_created_metrics()  # `_created` series only double the scrape for us
+        self.host, self.port = host, port
+        self.registry = prom.CollectorRegistry()
+        make = self._metric
+        self.frames_in = make(prom.Counter, "frames_in", "Frames read from the source", "source")
+        self.frames_out = make(prom.Counter, "frames_out", "Frames with a result", "source")
+        self.dropped = make(
+            prom.Counter,
+            "frames_dropped",
+            "Frames dropped, by stage and reason",
+            "source",
+            "stage",
+            "reason",
+        )
+        self.events = make(
+            prom.Counter, "events", "Counted events (recomputed depth, degrade steps)", "source",
+            "event",
+        )  # fmt: skip
+        self.latency = make(
+            prom.Histogram,
+            "latency_seconds",
+            "Glass-to-result latency: capture to result",
+            "source",
+            buckets=BUCKETS,
+        )
+        self.stage = make(
+            prom.Histogram, "stage_seconds", "Time per frame in each stage", "stage",
+            buckets=BUCKETS,
+        )  # fmt: skip
+        prom.Info("visionrt_build", "What runs", registry=self.registry).info(info or {})
+        prom.ProcessCollector(namespace="visionrt", registry=self.registry)
+        self._sources: dict[str, Callable[[], Any]] = {}
+        self._gauges: Callable[[], dict[str, float | None]] = dict
+        self.registry.register(_ScrapeCollector(self))
+        self._server: Any = None
+        self._thread: Any = None
+
+    def _metric(self, kind: Any, name: str, doc: str, *labels: str, **extra: Any) -> Any:
+        return kind(f"visionrt_{name}", doc, labels, registry=self.registry, **extra)
+
+    def watch(
+        self,
+        sources: dict[str, Callable[[], Any]],
+        gauges: Callable[[], dict[str, float | None]],
+    ) -> None:
+        """Readers used at scrape time: each source's stats by name, and the queue depths."""
+        self._sources, self._gauges = dict(sources), gauges
+
+    def start(self) -> MetricsServer:
+        """Listen now (a SinkError when the port is taken or not allowed)."""
+        try:
+            self._server, self._thread = self._prom.start_http_server(
+                self.port, addr=self.host, registry=self.registry
+            )
+        except OSError as err:
+            raise SinkError(
+                f"--metrics-port {self.port}: cannot listen on {self.host}: {err.strerror or err}"
+            ) from err
+        self.port = int(self._server.server_port)
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    # -- telemetry listener ------------------------------------------------------------------
+    def frame_in(self, source: str) -> None:
+        self.frames_in.labels(source).inc()
+
+    def frame_out(self, latency: float, source: str) -> None:
+        self.frames_out.labels(source).inc()
+        self.latency.labels(source).observe(latency)
+
+    def drop(self, stage: str, reason: str, source: str, count: int) -> None:
+        self.dropped.labels(source, stage, reason).inc(count)
+
+    def count(self, event: str, source: str, count: int) -> None:
+        self.events.labels(source, event).inc(count)
+
+    def record(self, stage: str, seconds: float) -> None:
+        self.stage.labels(stage).observe(seconds)
+
+
+class _ScrapeCollector:
+    """Figures read when Prometheus scrapes: queue depths, source reconnects, GPU use."""
+
+    def __init__(self, server: MetricsServer) -> None:
+        self.server = server
+        self._gpu = _Gpu()
+
+    def describe(self) -> list[Any]:
+        return []  # the families vary with the run: no fixed list to check at registration
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        queues = GaugeMetricFamily(
+            "visionrt_queue_depth", "Frames waiting between stages", labels=["queue"]
+        )
+        for name, depth in self.server._gauges().items():
+            if depth is not None:
+                queues.add_metric([name], float(depth))
+        yield queues
+        families = {
+            key: CounterMetricFamily(f"visionrt_source_{key}", doc, labels=["source"])
+            for key, doc in (
+                ("reconnects", "Reconnects of a live source"),
+                ("restarts", "Worker processes of a source started again after they died"),
+                ("missed", "Frames decoded but never given because the reader was behind"),
+                ("corrupt", "Corrupt frames skipped"),
+            )
+        }
+        for name, read in self.server._sources.items():
+            stats = read()
+            for key, family in families.items():
+                family.add_metric([name], float(getattr(stats, key, 0)))
+        yield from families.values()
+        yield from self._gpu.collect()
+
+
+class _Gpu:
+    """NVIDIA GPU utilisation and memory through nvidia-ml-py, when it and a GPU are there."""
+
+    def __init__(self) -> None:
+        self._handles: Sequence[Any] = ()
+        self._nvml: Any = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            count = pynvml.nvmlDeviceGetCount()
+            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            self._nvml = pynvml
+        except Exception:  # no package, no driver, no GPU: nothing to report
+            self._handles = ()
+
+    def collect(self) -> Iterator[Any]:
+        if not self._handles:
+            return
+        from prometheus_client.core import GaugeMetricFamily
+
+        nvml = self._nvml
+        busy = GaugeMetricFamily("visionrt_gpu_utilization_ratio", "GPU busy", labels=["gpu"])
+        used = GaugeMetricFamily("visionrt_gpu_memory_used_bytes", "GPU memory", labels=["gpu"])
+        for index, handle in enumerate(self._handles):
+            try:
+                busy.add_metric([str(index)], nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100)
+                used.add_metric([str(index)], float(nvml.nvmlDeviceGetMemoryInfo(handle).used))
+            except Exception:  # a GPU that went away mid-run: skip it, keep serving
+                continue
+        yield busy
+        yield used
+
+
+def scrape(url: str, timeout: float = 5.0) -> str:
+    """The text at `url` (tests and the soak script read the endpoint with it)."""
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        text: str = response.read().decode("utf-8")
+    return text

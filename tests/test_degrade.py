@@ -1,0 +1,127 @@
+"""The SLO degrade path: the ladder's rungs, the controller's steps and hysteresis on a fake
+clock, and a live run whose model slows down and recovers (null backend, delay changed mid-run)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from visionrt import BackendOptions, Pipeline, PipelineOptions, SourceOptions
+from visionrt.errors import ConfigError
+from visionrt.pipeline.degrade import HEADROOM, Degrader, build_ladder
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _feed(degrader: Degrader, clock: FakeClock, latency: float, seconds: float) -> list[int]:
+    """30 frames a second of `latency` for `seconds`; the levels after each step taken."""
+    levels = []
+    for _ in range(round(seconds * 30)):
+        clock.now += 1 / 30
+        if degrader.observe(latency) is not None:
+            levels.append(degrader.level)
+    return levels
+
+
+def test_ladder_order_every_then_sizes_then_model() -> None:
+    rungs = build_ladder(1, 3, True, ["input 512×512", "input 384×384", "model n.onnx"])
+    assert [(r.every, r.variant) for r in rungs] == [(1, 0), (2, 0), (3, 0), (3, 1), (3, 2), (3, 3)]
+    assert rungs[1].label == "detect every 2"
+    assert build_ladder(1, 2, False, [])[1].label == "1 frame in 2"
+    with pytest.raises(ConfigError, match="slo_max_every: expected >= detect_every"):
+        build_ladder(4, 3, True, [])
+
+
+def test_steps_down_one_rung_per_window_until_the_bottom() -> None:
+    clock = FakeClock()
+    degrader = Degrader(0.1, build_ladder(1, 3, True, ["input 512×512"]), 1.0, clock)
+    # 0.2 s latency throughout: one step per window (it holds a window after each), then stops.
+    assert _feed(degrader, clock, 0.2, 10.0) == [1, 2, 3]
+    assert degrader.rung.label == "input 512×512"
+    first = degrader.changes[0]
+    assert first.reason == "p95 200 ms > SLO 100 ms"
+    assert first.at >= 5 / 30  # not before the window holds enough frames to judge
+    report = degrader.report()
+    assert (report["steps_down"], report["steps_up"], report["level"]) == (3, 0, 3)
+
+
+def test_steps_up_only_after_sustained_headroom() -> None:
+    clock = FakeClock()
+    degrader = Degrader(0.1, build_ladder(1, 3, True, []), 1.0, clock)
+    _feed(degrader, clock, 0.2, 5.0)
+    assert degrader.level == 2
+    # Just under the target but above the headroom line: no step either way.
+    assert _feed(degrader, clock, 0.1 * (HEADROOM + 0.1), 6.0) == []
+    # Clear headroom: one step up per 2 windows of good p95, never two at once.
+    steps_up = _feed(degrader, clock, 0.02, 7.0)
+    assert steps_up == [1, 0]
+    assert degrader.changes[-1].reason.startswith("p95 20 ms < 70% of SLO 100 ms")
+
+
+def test_one_slow_frame_in_twenty_does_not_step() -> None:
+    clock = FakeClock()
+    degrader = Degrader(0.1, build_ladder(1, 3, True, []), 2.0, clock)
+    for i in range(300):
+        clock.now += 1 / 30
+        degrader.observe(0.5 if i % 40 == 0 else 0.03)
+    assert degrader.level == 0  # 2.5 % of frames slow: p95 stays under the target
+
+
+def test_slo_needs_live_sources(tiny_model: Path) -> None:
+    with pytest.raises(ConfigError, match="--slo-ms: a latency target needs live sources"):
+        Pipeline(["synthetic:64x48:5"], tiny_model, "null", options=PipelineOptions(slo_ms=50))
+
+
+def test_live_run_degrades_under_load_and_recovers(tiny_model: Path) -> None:
+    """A model that slows from 5 ms to 120 ms per frame mid-run, then recovers: the run steps
+    down (detect every N, then the smaller-input variant), logs why, and steps back up; every
+    frame is accounted for and every delivered frame has boxes from the detector or tracker."""
+    pipeline = Pipeline(
+        ["cam=synthetic:96x96:330"],
+        tiny_model,
+        "null",
+        BackendOptions(input_size=(64, 64), settings={"delay_ms": "5"}),
+        source_options=SourceOptions(mode="live"),
+        options=PipelineOptions(
+            warmup=0, track=True, slo_ms=60, slo_window=0.5, slo_max_every=2, slo_sizes=(32,)
+        ),
+    )
+    assert pipeline.degrader is not None
+    assert [r.label for r in pipeline.degrader.rungs] == [
+        "as configured",
+        "detect every 2",
+        "input 32×32",
+    ]
+    backends = [pipeline.task.backend, *(v.backend for v in pipeline.variants)]
+    seen: list[int] = []
+    started: list[float] = []
+
+    def load(result: object) -> None:
+        seen.append(pipeline.degrader.level if pipeline.degrader else -1)
+        started.append(started[0] if started else time.perf_counter())
+        elapsed = time.perf_counter() - started[0]
+        for backend in backends:  # from 1.5 s to 4.5 s into the run: 120 ms per inference
+            backend.delay = 0.12 if 1.5 <= elapsed < 4.5 else 0.005  # type: ignore[attr-defined]
+
+    changes = []
+    pipeline.on_degrade = changes.append
+    summary = pipeline.run(on_result=load)
+    pipeline.close()
+    downs = [c for c in changes if c.level_to > c.level_from]
+    ups = [c for c in changes if c.level_to < c.level_from]
+    assert downs, "p95 of 120 ms against a 60 ms target must step down"
+    assert all("> SLO 60 ms" in c.reason for c in downs)
+    assert ups, "back at 5 ms the run must step back up"
+    assert max(seen) >= 1
+    assert summary.slo["steps_down"] == len(downs)
+    assert summary.events.get("slo: step down") == len(downs)
+    assert summary.events.get("slo: step up") == len(ups)
+    assert summary.accounted

@@ -1,0 +1,135 @@
+"""Prometheus metrics: the endpoint's content during and after a run (counters that match the
+run summary, drops by reason, per-source labels, histograms), localhost binding, bad ports; and
+the per-source figures of the per-second telemetry file."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from visionrt import BackendOptions, Pipeline, PipelineOptions, SourceOptions
+from visionrt.errors import ConfigError, SinkError
+from visionrt.telemetry.metrics import MetricsServer, scrape
+
+
+def _value(text: str, name: str, **labels: str) -> float:
+    """The sample `name{labels}` in Prometheus text format (labels matched as a subset)."""
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        match = re.match(r"([a-z_]+)(\{(.*)\})? (\S+)$", line)
+        if match is None or match.group(1) != name:
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(3) or ""))
+        if all(found.get(k) == v for k, v in labels.items()):
+            return float(match.group(4))
+    raise AssertionError(f"{name}{labels} not in the scrape")
+
+
+def _pipeline(tiny_model: Path, *sources: str, live: bool = False, delay_ms: int = 20) -> Pipeline:
+    return Pipeline(
+        list(sources),
+        tiny_model,
+        "null",
+        BackendOptions(settings={"delay_ms": str(delay_ms)}),
+        source_options=SourceOptions(mode="live" if live else "file"),
+        options=PipelineOptions(warmup=0),
+    )
+
+
+def test_metrics_during_and_after_a_run_match_the_summary(tiny_model: Path) -> None:
+    pipeline = _pipeline(tiny_model, "cam=synthetic:64x48:12", "aux=synthetic:64x48:8")
+    server = MetricsServer(0, info={"runtime": "null"})
+    named = zip(pipeline.names, pipeline.sources, strict=True)
+    server.watch({n: (lambda s=s: s.stats) for n, s in named}, pipeline.queue_depths)
+    pipeline.telemetry.add_listener(server)
+    server.start()
+    during: list[str] = []
+    try:
+        assert server.url.startswith("http://127.0.0.1:")
+        summary = pipeline.run(
+            on_result=lambda r: during.append(scrape(server.url)) if not during else None
+        )
+        after = scrape(server.url)
+    finally:
+        server.close()
+        pipeline.close()
+    # Mid-run the endpoint already answers, with fewer frames out than in the end.
+    assert _value(during[0], "visionrt_frames_out_total", source="cam") >= 1
+    assert _value(during[0], "visionrt_queue_depth", queue="decoded") >= 0
+    assert _value(after, "visionrt_frames_in_total", source="cam") == 12
+    assert _value(after, "visionrt_frames_out_total", source="aux") == 8
+    out = sum(_value(after, "visionrt_frames_out_total", source=s) for s in ("cam", "aux"))
+    assert out == summary.frames_out == 20
+    assert _value(after, "visionrt_latency_seconds_count", source="cam") == 12
+    assert _value(after, "visionrt_stage_seconds_count", stage="infer") == 20
+    # The null backend sleeps 20 ms per call: the infer histogram's sum says so.
+    assert _value(after, "visionrt_stage_seconds_sum", stage="infer") >= 20 * 0.019
+    assert _value(after, "visionrt_source_reconnects_total", source="aux") == 0
+    assert _value(after, "visionrt_build_info", runtime="null") == 1
+    assert _value(after, "visionrt_process_resident_memory_bytes") > 0
+
+
+def test_drops_are_exported_by_stage_and_reason(tiny_model: Path) -> None:
+    # Synthetic frames come at 30 FPS in live mode: a 80 ms model keeps up with one in three.
+    pipeline = _pipeline(tiny_model, "synthetic:64x48:40", live=True, delay_ms=80)
+    server = MetricsServer(0)
+    pipeline.telemetry.add_listener(server)
+    server.start()
+    try:
+        summary = pipeline.run()
+        text = scrape(server.url)
+    finally:
+        server.close()
+        pipeline.close()
+    assert summary.dropped, "a model slower than the camera must drop frames"
+    exported = 0.0
+    for key, count in summary.dropped.items():
+        stage, reason = key.split(": ", 1)
+        value = _value(text, "visionrt_frames_dropped_total", stage=stage, reason=reason)
+        assert value == count
+        exported += value
+    assert exported + summary.frames_out == summary.frames_in
+
+
+def test_a_taken_port_is_one_line_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SinkError, match=f"--metrics-port {port}: cannot listen"):
+            MetricsServer(port).start()
+    with pytest.raises(ConfigError, match="expected 0 to 65535"):
+        MetricsServer(70000)
+
+
+def test_cli_rejects_a_bad_metrics_port(tmp_path: Path, tiny_model: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "visionrt.cli.main", "run", "synthetic:64x48:3", "-m",
+         str(tiny_model), "--backend", "null", "--metrics-port", "-5", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode != 0
+    assert "metrics_port: expected 1 to 65535, got -5" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_telemetry_lines_carry_per_source_figures(tmp_path: Path, tiny_model: Path) -> None:
+    from visionrt.telemetry.report import TelemetryWriter
+
+    pipeline = _pipeline(tiny_model, "a=synthetic:64x48:30", "b=synthetic:64x48:10")
+    path = tmp_path / "telemetry.jsonl"
+    with TelemetryWriter(pipeline.telemetry, path, interval=0.2):
+        pipeline.run()
+    pipeline.close()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    last = lines[-1]["sources"]
+    assert (last["a"]["frames_out"], last["b"]["frames_out"]) == (30, 10)
+    assert {"fps", "latency_ms", "dropped", "frames_in"} <= set(last["a"])
+    assert last["a"]["latency_ms"]["p95"] >= last["a"]["latency_ms"]["p50"]
