@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from visionrt.errors import ModelLoadError
-from visionrt.model import DEMO_VIDEO, demo_model_path
+from visionrt.model import DEMO_VIDEO, demo_model_path, depth_model_path
 
 # A plan tuned on this machine would change what a plain `visionrt run` does: tests see none
 # unless they make one.
@@ -88,6 +88,15 @@ def write_tiny_detector(
         entry.key, entry.value = key, value
     onnx.save(model, str(path))
     return path
+
+
+@pytest.fixture(scope="session")
+def depth_model() -> Path:
+    """The architecture-only Depth Anything v2-Small that `make setup` builds."""
+    try:
+        return depth_model_path()
+    except ModelLoadError as err:
+        pytest.skip(f"architecture-only depth model not built: {err}")
 
 
 @pytest.fixture(scope="session")

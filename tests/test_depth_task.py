@@ -15,7 +15,7 @@ import pytest
 from visionrt.backends import Backend, BackendOptions, load_backend
 from visionrt.errors import ConfigError, ModelLoadError, NonFiniteDepthError, VisionRTError
 from visionrt.hardware import cpu_has_bf16
-from visionrt.model import depth_model_path, is_architecture_only
+from visionrt.model import is_architecture_only
 from visionrt.postprocess.depth import depth_fidelity
 from visionrt.tasks.depth import RECOMPUTED_EVENT, DepthRow, DepthTask
 from visionrt.types import BackendInfo, DepthMap
@@ -191,14 +191,6 @@ SOURCE_HW = (480, 640)
 FP32_RELATIVE_TOLERANCE = 1e-3
 # BF16 has an 8-bit mantissa: δ<1.25 against FP32 after alignment, on this random-weight model.
 BF16_MIN_DELTA1 = 0.9
-
-
-@pytest.fixture(scope="module")
-def depth_model() -> Path:
-    try:
-        return depth_model_path()
-    except ModelLoadError as err:
-        pytest.skip(f"architecture-only depth model not built: {err}")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 
 import visionrt.export.artifacts as export_artifacts
 from visionrt.backends import BackendOptions
-from visionrt.errors import ConfigError, ModelLoadError
+from visionrt.errors import ConfigError
 from visionrt.export import ExportResult, export_model
 from visionrt.export.depth import (
     ARCHITECTURE_ONLY_NOTE,
@@ -23,7 +23,6 @@ from visionrt.export.depth import (
     depth_export_size,
     is_depth_model,
 )
-from visionrt.model import depth_model_path
 from visionrt.postprocess.depth import depth_fidelity
 from visionrt.preprocess.depth import depth_into
 from visionrt.tasks.depth import DepthTask
@@ -137,14 +136,6 @@ def test_depth_fidelity_report_round_trips_through_json() -> None:
 
 
 # -- the architecture-only Depth Anything v2-Small, OpenVINO INT8 at 266 ---------------------
-
-
-@pytest.fixture(scope="module")
-def depth_model() -> Path:
-    try:
-        return depth_model_path()
-    except ModelLoadError as err:
-        pytest.skip(f"architecture-only depth model not built: {err}")
 
 
 @pytest.fixture(scope="module")

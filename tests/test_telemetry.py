@@ -60,3 +60,21 @@ def test_writer_writes_a_line_per_interval(tmp_path: Path) -> None:
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(lines) >= 3
     assert {"frames_out", "latency_ms", "queues", "fps"} <= set(lines[-1])
+
+
+def test_samples_ring_keeps_the_most_recent_within_its_cap() -> None:
+    from visionrt.telemetry.stats import Samples
+
+    ring = Samples(cap=5000)
+    for i in range(12_000):
+        ring.append(float(i))
+    assert len(ring) == 5000
+    values = ring.values()
+    assert sorted(values.tolist()) == [float(i) for i in range(7000, 12_000)]
+    assert values.nbytes == 5000 * 8  # 8 bytes a sample: a 24/7 run stays small
+    window = Samples()
+    window.append(0.1)
+    window.append(0.3)
+    assert sorted(window.take().tolist()) == [0.1, 0.3]
+    assert len(window) == 0
+    assert len(window.take()) == 0

