@@ -143,3 +143,38 @@ def test_flags_beat_everything_and_unset_flags_nothing(tmp_path: Path) -> None:
     flags = {"backend": "null", "inference": {"threads": None, "batch": 2}}
     cfg = load_config(config, ["backend=torch", "inference.batch=4"], flags)
     assert (cfg.backend, cfg.inference.threads, cfg.inference.batch) == ("null", 3, 2)
+
+
+def test_tasks_list_with_the_sources_each_runs_on(tmp_path: Path) -> None:
+    path = tmp_path / "seed.yaml"
+    path.write_text(
+        "sources: [rgb=cam0.mp4, slam1=cam1.mp4, slam2=cam2.mp4]\n"
+        "tasks:\n"
+        "  - {kind: detect, model: yolo.onnx, inference: {precision: int8}}\n"
+        "  - {kind: depth, model: depth.onnx, sources: [rgb], short_side: 266}\n",
+        encoding="utf-8",
+    )
+    config = load_config(path)
+    assert (config.model, config.inference.precision) == ("yolo.onnx", "int8")
+    assert (config.depth.model, config.depth.on, config.depth.short_side) == (
+        "depth.onnx",
+        ("rgb",),
+        266,
+    )
+
+
+@pytest.mark.parametrize(
+    ("tasks", "message"),
+    [
+        ("[{kind: track}]", r"tasks\[0\]\.kind: expected detect or depth, got 'track'"),
+        ("[{kind: detect, model: a.onnx, sources: [rgb]}]", "the detector runs on every source"),
+        ("[{kind: depth, model: a}, {kind: depth, model: b}]", "a second depth task"),
+        ("{kind: detect}", "tasks: expected a list of mappings"),
+        ("[{kind: detect, modle: a.onnx}]", "unknown detect key 'modle'"),
+    ],
+)
+def test_bad_tasks_lists_are_one_line_errors(tmp_path: Path, tasks: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"tasks: {tasks}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)

@@ -219,6 +219,7 @@ def load_config(
             ) from err
         if not isinstance(loaded, dict):
             raise ConfigError(f"config {path}: expected a mapping at the top level")
+        loaded = _tasks_as_sections(loaded)
         for key, value in _flatten(loaded, keep_empty=True):
             _set_dotted(tree, key, value)
     for override in overrides or []:
@@ -239,6 +240,54 @@ def load_config(
     for key, value in _flatten(values or {}):
         _set_dotted(tree, key, value)
     return _build(RunConfig, tree, "")  # type: ignore[no-any-return]
+
+
+TASK_KINDS = ("detect", "depth")
+
+
+def _tasks_as_sections(loaded: dict[str, Any]) -> dict[str, Any]:
+    """A config's `tasks:` list — each `{kind: detect|depth, model: …, sources: [names], …}` —
+    as the sections the run reads: the detector's `model`/`backend`/`inference`, and `depth`
+    with `on` = its sources. The detector runs on every source; depth on those listed (all when
+    none are)."""
+    tasks = loaded.pop("tasks", None)
+    if tasks is None:
+        return loaded
+    if not isinstance(tasks, list) or not all(isinstance(t, dict) for t in tasks):
+        raise ConfigError(
+            "tasks: expected a list of mappings, e.g. - {kind: detect, model: m.onnx}"
+        )
+    loaded = dict(loaded)
+    seen: set[str] = set()
+    for index, task in enumerate(tasks):
+        task = dict(task)
+        kind = task.pop("kind", None)
+        if kind not in TASK_KINDS:
+            raise ConfigError(f"tasks[{index}].kind: expected detect or depth, got {kind!r}")
+        if kind in seen:
+            raise ConfigError(f"tasks[{index}]: a second {kind} task (one of each is supported)")
+        seen.add(kind)
+        sources = task.pop("sources", None) or []
+        if not isinstance(sources, list):
+            raise ConfigError(f"tasks[{index}].sources: expected a list of source names")
+        if kind == "detect":
+            if sources:
+                raise ConfigError(
+                    f"tasks[{index}].sources: the detector runs on every source; leave it out"
+                )
+            for key in ("model", "backend"):
+                if key in task and key in loaded:
+                    raise ConfigError(f"tasks[{index}].{key}: also given at the top level")
+            unknown = set(task) - {"model", "backend", "inference"}
+            if unknown:
+                raise ConfigError(f"tasks[{index}]: unknown detect key {sorted(unknown)[0]!r}")
+            inference = {**loaded.get("inference", {}), **task.pop("inference", {})}
+            loaded.update(task)
+            if inference:
+                loaded["inference"] = inference
+        else:
+            loaded["depth"] = {**loaded.get("depth", {}), **task, "on": sources}
+    return loaded
 
 
 def _flatten(
