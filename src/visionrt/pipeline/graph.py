@@ -26,6 +26,7 @@ from visionrt.telemetry import Telemetry
 from visionrt.types import Detections, FrameResult
 
 FRESHER = "queue full, newer frame kept"
+LARGE_BUFFER = 64 * 2**20  # bytes of one frame's input above which a lane keeps few of them
 
 
 class Lane:
@@ -46,8 +47,11 @@ class Lane:
     ) -> None:
         self.index, self.task = index, task
         self.concurrency = max(1, task.backend.concurrency)
-        # Live: a frame or two waits per source at most, so latency cannot build up.
+        # Live: a frame or two waits per source at most, so latency cannot build up. Large
+        # buffers (a 4K frame's tiles: ~160 MB) wait one per source: memory, not speed, binds.
         per_source = self.concurrency * task.batch if live else options.queue_size
+        if task.new_buffer().nbytes > LARGE_BUFFER:
+            per_source = min(per_source, 1)
         self.inbox: Inboxes[Job] = Inboxes(per_source, flow.aborting)
         pool = per_source + 2 * self.concurrency * task.batch + 2
         self.buffers = [task.new_buffer() for _ in range(pool)]
