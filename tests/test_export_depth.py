@@ -106,7 +106,7 @@ def test_calibration_frames_are_preprocessed_the_depth_way() -> None:
 @pytest.mark.parametrize(
     ("target", "kwargs", "message"),
     [
-        ("onnx-int8", {}, "depth models export to openvino, openvino-int8"),
+        ("onnx-fp16", {}, "depth models export to openvino, openvino-int8, onnx-int8"),
         ("openvino-int8", {"imgsz": (320, 320)}, "--depth-size"),
     ],
 )
@@ -278,3 +278,44 @@ def test_cli_reuses_the_depth_artifact_and_prints_the_note(
     written = json.loads((tmp_path / "export.json").read_text())
     assert written["path"] == str(int8_depth.path)
     assert written["fidelity"]["kind"] == "depth"
+
+
+# -- the same model, ONNX Runtime INT8 (QDQ) at 266 ---------------------------------------------
+
+
+def test_onnx_int8_depth_runs_in_the_depth_task_near_fp32(
+    depth_model: Path, demo_video: Path, artifacts: Path
+) -> None:
+    """The QDQ artifact is fixed at the export size, has quantized MatMuls, keeps its fidelity
+    within the INT8 budget, and DepthTask runs it through ONNX Runtime."""
+    import onnx
+
+    result = export_model(
+        depth_model,
+        "onnx-int8",
+        calibrate=demo_video,
+        frames=CALIBRATION_FRAMES,
+        out=artifacts,
+        progress=False,
+        fidelity_frames=FIDELITY_FRAMES,
+        depth_size=SHORT_SIDE,
+    )
+    assert result.path.suffix == ".onnx"
+    graph = onnx.load(str(result.path)).graph
+    dims = [d.dim_value for d in graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [1, 3, *INPUT_HW]
+    assert sum(n.op_type == "QuantizeLinear" for n in graph.node) > 50
+    fidelity = result.fidelity
+    assert isinstance(fidelity, DepthFidelityReport)
+    assert fidelity.delta1 >= MIN_DELTA1, fidelity
+    assert fidelity.abs_rel <= MAX_ABS_REL, fidelity
+    task = DepthTask(result.path, "onnxruntime")
+    try:
+        assert task.input_hw == INPUT_HW
+        buffer = task.new_buffer()
+        image = np.zeros((576, 768, 3), np.uint8)
+        depth = task.decode(task.infer([buffer])[0], task.prepare(image, buffer, None))
+        assert depth.values.shape == (576, 768)
+        assert np.isfinite(depth.values).all()
+    finally:
+        task.close()

@@ -367,10 +367,13 @@ def _depth_fidelity(
     input_hw: tuple[int, int],
     progress: _Progress,
 ) -> DepthFidelityReport:
-    """The depth artifact's fidelity, measured once per (video, frames) and kept in the
-    report as the detector's is."""
+    """The depth artifact's fidelity, measured once per (video, frames, metric) and kept in
+    the report as the detector's is."""
+    from visionrt.postprocess.depth import FAR_QUANTILE
+
     previous = report.get("fidelity") or {}
-    key = {"video": str(video), "frames": frames}
+    # The metric's depth cap is part of the key: a report measured without it is stale.
+    key = {"video": str(video), "frames": frames, "far_quantile": FAR_QUANTILE}
     if previous.get("kind") == "depth" and previous.get("measured_on") == key:
         return DepthFidelityReport.from_json(previous)
     with progress.status(f"depth fidelity: FP32 reference vs {target.name} on {frames} frames"):

@@ -124,6 +124,11 @@ def align_scale_shift(
     return scale, float(r_mean - scale * p_mean)
 
 
+# Depth is capped at the reference's 1st-percentile inverse depth: without a cap, the few far
+# pixels whose inverse depth is ~0 (after a ReLU) turn a 0.01 shift into AbsRel in the hundreds.
+FAR_QUANTILE = 0.01
+
+
 def depth_fidelity(
     prediction: npt.NDArray[np.floating],
     reference: npt.NDArray[np.floating],
@@ -135,10 +140,11 @@ def depth_fidelity(
     `inverse` True (relative models such as Depth Anything's, whose output is inverse depth up
     to an unknown scale and shift): the fit is done on the inverse depth, where that ambiguity
     is affine (MiDaS' protocol); both are then inverted to depth for the metrics, over the
-    pixels where the reference is positive; the aligned prediction is floored at the smallest
-    positive reference value (depth capped at the reference's farthest point) so that a
-    near-zero prediction does not blow AbsRel up. `inverse` False (metric models): aligned and
-    compared as they are, over the pixels where the reference is positive."""
+    pixels where the reference is positive; both are floored at the reference's FAR_QUANTILE
+    inverse depth (depth capped at the far end of the reference's range, as benchmarks cap at
+    a maximum depth) so that the near-zero values of far pixels do not blow AbsRel up.
+    `inverse` False (metric models): aligned and compared as they are, over the pixels where
+    the reference is positive."""
     pred = np.asarray(prediction, np.float64)
     ref = np.asarray(reference, np.float64)
     valid = np.isfinite(ref) & (ref > 0)
@@ -150,8 +156,9 @@ def depth_fidelity(
     aligned = scale * pred[valid] + shift
     target = ref[valid]
     if inverse:
-        aligned = 1.0 / np.maximum(aligned, target.min())
-        target = 1.0 / target
+        floor = np.quantile(target, FAR_QUANTILE)
+        aligned = 1.0 / np.maximum(aligned, floor)
+        target = 1.0 / np.maximum(target, floor)
     else:
         aligned = np.maximum(aligned, np.finfo(np.float64).tiny)
     abs_rel = float(np.mean(np.abs(aligned - target) / target))
