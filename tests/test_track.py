@@ -4,6 +4,7 @@ eviction, a long run), and the MOTChallenge sink on hand-built results."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -360,3 +361,20 @@ def test_mot_sink_without_tracked_results_leaves_nothing(tmp_path: Path) -> None
     sink.write(_tracked_result(0, tracked=False))  # type: ignore[arg-type]
     assert sink.close() == []
     assert list(tmp_path.iterdir()) == []
+
+
+def test_pipeline_tracker_options_reach_the_trackers(tiny_model: Path) -> None:
+    from visionrt import Pipeline, PipelineOptions
+    from visionrt.pipeline.graph import Graph
+
+    options = PipelineOptions(track=True, track_match_iou=0.15, track_lost_seconds=2.5)
+    pipeline = Pipeline(["a=synthetic:32x32:2", "b=synthetic:32x32:2"], tiny_model, "null",
+                        options=replace(options, warmup=0))  # fmt: skip
+    graph = Graph(
+        pipeline.sources, pipeline.names, pipeline.named, pipeline.tasks, pipeline.schedule,
+        pipeline.options, pipeline.telemetry, pipeline._flow, lambda err: None,
+    )  # fmt: skip
+    pipeline.close()
+    assert [(t.match_iou, t.lost_seconds) for t in graph.trackers] == [(0.15, 2.5)] * 2
+    with pytest.raises(ConfigError, match="track_match_iou: expected 0 < IoU <= 1"):
+        PipelineOptions(track=True, track_match_iou=0)

@@ -112,7 +112,16 @@ class Graph:
         self.readers: list[threading.Thread] = []
         self._next_seq = [0] * len(sources)
         self.trackers: list[Tracker] = (
-            [make_tracker(options.tracker, tracker_high, tracker_low) for _ in sources]
+            [
+                make_tracker(
+                    options.tracker,
+                    tracker_high,
+                    tracker_low,
+                    options.track_match_iou,
+                    options.track_lost_seconds,
+                )
+                for _ in sources
+            ]
             if options.track
             else []
         )

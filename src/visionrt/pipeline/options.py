@@ -32,6 +32,11 @@ class PipelineOptions:
     track: bool = False
     detect_every: int = 1
     tracker: str = "bytetrack"
+    # The tracker's first-association IoU gate and lost-track window (seconds). A looser gate
+    # (0.1–0.2) keeps more tracks across detect-every-N ≥ 4 (docs/benchmarks.md) at some risk of
+    # swapping ids between neighbours.
+    track_match_iou: float = 0.3
+    track_lost_seconds: float = 1.0
     # Live runs with a latency target: when glass-to-result p95 over `slo_window` seconds passes
     # `slo_ms`, step down a ladder — detect every N up to `slo_max_every`, then the detector at
     # each of `slo_sizes` (square input sides; empty: 0.8× and 0.6× of the model's, rounded to
@@ -77,6 +82,15 @@ class PipelineOptions:
         if self.tracker not in TRACKERS:
             raise ConfigError(
                 f"pipeline.tracker: expected one of {', '.join(TRACKERS)}, got '{self.tracker}'"
+            )
+        if not 0 < self.track_match_iou <= 1:
+            raise ConfigError(
+                f"pipeline.track_match_iou: expected 0 < IoU <= 1, got {self.track_match_iou}"
+            )
+        if not 0 <= self.track_lost_seconds < 3600:
+            raise ConfigError(
+                "pipeline.track_lost_seconds: expected 0 to 3600 seconds, got"
+                f" {self.track_lost_seconds}"
             )
         if self.slo_ms < 0:
             raise ConfigError(f"pipeline.slo_ms: expected > 0 milliseconds, got {self.slo_ms}")

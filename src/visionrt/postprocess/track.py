@@ -344,12 +344,19 @@ class Tracker:
 TRACKERS = ("bytetrack", "ocsort")
 
 
-def make_tracker(kind: str = "bytetrack", high: float = 0.5, low: float = 0.1) -> Tracker:
-    """A tracker by name (`TRACKERS`); `high` and `low` split detections by confidence."""
+def make_tracker(
+    kind: str = "bytetrack",
+    high: float = 0.5,
+    low: float = 0.1,
+    match_iou: float = 0.3,
+    lost_seconds: float = 1.0,
+) -> Tracker:
+    """A tracker by name (`TRACKERS`); `high` and `low` split detections by confidence;
+    `match_iou` gates the first association, `lost_seconds` how long a lost track is kept."""
     if kind == "bytetrack":
-        return Tracker(high=high, low=low)
+        return Tracker(high=high, low=low, match_iou=match_iou, lost_seconds=lost_seconds)
     if kind == "ocsort":
         from visionrt.postprocess.ocsort import OcSortTracker  # it subclasses Tracker
 
-        return OcSortTracker(high=high, low=low)
+        return OcSortTracker(high=high, low=low, match_iou=match_iou, lost_seconds=lost_seconds)
     raise ConfigError(f"tracker: expected one of {', '.join(TRACKERS)}, got '{kind}'")
