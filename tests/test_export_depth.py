@@ -143,10 +143,10 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("depth-artifacts")
 
 
-def _export(model: Path, video: Path, out: Path) -> ExportResult:
+def _export(model: Path, video: Path, out: Path, target: str = "openvino-int8") -> ExportResult:
     return export_model(
         model,
-        "openvino-int8",
+        target,
         calibrate=video,
         frames=CALIBRATION_FRAMES,
         out=out,
@@ -290,16 +290,7 @@ def test_onnx_int8_depth_runs_in_the_depth_task_near_fp32(
     within the INT8 budget, and DepthTask runs it through ONNX Runtime."""
     import onnx
 
-    result = export_model(
-        depth_model,
-        "onnx-int8",
-        calibrate=demo_video,
-        frames=CALIBRATION_FRAMES,
-        out=artifacts,
-        progress=False,
-        fidelity_frames=FIDELITY_FRAMES,
-        depth_size=SHORT_SIDE,
-    )
+    result = _export(depth_model, demo_video, artifacts, "onnx-int8")
     assert result.path.suffix == ".onnx"
     graph = onnx.load(str(result.path)).graph
     dims = [d.dim_value for d in graph.input[0].type.tensor_type.shape.dim]
