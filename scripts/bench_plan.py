@@ -6,13 +6,19 @@ figure: ours from the run summary, the peer's from its own timer), so drift hits
 ratios are taken within a round. The plan is the cached one for the demo model on this machine
 (run `visionrt tune` first; `--tune` does it and records its wall time).
 
-Usage: .venv/bin/python scripts/bench_plan.py [--runs 3] [--frames 0] [--tune]
+`--hide-bf16` makes this CPU stand in for one without BF16: visionrt runs (and tunes) with
+VISIONRT_HIDE_CPU_FEATURES=avx512_bf16,amx_bf16 (its own plan, cached under that fingerprint) and
+the peer's OpenVINO runs float32 instead of bf16. Other speeds stay this CPU's: an emulation of the
+instruction set, not of an Ice Lake machine.
+
+Usage: .venv/bin/python scripts/bench_plan.py [--runs 3] [--frames 0] [--tune] [--hide-bf16]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -22,6 +28,7 @@ from pathlib import Path
 
 from bench_vs_peer import run_peer  # scripts/ is on the path of a script run from it
 
+from visionrt import hardware
 from visionrt.hardware import cpu_model
 from visionrt.model import DEMO_VIDEO, demo_model_path
 from visionrt.tune import cached_plan
@@ -52,7 +59,11 @@ def main() -> None:
     parser.add_argument("--tune", action="store_true", help="tune first and time it")
     parser.add_argument("--peer-python", default=str(ROOT / ".peer-venv" / "bin" / "python"))
     parser.add_argument("--json", type=Path, default=ROOT / "docs" / "results" / "plan.json")
+    parser.add_argument("--hide-bf16", action="store_true", help="stand in for a no-BF16 CPU")
     args = parser.parse_args()
+    if args.hide_bf16:  # inherited by every visionrt subprocess
+        os.environ[hardware.HIDE_VARIABLE] = ",".join(sorted(hardware.BF16_FEATURES))
+        hardware.cpu_features.cache_clear()
     model = demo_model_path()
     tune_seconds = None
     if args.tune:
@@ -68,20 +79,25 @@ def main() -> None:
     for index in range(args.runs):
         figures["plan"].append(ours([], args.frames))
         figures["reference"].append(ours(["--no-plan"], args.frames))
-        if (fps := run_peer(args.peer_python, "openvino", args.frames)) is not None:
+        if (
+            fps := run_peer(args.peer_python, "openvino", args.frames, f32=args.hide_bf16)
+        ) is not None:
             figures["peer"].append(fps)
         print(f"round {index + 1}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in figures.items()
                                                  if v), file=sys.stderr)  # fmt: skip
     rounds = range(len(figures["peer"]))
     vs_peer = [figures["plan"][i] / figures["peer"][i] for i in rounds]
     vs_reference = [p / r for p, r in zip(figures["plan"], figures["reference"], strict=True)]
-    print(f"CPU: {cpu_model()}; video {DEMO_VIDEO.name}; {args.runs} rounds; median (min–max)")
+    hidden = " (BF16 hidden: visionrt without avx512_bf16/amx_bf16, peer's OpenVINO f32)"
+    cpu = cpu_model() + (hidden if args.hide_bf16 else "")
+    print(f"CPU: {cpu}; video {DEMO_VIDEO.name}; {args.runs} rounds; median (min–max)")
     print("| configuration | end-to-end FPS | × reference | × peer |")
     print("|---|---|---|---|")
     print(f"| plan: {plan.tuned.get('label')} | {spread(figures['plan'])}"
           f" | {spread(vs_reference)}× | {spread(vs_peer)}× |")  # fmt: skip
     print(f"| reference: onnxruntime fp32 (`--no-plan`) | {spread(figures['reference'])} | 1× | |")
-    print(f"| peer: Ultralytics OpenVINO export | {spread(figures['peer'])} | | 1× |")
+    peer = "Ultralytics OpenVINO export" + (" (f32)" if args.hide_bf16 else "")
+    print(f"| peer: {peer} | {spread(figures['peer'])} | | 1× |")
     if tune_seconds is not None:
         print(f"tune wall time: {tune_seconds:.0f} s")
     args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -89,6 +105,7 @@ def main() -> None:
         json.dumps(
             {
                 "cpu": cpu_model(),
+                "hidden_cpu_features": sorted(hardware.hidden_features()),
                 "plan": {"file": str(path), **plan.tuned},
                 "fps": figures,
                 "plan_vs_peer": vs_peer,

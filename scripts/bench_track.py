@@ -41,7 +41,7 @@ from visionrt.postprocess import PostprocessOptions
 from visionrt.postprocess.ocsort import OcSortTracker
 from visionrt.postprocess.track import Tracker
 from visionrt.sources import SourceOptions
-from visionrt.types import Detections
+from visionrt.types import Detections, TrackedDetections
 
 TARGET_EVERY, TARGET_MAP50, TARGET_SPEEDUP = 3, 0.85, 2.5
 
@@ -85,13 +85,22 @@ def run_pipeline(
 
 def replay(
     tracker: Tracker, raw: Sequence[Detections], stamps: Sequence[float], every: int
-) -> list[Detections]:
+) -> list[TrackedDetections]:
     """The pipeline's tracker calls for detect-every-`every`, on every-frame detections `raw`
     taken at the tracker's low threshold."""
     return [
-        (tracker.update(det, t) if i % every == 0 else tracker.predict(t)).detections
+        tracker.update(det, t) if i % every == 0 else tracker.predict(t)
         for i, (det, t) in enumerate(zip(raw, stamps, strict=True))
     ]
+
+
+def boxes_of(tracked: Sequence[TrackedDetections]) -> list[Detections]:
+    return [t.detections for t in tracked]
+
+
+def identities(tracked: Sequence[TrackedDetections]) -> int:
+    """Distinct track ids output: for the same people, fewer means fewer split tracks."""
+    return len({int(i) for t in tracked for i in t.track_id})
 
 
 def make(kind: str, high: float, low: float, **options: Any) -> Tracker:
@@ -216,33 +225,40 @@ def main() -> None:
     if args.sweep:
         raw = run_pipeline(model, args.video, args.frames, some.low, PipelineOptions())
         for (kind, every), taken in runs.items():  # the replay must be the pipeline's own result
-            replayed = replay(make(kind, some.high, some.low), raw.boxes, raw.stamps, every)
+            replayed = boxes_of(
+                replay(make(kind, some.high, some.low), raw.boxes, raw.stamps, every)
+            )
             print(f"replay check {kind} N={every}: max {same_boxes(replayed, taken[0].boxes)} px")
         grid: list[dict[str, float]] = [
             {},
             *({"lost_seconds": s} for s in (0.5, 2.0)),
             *({"match_iou": m} for m in (0.1, 0.2)),
             {"lost_seconds": 2.0, "match_iou": 0.2},
+            {"per_class": True},  # tracks kept to one class (the default before 2026-11-23)
         ]
         print("\n| tracker | options | " + " | ".join(f"N={n}" for n in everies) + " |")
         print("|---|---|" + "---:|" * len(everies))
         for kind in kinds:
             for tracker_options in grid:
-                scores = []
+                scores, ids = [], []
                 for every in everies:
                     tracker = make(kind, some.high, some.low, **tracker_options)
-                    boxes = replay(tracker, raw.boxes, raw.stamps, every)
+                    tracked = replay(tracker, raw.boxes, raw.stamps, every)
+                    boxes = boxes_of(tracked)
                     scores.append(tracking_fidelity(reference.boxes, boxes, every).overall.map50)
+                    ids.append(identities(tracked))
                     sweep.append(
                         {
                             "tracker": kind,
                             "options": tracker_options,
                             "detect_every": every,
                             "map50": round(scores[-1], 4),
+                            "track_ids": ids[-1],
                         }
                     )
                 label = ", ".join(f"{k} {v}" for k, v in tracker_options.items()) or "defaults"
-                print(f"| {kind} | {label} | " + " | ".join(f"{x:.3f}" for x in scores) + " |")
+                cells = [f"{x:.3f} ({n} ids)" for x, n in zip(scores, ids, strict=True)]
+                print(f"| {kind} | {label} | " + " | ".join(cells) + " |")
     if args.json:
         out = {
             "cpu": cpu_model(),

@@ -58,10 +58,12 @@ def spread(values: list[float], fmt: str = ".1f") -> str:
     return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}–{max(values):{fmt}})"
 
 
-def run_peer(python: str, fmt: str, frames: int = 0) -> float | None:
-    """The peer's end-to-end FPS over the video (its first `frames` frames when > 0)."""
+def run_peer(python: str, fmt: str, frames: int = 0, f32: bool = False) -> float | None:
+    """The peer's end-to-end FPS over the video (its first `frames` frames when > 0); `f32`
+    keeps OpenVINO from running bf16 (the peer as on a CPU without BF16)."""
     script = ROOT / "scripts" / "peer" / "ultralytics_e2e.py"
     command = [python, str(script), "--format", fmt, "--workdir", str(ROOT / ".cache" / "peer")]
+    command += ["--f32"] if f32 else []
     proc = subprocess.run(
         [*command, "--max-frames", str(frames)],
         capture_output=True,

@@ -48,6 +48,17 @@ def test_flags_are_read(cpuinfo: Callable[[str], None]) -> None:
     }  # fmt: skip
 
 
+def test_hidden_flags_are_absent(
+    cpuinfo: Callable[[str], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(hardware.HIDE_VARIABLE, " AVX512_BF16, amx_bf16 ,")
+    cpuinfo("avx512_bf16 amx_bf16")
+    assert hardware.hidden_features() == {"avx512_bf16", "amx_bf16"}
+    assert "avx512_bf16" not in hardware.cpu_features()
+    assert "avx512_vnni" in hardware.cpu_features()
+    assert not hardware.cpu_has_bf16()
+
+
 def test_flags_are_read_once(cpuinfo: Callable[[str], None]) -> None:
     cpuinfo("")
     first = hardware.cpu_features()
@@ -150,3 +161,16 @@ def test_doctor_reports_the_features_hardware_read(cpuinfo: Callable[[str], None
     assert report["cpu_flags"] == [
         "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16"
     ]  # fmt: skip
+    assert report["cpu_flags_hidden"] == []
+
+
+def test_doctor_names_the_hidden_flags(
+    cpuinfo: Callable[[str], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from visionrt.cli.doctor import doctor_report
+
+    monkeypatch.setenv(hardware.HIDE_VARIABLE, "avx512_bf16,amx_bf16")
+    cpuinfo("avx512_bf16 amx_tile amx_bf16")
+    report = doctor_report()
+    assert report["cpu_flags"] == ["avx2", "avx512f", "avx512_vnni", "amx_tile"]
+    assert report["cpu_flags_hidden"] == ["amx_bf16", "avx512_bf16"]

@@ -229,11 +229,19 @@ def test_empty_detections_and_a_fresh_tracker(tracker_class: type[Tracker]) -> N
         assert out.detections.xyxy.shape == (0, 4)
 
 
-def test_a_class_change_does_not_match_across_classes(tracker_class: type[Tracker]) -> None:
-    tracker = tracker_class()
-    box = _box(100, 100, 50, 50)
+def test_a_class_change_keeps_the_track_unless_per_class(tracker_class: type[Tracker]) -> None:
+    box, moved = _box(100, 100, 50, 50), _box(104, 100, 50, 50)
+    tracker = tracker_class()  # a person going from Normal (0) to Fall (1) stays one track
     assert tracker.update(_dets([box], cls=0), 0.0).track_id.tolist() == [1]
-    out = tracker.update(_dets([box], cls=2), 1 / FPS)
+    out = tracker.update(_dets([moved], cls=1), 1 / FPS)
+    assert out.track_id.tolist() == [1]
+    assert out.detections.class_id.tolist() == [1]
+    assert tracker.predict(1.5 / FPS).detections.class_id.tolist() == [1]  # the latest class
+    assert len(tracker) == 1
+
+    tracker = tracker_class(per_class=True)
+    assert tracker.update(_dets([box], cls=0), 0.0).track_id.tolist() == [1]
+    out = tracker.update(_dets([moved], cls=2), 1 / FPS)
     assert out.track_id.tolist() == [2]
     assert out.detections.class_id.tolist() == [2]
     assert len(tracker) == 2  # the class-0 track is lost, not taken over

@@ -18,6 +18,8 @@ from visionrt.tune import (
     successive_halving,
 )
 from visionrt.tune import plan as plans
+from visionrt.tune.search import SearchResult, Trial
+from visionrt.tune.tuner import tune_gpu_batch
 
 REFERENCE = Candidate("onnxruntime", "fp32", reference=True)
 # name → (fps, p99 ms, fidelity): the fastest is inaccurate, the next has a slow tail.
@@ -295,3 +297,113 @@ def test_plain_run_uses_the_cached_plan_and_flags_override_it(
         summary = json.loads((out / "summary.json").read_text())
         assert summary["backend"]["runtime"] == runtime, extra
         assert ("plan " in proc.stderr) == (not extra), proc.stderr
+
+
+GPU = Machine(
+    frozenset({"onnxruntime", "openvino"}),
+    frozenset({"avx512_vnni"}),
+    int8_export=True,
+    gpu=frozenset({("torch", "cuda"), ("tensorrt", "cuda"), ("onnxruntime", "cuda")}),
+)
+
+
+def test_gpu_candidates_follow_the_runtimes_present() -> None:
+    found = candidates(GPU, (640, 640), (576, 768))
+    on_gpu = [c for c in found if c.on_gpu]
+    assert {(c.backend, c.device, c.precision) for c in on_gpu} == {
+        ("tensorrt", "cuda", "fp16"),
+        ("torch", "cuda", "fp16"),
+        ("onnxruntime", "cuda", "fp32"),
+        ("onnxruntime", "cuda", "fp16"),
+    }
+    assert {c.input_size for c in on_gpu} == {None, (512, 640)}  # native and grid-aligned
+    assert all(c.batch == 1 and not c.fold for c in on_gpu)  # the batch is searched later
+    torch_fp16 = next(c for c in on_gpu if c.backend == "torch")
+    assert torch_fp16.options()["device"] == "cuda"
+    assert torch_fp16.options()["settings"] == {"cuda_graphs": "true"}
+    assert "@cuda" in torch_fp16.label
+    cpu_only = Machine(GPU.runtimes, GPU.cpu_features, int8_export=True)
+    assert not any(c.on_gpu for c in candidates(cpu_only, (640, 640), (576, 768)))
+
+
+class OutOfMemory(RuntimeError):
+    pass
+
+
+def _gpu_search(limits: Limits, batched: Measurement):
+    """A finished search whose winner runs on the GPU at 120 FPS; `batched` is what the
+    end-to-end run of the batch the model-only search picks measures."""
+    chosen = Candidate("tensorrt", "fp16", device="cuda")
+    evaluator = FakeEvaluator()
+    trials = [Trial(REFERENCE, [Measurement(10, 60, 120, 1.0, 300)]),
+              Trial(chosen, [Measurement(120, 8, 12, 0.99, 300)], reached=2)]  # fmt: skip
+    search = SearchResult(trials, trials[1], trials[0])
+    evaluated: list[Candidate] = []
+
+    def evaluate(candidate: Candidate, frames: int) -> Measurement:
+        evaluated.append(candidate)
+        return batched
+
+    tried: list[int] = []
+
+    def measure(batch: int) -> float:  # doubling pays up to 8, 16 barely, 32 does not fit
+        tried.append(batch)
+        if batch >= 24:
+            raise OutOfMemory("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return {1: 150.0, 2: 290.0, 4: 560.0, 8: 800.0, 16: 820.0}.get(batch, 810.0)
+
+    found = tune_gpu_batch(search, evaluate, limits, 300, lambda c: measure)
+    return search, found, evaluated, tried, evaluator
+
+
+def test_gpu_batch_is_searched_and_confirmed_end_to_end() -> None:
+    search, found, evaluated, tried, _ = _gpu_search(
+        Limits(max_p99_ms=100), Measurement(310, 20, 40, 0.99, 300)
+    )
+    assert found is not None
+    assert tried == [1, 2, 4, 8, 16]  # 16 gains < 1.05× over 8: doubling stops there
+    assert found.best == 8  # the smallest batch within 5 % of the top
+    assert [c.batch for c in evaluated] == [8]
+    assert search.best is not None
+    assert search.best.candidate.batch == 8
+    assert "batch 8" in search.best.candidate.label
+    assert search.best.candidate.options()["batch"] == 8
+
+
+def test_a_batch_over_the_latency_limit_is_not_chosen() -> None:
+    search, found, _, _, _ = _gpu_search(Limits(max_p99_ms=30), Measurement(310, 20, 45, 0.99, 300))
+    assert found is not None
+    assert found.best == 8
+    assert search.best is not None
+    assert search.best.candidate.batch == 1
+    batched = search.trials[-1]
+    assert batched.candidate.batch == 8
+    assert batched.why_out == "p99 45 ms > 30 ms"
+
+
+def test_out_of_memory_bisects_and_cpu_plans_skip_the_batch_search() -> None:
+    measure_calls: list[int] = []
+
+    def measure(batch: int) -> float:
+        measure_calls.append(batch)
+        if batch > 20:
+            raise OutOfMemory("CUDA out of memory")
+        return 100.0 * batch
+
+    chosen = Trial(Candidate("torch", "fp16", device="cuda"), [Measurement(90, 9, 12, 1, 300)])
+    search = SearchResult([chosen], chosen, None)
+    result = tune_gpu_batch(
+        search, lambda c, f: Measurement(900, 30, 40, 1, f), Limits(), 300, lambda c: measure
+    )
+    assert result is not None
+    assert result.largest_fit == 20
+    assert result.best == 20
+    assert search.best is not None
+    assert search.best.candidate.batch == 20
+
+    cpu = Trial(Candidate("openvino", "int8"), [Measurement(50, 9, 12, 0.98, 300)])
+    never = tune_gpu_batch(
+        SearchResult([cpu], cpu, None), lambda c, f: cpu.last, Limits(), 300, lambda c: measure
+    )
+    assert never is None
+    assert measure_calls.count(1) == 1

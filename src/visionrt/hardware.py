@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 from visionrt.errors import BackendUnavailable
@@ -11,18 +12,27 @@ CPUINFO = Path("/proc/cpuinfo")
 # Either gives native bf16 arithmetic; without them runtimes emulate it (torch, slower and less
 # accurate) or refuse it (OpenVINO), so visionrt refuses it for every runtime alike.
 BF16_FEATURES = frozenset({"avx512_bf16", "amx_bf16"})
+# Flags to treat as absent ("avx512_bf16,amx_bf16"): makes this CPU stand in for one without
+# them in tune, plans and benchmarks (the runtimes are told too where they would use them).
+HIDE_VARIABLE = "VISIONRT_HIDE_CPU_FEATURES"
+
+
+def hidden_features() -> frozenset[str]:
+    """The flags `VISIONRT_HIDE_CPU_FEATURES` hides, lower-case."""
+    raw = os.environ.get(HIDE_VARIABLE, "")
+    return frozenset(f.strip().lower() for f in raw.split(",") if f.strip())
 
 
 @functools.cache
 def cpu_features() -> frozenset[str]:
-    """The CPU's feature flags ('avx2', 'avx512_bf16', …), or an empty set when /proc/cpuinfo
-    cannot be read (not Linux)."""
+    """The CPU's feature flags ('avx2', 'avx512_bf16', …) less those `VISIONRT_HIDE_CPU_FEATURES`
+    hides, or an empty set when /proc/cpuinfo cannot be read (not Linux)."""
     try:
         with CPUINFO.open(encoding="utf-8") as handle:
             for line in handle:
                 key, _, value = line.partition(":")
                 if key.strip() == "flags":
-                    return frozenset(value.split())
+                    return frozenset(value.split()) - hidden_features()
     except OSError:
         pass
     return frozenset()

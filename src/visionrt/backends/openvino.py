@@ -93,6 +93,10 @@ class OpenVINOBackend(Backend):
                     f" (it has {', '.join(capabilities)}); use fp32 or another device"
                 )
             config["INFERENCE_PRECISION_HINT"] = element
+        elif device.split(".")[0] == "CPU" and not hardware.cpu_has_bf16():
+            # An INT8 model's float parts run bf16 where OpenVINO finds BF16; with the flag
+            # hidden (VISIONRT_HIDE_CPU_FEATURES) they run f32, as on a CPU without it.
+            config["INFERENCE_PRECISION_HINT"] = "f32"
         if options.threads > 0:
             config["INFERENCE_NUM_THREADS"] = options.threads
         if "streams" in options.settings:

@@ -44,6 +44,7 @@ def doctor_report() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "cpu": hardware.cpu_model() or "unknown",
         "cpu_flags": _cpu_flags(),
+        "cpu_flags_hidden": sorted(hardware.hidden_features()),
         "packages": {
             p: _version(p)
             for p in (
@@ -79,6 +80,9 @@ def doctor_command(
     for key in ("python", "machine", "cpu", "cpus"):
         table.add_row(key, str(report[key]))
     table.add_row("cpu features", ", ".join(report["cpu_flags"]) or "none of note")
+    if report["cpu_flags_hidden"]:
+        hidden = ", ".join(report["cpu_flags_hidden"])
+        table.add_row("hidden", f"{hidden} ({hardware.HIDE_VARIABLE}: treated as absent)")
     for name, version in report["packages"].items():
         table.add_row(name, version)
     for name, state in report["backends"].items():

@@ -16,6 +16,7 @@ from visionrt.bench.report import ReportPoint, write_report
 from visionrt.errors import SourceError
 from visionrt.model import DEMO_VIDEO, demo_model_path
 from visionrt.tune import Limits, Plan, cached_plan, tune
+from visionrt.tune.batch import BatchPoint
 from visionrt.tune.search import SearchResult, Trial
 
 Opt = typer.Option
@@ -117,7 +118,14 @@ def tune_command(
             err.print(f"  {trial.candidate.label} · {frames} frames: {verdict}")
             status.update(f"tuning: {trial.candidate.label} done")
 
-        outcome = tune(video, model_path, limits, on_trial=show, progress=False)
+        def show_batch(point: BatchPoint) -> None:
+            verdict = point.error or f"{point.fps:.1f} FPS model-only"
+            err.print(f"  batch {point.batch}: {verdict}")
+            status.update(f"tuning: batch {point.batch} done")
+
+        outcome = tune(
+            video, model_path, limits, on_trial=show, progress=False, on_batch=show_batch
+        )
     search = outcome.search
     title = (
         f"visionrt tune · {Path(video).name} · {search.seconds:.0f} s"
@@ -145,6 +153,8 @@ def tune_command(
             f"no configuration met fidelity ≥ {min_fidelity}"
             + (f" and p99 ≤ {max_p99_ms} ms" if max_p99_ms else "")
         )
+    if outcome.batch is not None:
+        err.print(f"batch: {outcome.batch.best or 1} ({outcome.batch.stopped})")
     _finish(outcome.plan, outcome.path, plan_out, err)
     if json_out:
         print(json.dumps({"plan": str(outcome.path), **outcome.plan.tuned}, default=str))

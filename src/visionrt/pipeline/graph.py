@@ -119,6 +119,7 @@ class Graph:
                     tracker_low,
                     options.track_match_iou,
                     options.track_lost_seconds,
+                    options.track_per_class,
                 )
                 for _ in sources
             ]

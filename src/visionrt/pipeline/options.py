@@ -37,6 +37,9 @@ class PipelineOptions:
     # swapping ids between neighbours.
     track_match_iou: float = 0.3
     track_lost_seconds: float = 1.0
+    # Tracks match detections of any class and take the latest one (a person whose class
+    # flickers between Normal and Fall keeps one id); true keeps each track to one class.
+    track_per_class: bool = False
     # Live runs with a latency target: when glass-to-result p95 over `slo_window` seconds passes
     # `slo_ms`, step down a ladder — detect every N up to `slo_max_every`, then the detector at
     # each of `slo_sizes` (square input sides; empty: 0.8× and 0.6× of the model's, rounded to

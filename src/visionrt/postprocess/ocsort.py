@@ -79,8 +79,9 @@ class OcSortTracker(Tracker):
         low_match_iou: float = 0.5,
         inertia: float = 0.2,
         momentum_seconds: float = 0.1,
+        per_class: bool = False,
     ) -> None:
-        super().__init__(high, low, match_iou, lost_seconds, min_hits, low_match_iou)
+        super().__init__(high, low, match_iou, lost_seconds, min_hits, low_match_iou, per_class)
         if not 0.0 <= inertia <= 1.0:
             raise ConfigError(f"tracker: expected 0 ≤ inertia ≤ 1, got {inertia}")
         if not 0.0 < momentum_seconds < 60.0:

@@ -146,19 +146,19 @@ class _Tracks:
 class Tracker:
     """ByteTrack-style tracking of one source's detections, advanced by frame timestamps.
 
-    Call `update` with a frame's detections where the detector ran and `predict` where it did
-    not; both take the frame's timestamp in seconds. Per update: every track's box is
-    extrapolated to the timestamp; detections with confidence ≥ `high` are matched to tracks of
-    the same class by IoU ≥ `match_iou`, then detections in [`low`, `high`) to the tracks left by
-    IoU ≥ `low_match_iou` (stricter: low scores are often clutter), matching each time for the
-    largest summed IoU (Hungarian via scipy; greedy by IoU when scipy is not installed). Matched
-    tracks take the detection through an alpha-beta filter on centre and size (constant velocity
-    in pixels/second, so skipped frames and timestamp gaps predict correctly; a track's second
-    sighting sets its velocity from the two boxes). Unmatched high-confidence detections start
-    tracks; low-confidence ones never do. A track is output once seen `min_hits` times (a track
-    still short of that is dropped at its first miss) and evicted `lost_seconds` after it was last
-    seen, so memory stays flat on endless streams; a lost track that matches again within that
-    window keeps its id.
+    Call `update` with a frame's detections where the detector ran and `predict` where it did not;
+    both take the frame's timestamp in seconds. Per update: every track's box is extrapolated to the
+    timestamp; detections with confidence ≥ `high` are matched to tracks by IoU ≥ `match_iou` (of
+    any class, the track taking the detection's, unless `per_class`), then detections in [`low`,
+    `high`) to the tracks left by IoU ≥ `low_match_iou` (stricter: low scores are often clutter),
+    matching each time for the largest summed IoU (Hungarian via scipy; greedy by IoU when scipy is
+    not installed). Matched tracks take the detection through an alpha-beta filter on centre and
+    size (constant velocity in pixels/second, so skipped frames and timestamp gaps predict
+    correctly; a track's second sighting sets its velocity from the two boxes). Unmatched
+    high-confidence detections start tracks; low-confidence ones never do. A track is output once
+    seen `min_hits` times (a track still short of that is dropped at its first miss) and evicted
+    `lost_seconds` after it was last seen, so memory stays flat on endless streams; a lost track
+    that matches again within that window keeps its id.
 
     `update` returns the detector's own boxes (and confidences) of the tracks it matched,
     `predicted` all False; `predict` returns the boxes of the tracks seen at the latest update,
@@ -169,7 +169,9 @@ class Tracker:
     Defaults: `high` 0.5 and `low` 0.1 split detections as ByteTrack does (the detector's own
     threshold must be ≤ `low` for the second stage to see anything); `match_iou` 0.3 tolerates
     prediction error over a few skipped frames; `lost_seconds` 1.0 bridges short occlusions (30
-    frames at 30 FPS, ByteTrack's buffer); `min_hits` 1 outputs a track from its first frame.
+    frames at 30 FPS, ByteTrack's buffer); `min_hits` 1 outputs a track from its first frame;
+    matching across classes keeps one identity for an object whose class flickers (the demo's
+    person going from Normal to Fall), as ByteTrack and OC-SORT do.
     """
 
     observations_kept = 1  # detector boxes remembered per track (`_Tracks.observed`)
@@ -182,6 +184,7 @@ class Tracker:
         lost_seconds: float = 1.0,
         min_hits: int = 1,
         low_match_iou: float = 0.5,
+        per_class: bool = False,
     ) -> None:
         if not 0.0 <= low <= high <= 1.0:
             raise ConfigError(f"tracker: expected 0 ≤ low ≤ high ≤ 1, got low={low}, high={high}")
@@ -195,6 +198,7 @@ class Tracker:
         self.high, self.low = high, low
         self.match_iou, self.low_match_iou = match_iou, low_match_iou
         self.lost_seconds, self.min_hits = lost_seconds, min_hits
+        self.per_class = per_class
         self._tracks = _Tracks.empty(self.observations_kept)
         self._next_id = 1
         self._time: float | None = None
@@ -214,6 +218,7 @@ class Tracker:
         tracks.matched = np.full(len(tracks), -1, np.intp)
         tracks.matched[rows] = dets
         self._correct(tracks, rows, detections.xyxy[dets], conf[dets], timestamp)
+        tracks.class_id[rows] = detections.class_id[dets]  # the latest class, when they differ
         seen = tracks.matched >= 0
         tracks.active = seen
         keep = (seen | (tracks.hits >= self.min_hits)) & (
@@ -273,13 +278,14 @@ class Tracker:
         threshold: float,
         weigh: bool = False,
     ) -> tuple[Index, Index]:
-        """Tracks `rows` (at `boxes`, (T, 4) xyxy for all tracks) matched to detections `cols` of
-        the same class by IoU ≥ `threshold`, for the largest summed IoU, or summed `_weights` when
-        `weigh`: (track rows, detection rows)."""
+        """Tracks `rows` (at `boxes`, (T, 4) xyxy for all tracks) matched to detections `cols`
+        (of the same class when `per_class`) by IoU ≥ `threshold`, for the largest summed IoU, or
+        summed `_weights` when `weigh`: (track rows, detection rows)."""
         if rows.size == 0 or cols.size == 0:
             return np.zeros((0,), np.intp), np.zeros((0,), np.intp)
         iou = box_iou(boxes[rows], detections.xyxy[cols])
-        iou[self._tracks.class_id[rows][:, None] != detections.class_id[cols][None, :]] = 0.0
+        if self.per_class:
+            iou[self._tracks.class_id[rows][:, None] != detections.class_id[cols][None, :]] = 0.0
         weights = self._weights(iou, rows, detections, cols) if weigh else iou
         gated = np.where(iou >= threshold, weights, 0.0)
         picked_rows, picked_cols = assign(gated)
@@ -350,13 +356,16 @@ def make_tracker(
     low: float = 0.1,
     match_iou: float = 0.3,
     lost_seconds: float = 1.0,
+    per_class: bool = False,
 ) -> Tracker:
     """A tracker by name (`TRACKERS`); `high` and `low` split detections by confidence;
-    `match_iou` gates the first association, `lost_seconds` how long a lost track is kept."""
+    `match_iou` gates the first association, `lost_seconds` how long a lost track is kept,
+    `per_class` keeps tracks to one class."""
+    common = dict(high=high, low=low, match_iou=match_iou, lost_seconds=lost_seconds)
     if kind == "bytetrack":
-        return Tracker(high=high, low=low, match_iou=match_iou, lost_seconds=lost_seconds)
+        return Tracker(**common, per_class=per_class)
     if kind == "ocsort":
         from visionrt.postprocess.ocsort import OcSortTracker  # it subclasses Tracker
 
-        return OcSortTracker(high=high, low=low, match_iou=match_iou, lost_seconds=lost_seconds)
+        return OcSortTracker(**common, per_class=per_class)
     raise ConfigError(f"tracker: expected one of {', '.join(TRACKERS)}, got '{kind}'")

@@ -10,6 +10,8 @@ from typing import Any
 
 from visionrt.preprocess import compute_letterbox
 
+GPU_DEVICES = ("cuda", "tensorrt")
+
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
@@ -23,19 +25,29 @@ class Candidate:
     settings: tuple[tuple[str, str], ...] = ()
     export: str = ""
     reference: bool = False
+    device: str = "cpu"
+    batch: int = 1
 
     @property
     def label(self) -> str:
         size = f"{self.input_size[0]}×{self.input_size[1]}" if self.input_size else "native"
         extras = [f"{k}={v}" for k, v in self.settings] + (["fold"] if self.fold else [])
-        return " ".join([self.backend, self.precision, size, *extras])
+        extras += [f"batch {self.batch}"] if self.batch > 1 else []
+        where = [] if self.device == "cpu" else [f"@{self.device}"]
+        return " ".join([self.backend, *where, self.precision, size, *extras])
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.split(":")[0] in GPU_DEVICES
 
     def options(self) -> dict[str, Any]:
         """The `inference` section of a run config for this candidate."""
         return {
+            "device": self.device,
             "precision": self.precision,
             "input_size": list(self.input_size) if self.input_size else None,
             "fold_preprocess": self.fold,
+            "batch": self.batch,
             "settings": dict(self.settings),
         }
 
@@ -47,6 +59,9 @@ class Machine:
     runtimes: frozenset[str]
     cpu_features: frozenset[str] = field(default_factory=frozenset)
     int8_export: bool = False  # NNCF present: OpenVINO INT8 artifacts can be made
+    # (backend, device) pairs that run on an NVIDIA GPU here: ("torch", "cuda"),
+    # ("onnxruntime", "cuda"), ("onnxruntime", "tensorrt"), ("tensorrt", "cuda").
+    gpu: frozenset[tuple[str, str]] = field(default_factory=frozenset)
 
     @property
     def bf16(self) -> bool:
@@ -87,12 +102,13 @@ def candidates(
     source_hw: tuple[int, int],
     objective: str = "throughput",
 ) -> list[Candidate]:
-    """The search space for a detector on a CPU, reference first."""
+    """The search space for a detector, reference first: CPU runtimes, then GPU ones."""
     found = [Candidate("onnxruntime", "fp32", reference=True)]
+    sizes: list[tuple[int, int] | None] = [None, *aligned_sizes(source_hw, model_hw)]
+    found += gpu_candidates(machine, sizes)
     if "openvino" not in machine.runtimes:
         return found
     hint = (("hint", objective),)
-    sizes: list[tuple[int, int] | None] = [None, *aligned_sizes(source_hw, model_hw)]
     precisions = ["fp32"] + (["bf16"] if machine.bf16 else [])
     for precision in precisions:
         for size in sizes:
@@ -104,6 +120,26 @@ def candidates(
                     "openvino", "int8", size, fold=True, settings=hint, export="openvino-int8"
                 )
             )
+    return found
+
+
+def gpu_candidates(machine: Machine, sizes: list[tuple[int, int] | None]) -> list[Candidate]:
+    """FP16 on every GPU runtime present (FP32 on ONNX Runtime's CUDA provider), each at the
+    model's size and the grid-aligned smaller ones; all at batch 1: the batch is searched for
+    the winner afterwards (`tune.batch`). No TensorRT INT8: it needs a symmetric (s8) QDQ
+    model and `export --to onnx-int8` makes u8 activations for ONNX Runtime's CPU kernels."""
+    found: list[Candidate] = []
+    for size in sizes:
+        if ("tensorrt", "cuda") in machine.gpu:
+            found.append(Candidate("tensorrt", "fp16", size, device="cuda"))
+        if ("onnxruntime", "tensorrt") in machine.gpu:
+            found.append(Candidate("onnxruntime", "fp16", size, device="tensorrt"))
+        if ("onnxruntime", "cuda") in machine.gpu:
+            found.append(Candidate("onnxruntime", "fp32", size, device="cuda"))
+            found.append(Candidate("onnxruntime", "fp16", size, device="cuda", export="onnx-fp16"))
+        if ("torch", "cuda") in machine.gpu:
+            graphs = (("cuda_graphs", "true"),)
+            found.append(Candidate("torch", "fp16", size, settings=graphs, device="cuda"))
     return found
 
 

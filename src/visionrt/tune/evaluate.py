@@ -22,6 +22,12 @@ from visionrt.types import Detections
 LATENCY_STAGES = ("decode", "preprocess", "infer", "postprocess")
 
 
+def backend_options(inference: dict[str, Any]) -> BackendOptions:
+    """A run config's `inference` section (`Candidate.options`) as backend options."""
+    size = inference.get("input_size")
+    return BackendOptions(**{**inference, "input_size": tuple(size) if size else None})
+
+
 class VideoEvaluator:
     """Runs candidates on `video`. The reference candidate must be evaluated first: its
     detections on the first `fidelity_frames` frames are what the others are scored against."""
@@ -80,12 +86,7 @@ class VideoEvaluator:
     def _measure(self, candidate: Candidate, frames: int) -> Measurement:
         config = self.run_config(candidate)
         inference = config["inference"]
-        options = BackendOptions(
-            precision=inference["precision"],
-            input_size=tuple(inference["input_size"]) if inference["input_size"] else None,
-            fold_preprocess=inference["fold_preprocess"],
-            settings=inference["settings"],
-        )
+        options = backend_options(inference)
         pipeline = Pipeline(
             [self.video],
             config["model"],

@@ -73,8 +73,12 @@ class Plan:
         size = inference.get("input_size") or self.tuned.get("input_hw")
         size_text = f" {size[0]}×{size[1]}" if size else ""
         measured = self.tuned.get("measured", {})
+        device = inference.get("device", "cpu")
+        where = f" on {device}" if device != "cpu" else ""
+        batch = f" batch {inference['batch']}" if inference.get("batch", 1) > 1 else ""
         return (
-            f"{self.run.get('backend')} {inference.get('precision', 'fp32')}{size_text},"
+            f"{self.run.get('backend')}{where} {inference.get('precision', 'fp32')}{size_text}"
+            f"{batch},"
             f" tuned {str(self.tuned.get('at', '?'))[:10]},"
             f" {measured.get('fps', 0):.1f} FPS, fidelity {measured.get('fidelity', 0):.3f}"
         )

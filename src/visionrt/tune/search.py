@@ -34,9 +34,17 @@ class Limits:
     budget_s: float = 600.0
 
     def allows(self, result: Measurement) -> bool:
-        if result.error or result.fidelity < self.min_fidelity:
-            return False
-        return not (self.max_p99_ms and result.p99_ms > self.max_p99_ms)
+        return not self.why(result)
+
+    def why(self, result: Measurement) -> str:
+        """Why `result` is out ("" when it is within the limits)."""
+        if result.error:
+            return result.error
+        if result.fidelity < self.min_fidelity:
+            return f"fidelity {result.fidelity:.3f} < {self.min_fidelity:.2f}"
+        if self.max_p99_ms and result.p99_ms > self.max_p99_ms:
+            return f"p99 {result.p99_ms:.0f} ms > {self.max_p99_ms:.0f} ms"
+        return ""
 
     def score(self, result: Measurement) -> float:
         """Higher is better."""
@@ -102,8 +110,8 @@ def successive_halving(
                 break
             trial.runs.append(evaluate(trial.candidate, frames))
             trial.reached = number
-            if not limits.allows(trial.last) and not trial.why_out:
-                trial.why_out = _why(trial.last, limits)
+            if not trial.why_out:
+                trial.why_out = limits.why(trial.last)
             if on_trial is not None:
                 on_trial(trial, frames)
         if out_of_time or last_round:
@@ -124,11 +132,3 @@ def _best(trials: list[Trial], limits: Limits, count: int) -> list[Trial]:
     """The `count` best candidates within the limits (the reference is not one of them)."""
     ran = [t for t in trials if t.runs and not t.why_out and not t.candidate.reference]
     return sorted(ran, key=lambda t: limits.score(t.last), reverse=True)[:count]
-
-
-def _why(result: Measurement, limits: Limits) -> str:
-    if result.error:
-        return result.error
-    if result.fidelity < limits.min_fidelity:
-        return f"fidelity {result.fidelity:.3f} < {limits.min_fidelity:.2f}"
-    return f"p99 {result.p99_ms:.0f} ms > {limits.max_p99_ms:.0f} ms"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from visionrt import hardware
@@ -13,10 +13,13 @@ from visionrt.backends.registry import find_row, unavailable_reason
 from visionrt.errors import ConfigError, ModelLoadError
 from visionrt.model import read_model_spec
 from visionrt.sources import SourceOptions, open_source
-from visionrt.tune.candidates import Machine, candidates
-from visionrt.tune.evaluate import VideoEvaluator
+from visionrt.tune.batch import BatchPoint, BatchSearch, batch_throughput, search_batch
+from visionrt.tune.candidates import Candidate, Machine, candidates
+from visionrt.tune.evaluate import VideoEvaluator, backend_options
 from visionrt.tune.plan import Plan, machine_fingerprint, plan_path
-from visionrt.tune.search import Limits, SearchResult, Trial, successive_halving
+from visionrt.tune.search import Evaluate, Limits, SearchResult, Trial, successive_halving
+
+NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")  # one folder per GPU the driver sees
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +27,7 @@ class TuneOutcome:
     plan: Plan | None
     path: Path | None
     search: SearchResult
+    batch: BatchSearch | None = None  # the GPU batch search, when the chosen plan is on a GPU
 
 
 def this_machine() -> Machine:
@@ -34,7 +38,62 @@ def this_machine() -> Machine:
         runtimes=runtimes,
         cpu_features=hardware.cpu_features(),
         int8_export="openvino" in runtimes and importlib.util.find_spec("nncf") is not None,
+        gpu=gpu_runtimes(),
     )
+
+
+def gpu_runtimes() -> frozenset[tuple[str, str]]:
+    """(backend, device) pairs that can run on an NVIDIA GPU here; nothing is imported on a
+    machine whose driver shows no GPU."""
+    if not (NVIDIA_GPUS.is_dir() and any(NVIDIA_GPUS.iterdir())):
+        return frozenset()
+    pairs: set[tuple[str, str]] = set()
+    if unavailable_reason(find_row("torch")) is None:
+        import torch
+
+        if torch.cuda.is_available():
+            pairs.add(("torch", "cuda"))
+    if unavailable_reason(find_row("onnxruntime")) is None:
+        import onnxruntime as ort
+
+        providers = ort.get_available_providers()
+        pairs |= {("onnxruntime", "cuda")} if "CUDAExecutionProvider" in providers else set()
+        pairs |= (
+            {("onnxruntime", "tensorrt")} if "TensorrtExecutionProvider" in providers else set()
+        )
+    if unavailable_reason(find_row("tensorrt")) is None:
+        pairs.add(("tensorrt", "cuda"))
+    return frozenset(pairs)
+
+
+def tune_gpu_batch(
+    search: SearchResult,
+    evaluate: Evaluate,
+    limits: Limits,
+    frames: int,
+    measure_for: Callable[[Candidate], Callable[[int], float]],
+    on_point: Callable[[BatchPoint], None] | None = None,
+    on_trial: Callable[[Trial, int], None] | None = None,
+) -> BatchSearch | None:
+    """On a GPU, the batch for the chosen candidate: the largest that fits and pays model-only
+    (`search_batch`: doubling, bisection after an out-of-memory error), then confirmed end to
+    end over `frames` frames. The batched candidate becomes the choice when it stays within
+    the limits (a batch adds latency) and scores better; either way it joins the table."""
+    chosen = search.best
+    if chosen is None or not chosen.candidate.on_gpu or search.out_of_time:
+        return None
+    found = search_batch(measure_for(chosen.candidate), on_point=on_point)
+    if found.best <= 1:
+        return found
+    trial = Trial(replace(chosen.candidate, batch=found.best))
+    trial.runs.append(evaluate(trial.candidate, frames))
+    trial.reached, trial.why_out = chosen.reached, limits.why(trial.last)
+    search.trials.append(trial)
+    if on_trial is not None:
+        on_trial(trial, frames)
+    if not trial.why_out and limits.score(trial.last) > limits.score(chosen.last):
+        search.best = trial
+    return found
 
 
 def _source_hw(video: str) -> tuple[int, int]:
@@ -57,6 +116,7 @@ def tune(
     on_trial: Callable[[Trial, int], None] | None = None,
     plans_root: Path | None = None,
     progress: bool = False,
+    on_batch: Callable[[BatchPoint], None] | None = None,
 ) -> TuneOutcome:
     """Find the best configuration for `model` on `video` within `limits`; save the plan."""
     if model.suffix != ".onnx":
@@ -69,9 +129,18 @@ def tune(
     space = candidates(this_machine(), spec.input_size, _source_hw(str(video)), limits.objective)
     evaluator = VideoEvaluator(video, model, fidelity_frames=min(60, rounds[0]), progress=progress)
     search = successive_halving(space, evaluator, limits, rounds, on_trial=on_trial)
+
+    def measure_for(candidate: Candidate) -> Callable[[int], float]:
+        config = evaluator.run_config(candidate)
+        options = backend_options(config["inference"])
+        return batch_throughput(config["model"], candidate.backend, options, str(video))
+
+    batching = tune_gpu_batch(
+        search, evaluator, limits, rounds[-1], measure_for, on_batch, on_trial
+    )
     best = search.best
     if best is None:
-        return TuneOutcome(None, None, search)
+        return TuneOutcome(None, None, search, batching)
     fingerprint = machine_fingerprint()
     reference = search.reference.last if search.reference and search.reference.runs else None
     measured = best.last
@@ -96,8 +165,9 @@ def tune(
             if reference and search.reference
             else {},
             "search_seconds": round(search.seconds, 1),
+            **({"batch_search": batching.to_json()} if batching else {}),
             "fingerprint": fingerprint,
         },
     )
     path = plan.save(plan_path(model, fingerprint, plans_root))
-    return TuneOutcome(plan, path, search)
+    return TuneOutcome(plan, path, search, batching)
