@@ -407,3 +407,33 @@ def test_out_of_memory_bisects_and_cpu_plans_skip_the_batch_search() -> None:
     )
     assert never is None
     assert measure_calls.count(1) == 1
+
+
+@pytest.mark.openvino
+def test_the_evaluator_runs_candidates_on_the_real_model(
+    demo_model: Path, demo_video: Path
+) -> None:
+    pytest.importorskip("openvino")
+    from visionrt.tune.batch import batch_throughput
+    from visionrt.tune.evaluate import VideoEvaluator, backend_options
+
+    evaluator = VideoEvaluator(demo_video, demo_model, fidelity_frames=8)
+    reference = evaluator(REFERENCE, 8)
+    assert (reference.error, reference.frames, reference.fidelity) == ("", 8, 1.0)
+    smaller = Candidate("openvino", "fp32", (512, 640), fold=True, settings=(("hint", "latency"),))
+    measured = evaluator(smaller, 8)
+    assert measured.error == ""
+    assert measured.frames == 8
+    assert measured.fidelity > 0.9  # grid-aligned 512×640 FP32: 0.994 over 150 frames
+    assert measured.fps > 0
+    assert measured.p99_ms >= measured.p50_ms > 0
+    # What tune hands the batch search: the candidate's run config as backend options.
+    config = evaluator.run_config(smaller)
+    options = backend_options(config["inference"])
+    assert (options.device, options.batch, options.input_size) == ("cpu", 1, (512, 640))
+    assert options.fold_preprocess
+    measure = batch_throughput(config["model"], smaller.backend, options, str(demo_video), calls=2)
+    assert measure(1) > 0
+    assert measure(2) > 0  # the batch-2 rewrite of the batch-1 model runs
+    broken = evaluator(Candidate("openvino", "int8"), 8)  # int8 on the float model
+    assert "not quantized" in broken.error  # one line; the search marks it out
