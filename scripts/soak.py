@@ -4,12 +4,14 @@ no frame lost without a reason — and a stream that is killed and comes back mi
 
 Sources: (N − 1) copies of a long clip (vtest.avi looped, built once and cached) read with
 `--realtime`, plus one looping local MPEG-TS stream over TCP served by this script in a child
-process, killed at 40 % of the run and restarted at 50 %. The run writes per-second telemetry
-(per-source figures) and serves Prometheus metrics, scraped once a minute.
+process, killed at 40 % of the run and restarted at 50 % (`--outages K`: K shorter outages spread
+over 40–90 %, to tell a per-reconnect leak from a one-time rise). The run writes per-second
+telemetry (per-source figures) and serves Prometheus metrics, scraped once a minute.
 
 Usage: .venv/bin/python scripts/soak.py [--minutes 10] [--sources 6] [--out out/soak]
-       [--set KEY=VALUE ...]      (passed to `visionrt run`; the cached plan is used if any)
-Prints per-minute windows and a verdict; exit status 1 when a check fails.
+       [--outages 1] [--window 60] [--set KEY=VALUE ...]
+`--set` is passed to `visionrt run` (the cached plan is used if any). Prints a row per `--window`
+seconds, RSS around each outage and a verdict; exit status 1 when a check fails.
 """
 
 from __future__ import annotations
@@ -114,13 +116,24 @@ def windows(lines: list[dict[str, Any]], seconds: float) -> list[dict[str, Any]]
     return rows
 
 
+def _rss_between(lines: list[dict[str, Any]], span: tuple[float, float]) -> float:
+    """Mean RSS (MB) of the telemetry lines within `span` seconds of the run (0 if none)."""
+    values = [line["rss_mb"] for line in lines if span[0] <= line["t"] < span[1]]
+    return statistics.mean(values) if values else 0.0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--sources", type=int, default=6)
     parser.add_argument("--out", default="out/soak")
     parser.add_argument("--set", action="append", default=[], dest="overrides")
+    parser.add_argument("--outages", type=int, default=1, help="stream outages (kill, restart)")
+    parser.add_argument("--window", type=float, default=60.0, help="seconds per table row")
     args = parser.parse_args()
+    # Outage k: the server is killed at `kills[k]` and restarted at `restarts[k]` (fractions).
+    kills = [0.4 + k * 0.5 / args.outages for k in range(args.outages)]
+    restarts = [kill + min(0.1, 0.25 / args.outages) for kill in kills]
     seconds = args.minutes * 60
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -144,20 +157,22 @@ def main() -> int:
     print(f"soak: {args.minutes:g} min, {args.sources} sources, CPU {cpu_model()}")
     run = subprocess.Popen(command)
     started = time.monotonic()
-    killed = restarted = False
+    outage = 0  # the next outage to start (even phase) or end (odd)
     scrapes: list[str] = []
     while run.poll() is None:
         time.sleep(1.0)
         elapsed = time.monotonic() - started
-        if not killed and elapsed > 0.4 * seconds:
-            server.kill()
-            killed = True
-            print(f"  {elapsed:.0f} s: stream server killed")
-        if killed and not restarted and elapsed > 0.5 * seconds:
-            server = context.Process(target=serve, args=(port, str(clip)), daemon=True)
-            server.start()
-            restarted = True
-            print(f"  {elapsed:.0f} s: stream server restarted")
+        if outage < 2 * args.outages:
+            k, down = divmod(outage, 2)
+            if not down and elapsed > kills[k] * seconds:
+                server.kill()
+                outage += 1
+                print(f"  {elapsed:.0f} s: stream server killed", flush=True)
+            elif down and elapsed > restarts[k] * seconds:
+                server = context.Process(target=serve, args=(port, str(clip)), daemon=True)
+                server.start()
+                outage += 1
+                print(f"  {elapsed:.0f} s: stream server restarted", flush=True)
         if int(elapsed) % 60 == 30 and len(scrapes) < int(elapsed) // 60 + 1:
             try:
                 scrapes.append(scrape(f"http://127.0.0.1:{metrics_port}/metrics"))
@@ -168,16 +183,24 @@ def main() -> int:
     server.kill()
     summary = json.loads((out / "summary.json").read_text())
     lines = [json.loads(x) for x in (out / "telemetry.jsonl").read_text().splitlines()]
-    rows = windows(lines, 60.0)
-    print("\n| minute | RSS MB | p99 ms (median of 1 s windows) | frames out | dropped |")
+    rows = windows(lines, args.window)
+    print("\n| from s | RSS MB | p99 ms (median of 1 s windows) | frames out | dropped |")
     print("|---|---|---|---|---|")
     for row in rows:
         print(
-            f"| {row['window'] + 1} | {row['rss_mb']:.0f} | {row['p99_ms']:.0f} |"
+            f"| {row['window'] * args.window:.0f} | {row['rss_mb']:.0f} | {row['p99_ms']:.0f} |"
             f" {row['frames_out']} | {row['dropped']} |"
         )
-    # The first minute holds model loading; the last is partial (sources ending one by one).
-    steady = rows[WARMUP_WINDOWS:-1] if len(rows) > WARMUP_WINDOWS + 2 else rows
+    # The first minute holds model loading; after the planned length only the stream (behind by
+    # its outages) is left, a lighter load: neither is the steady state.
+    warmup = max(WARMUP_WINDOWS, round(60 / args.window))
+    steady = [r for r in rows[warmup:] if (r["window"] + 1) * args.window <= seconds] or rows
+    for k, (kill, back) in enumerate(zip(kills, restarts, strict=True)):
+        before = _rss_between(lines, (kill * seconds - 15, kill * seconds))
+        during = _rss_between(lines, (back * seconds - 15, back * seconds))
+        after = _rss_between(lines, (back * seconds + 15, back * seconds + 30))
+        print(f"outage {k + 1}: RSS {before:.0f} MB before, {during:.0f} at its end,"
+              f" {after:.0f} 15–30 s after")  # fmt: skip
     drift = (steady[-1]["rss_mb"] - steady[0]["rss_mb"]) / steady[0]["rss_mb"]
     p99 = [r["p99_ms"] for r in steady]
     stream = next(s for s in summary["sources"] if s["name"] == "stream")

@@ -437,3 +437,22 @@ def test_the_evaluator_runs_candidates_on_the_real_model(
     assert measure(2) > 0  # the batch-2 rewrite of the batch-1 model runs
     broken = evaluator(Candidate("openvino", "int8"), 8)  # int8 on the float model
     assert "not quantized" in broken.error  # one line; the search marks it out
+
+
+def test_gpu_runtimes_need_a_gpu_the_driver_sees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import onnxruntime as ort
+
+    from visionrt.tune import tuner
+
+    monkeypatch.setattr(tuner, "NVIDIA_GPUS", tmp_path / "absent")
+    assert tuner.gpu_runtimes() == frozenset()  # no driver: nothing imported, nothing offered
+    (tmp_path / "gpus" / "0000:01:00.0").mkdir(parents=True)
+    monkeypatch.setattr(tuner, "NVIDIA_GPUS", tmp_path / "gpus")
+    providers = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setattr(ort, "get_available_providers", lambda: providers)
+    found = tuner.gpu_runtimes()
+    assert {("onnxruntime", "cuda"), ("onnxruntime", "tensorrt")} <= found
+    torch = pytest.importorskip("torch")
+    assert (("torch", "cuda") in found) == torch.cuda.is_available()
