@@ -32,10 +32,10 @@ class PipelineOptions:
     track: bool = False
     detect_every: int = 1
     tracker: str = "bytetrack"
-    # The tracker's first-association IoU gate and lost-track window (seconds). A looser gate
-    # (0.1–0.2) keeps more tracks across detect-every-N ≥ 4 (docs/benchmarks.md) at some risk of
-    # swapping ids between neighbours.
-    track_match_iou: float = 0.3
+    # The tracker's first-association IoU gate and lost-track window (seconds). 0.2 is
+    # ByteTrack's own; 0.3 split more tracks across detect-every-N ≥ 3 without swapping fewer ids
+    # (docs/benchmarks.md, "Tracking").
+    track_match_iou: float = 0.2
     track_lost_seconds: float = 1.0
     # Tracks match detections of any class and take the latest one (a person whose class
     # flickers between Normal and Fall keeps one id); true keeps each track to one class.

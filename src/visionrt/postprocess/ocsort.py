@@ -73,7 +73,7 @@ class OcSortTracker(Tracker):
         self,
         high: float = 0.5,
         low: float = 0.1,
-        match_iou: float = 0.3,
+        match_iou: float = 0.2,
         lost_seconds: float = 1.0,
         min_hits: int = 1,
         low_match_iou: float = 0.5,

@@ -167,11 +167,12 @@ class Tracker:
     file, a restarted stream) starts a new timeline: all tracks end, ids continue.
 
     Defaults: `high` 0.5 and `low` 0.1 split detections as ByteTrack does (the detector's own
-    threshold must be ≤ `low` for the second stage to see anything); `match_iou` 0.3 tolerates
-    prediction error over a few skipped frames; `lost_seconds` 1.0 bridges short occlusions (30
-    frames at 30 FPS, ByteTrack's buffer); `min_hits` 1 outputs a track from its first frame;
-    matching across classes keeps one identity for an object whose class flickers (the demo's
-    person going from Normal to Fall), as ByteTrack and OC-SORT do.
+    threshold must be ≤ `low` for the second stage to see anything); `match_iou` 0.2 (ByteTrack's
+    own gate: match_thresh 0.8 on 1 − IoU) tolerates prediction error over skipped frames, where 0.3
+    split tracks and swapped no fewer ids (docs/benchmarks.md, "Tracking"); `lost_seconds` 1.0
+    bridges short occlusions (30 frames at 30 FPS, ByteTrack's buffer); `min_hits` 1 outputs a track
+    from its first frame; matching across classes keeps one identity for an object whose class
+    flickers (the demo's person going from Normal to Fall), as ByteTrack and OC-SORT do.
     """
 
     observations_kept = 1  # detector boxes remembered per track (`_Tracks.observed`)
@@ -180,7 +181,7 @@ class Tracker:
         self,
         high: float = 0.5,
         low: float = 0.1,
-        match_iou: float = 0.3,
+        match_iou: float = 0.2,
         lost_seconds: float = 1.0,
         min_hits: int = 1,
         low_match_iou: float = 0.5,
@@ -354,7 +355,7 @@ def make_tracker(
     kind: str = "bytetrack",
     high: float = 0.5,
     low: float = 0.1,
-    match_iou: float = 0.3,
+    match_iou: float = 0.2,
     lost_seconds: float = 1.0,
     per_class: bool = False,
 ) -> Tracker:
