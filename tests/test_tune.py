@@ -435,6 +435,10 @@ def test_the_evaluator_runs_candidates_on_the_real_model(
     measure = batch_throughput(config["model"], smaller.backend, options, str(demo_video), calls=2)
     assert measure(1) > 0
     assert measure(2) > 0  # the batch-2 rewrite of the batch-1 model runs
+    # The batch search's confirming run: the same candidate at batch 2, end to end.
+    batched = evaluator(Candidate("onnxruntime", "fp32", batch=2), 8)
+    assert (batched.error, batched.frames) == ("", 8)
+    assert batched.fidelity > 0.99  # the reference's own model and runtime, two frames a call
     broken = evaluator(Candidate("openvino", "int8"), 8)  # int8 on the float model
     assert "not quantized" in broken.error  # one line; the search marks it out
 
