@@ -13,6 +13,7 @@ from visionrt.fidelity import (
     collect_detections,
     compare_to_reference,
     fidelity,
+    identity_errors,
     tracking_fidelity,
 )
 from visionrt.pipeline import PipelineOptions
@@ -187,3 +188,18 @@ def test_tracked_runs_against_the_reference(
         score = tracking_fidelity(reference, boxes, every)
         assert score.overall.map50 >= least, (every, score.overall)
         assert score.detected.map50 == 1.0
+
+
+def test_identity_errors_count_fragments_swaps_and_coverage() -> None:
+    truth = [[0, 1, -1], [0, 1], [0, 1], [0, 1], [1]]
+    tracked = [
+        [7, 8, 9],  # clutter's id is not scored
+        [7, 8],
+        [8, 7],  # the two swap: 2 switches, 2 transfers
+        [8, 5],  # object 1 gets a fresh id: 1 switch, no transfer
+        [-1],  # missed: not covered
+    ]
+    errors = identity_errors(truth, tracked)
+    assert (errors.switches, errors.transfers) == (3, 2)
+    assert errors.coverage == 8 / 9
+    assert identity_errors([], []).coverage == 1.0

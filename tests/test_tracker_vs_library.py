@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from visionrt.fidelity import identity_errors
 from visionrt.postprocess.track import Tracker
 from visionrt.types import Detections
 
@@ -106,32 +107,13 @@ def _library(scene: list[dict[str, object]]) -> list[list[int]]:
     return result
 
 
-def _identity_switches(truth: list[list[int]], tracked: list[list[int]]) -> tuple[int, float]:
-    """(times a true object's track id changed, share of true boxes given an id)."""
-    last: dict[int, int] = {}
-    switches = covered = total = 0
-    for true_ids, ids in zip(truth, tracked, strict=True):
-        for true_id, track_id in zip(true_ids, ids, strict=True):
-            if true_id < 0:
-                continue
-            total += 1
-            if track_id < 0:
-                continue
-            covered += 1
-            if true_id in last and last[true_id] != track_id:
-                switches += 1
-            last[true_id] = track_id
-    return switches, covered / total
-
-
 def test_clean_room_bytetrack_keeps_identities_like_the_library() -> None:
     scene, truth = _scene()
     ours, theirs = _ours(scene), _library(scene)
-    our_switches, our_cover = _identity_switches(truth, ours)
-    their_switches, their_cover = _identity_switches(truth, theirs)
-    assert our_switches <= their_switches + 1
-    assert our_cover >= their_cover - 0.02
-    assert our_cover > 0.95
+    mine, library = identity_errors(truth, ours), identity_errors(truth, theirs)
+    assert mine.switches <= library.switches + 1
+    assert mine.coverage >= library.coverage - 0.02
+    assert mine.coverage > 0.95
     # Clutter (confidence 0.12–0.3) never starts a track; the library's second stage lets a
     # clutter box that overlaps a live track extend it (IoU ≥ 0.3), ours asks IoU ≥ 0.5.
     clutter = [(x, y) for t, a, b in zip(truth, ours, theirs, strict=True)

@@ -241,6 +241,42 @@ def tracking_fidelity(
     return TrackingFidelity(detect_every, overall, detected, predicted)
 
 
+@dataclass(frozen=True, slots=True)
+class IdentityErrors:
+    """Track ids against known identities: `switches`, times a true object's id changed
+    (fragments and swaps); `transfers`, times an id moved onto another true object (swaps);
+    `coverage`, the share of true boxes given an id."""
+
+    switches: int
+    transfers: int
+    coverage: float
+
+
+def identity_errors(
+    truth: Sequence[Sequence[int]], tracked: Sequence[Sequence[int]]
+) -> IdentityErrors:
+    """Score per-frame track ids (`tracked`, -1 for a box given none) against each box's true
+    identity (`truth`, -1 for clutter, not scored), frame by frame in order."""
+    last: dict[int, int] = {}  # true identity → its latest track id
+    owner: dict[int, int] = {}  # track id → the true identity it was last given to
+    switches = transfers = covered = total = 0
+    for true_ids, ids in zip(truth, tracked, strict=True):
+        for true_id, track_id in zip(true_ids, ids, strict=True):
+            if true_id < 0:
+                continue
+            total += 1
+            if track_id < 0:
+                continue
+            covered += 1
+            if last.setdefault(true_id, track_id) != track_id:
+                switches += 1
+                last[true_id] = track_id
+            if owner.setdefault(track_id, true_id) != true_id:
+                transfers += 1
+                owner[track_id] = true_id
+    return IdentityErrors(switches, transfers, covered / total if total else 1.0)
+
+
 def collect_detections(
     video: str | Path,
     model: str | Path,
