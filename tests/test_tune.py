@@ -179,6 +179,11 @@ def test_plan_round_trip(tmp_path: Path) -> None:
         "openvino int8 512×640, tuned 2026-11-22, 23.5 FPS, fidelity 0.983"
     )
     assert plans.fingerprint_differences(again) == []
+    gpu = Plan(
+        run={**plan.run, "inference": {**plan.run["inference"], "device": "cuda", "batch": 8}},
+        tuned=plan.tuned,
+    )
+    assert gpu.summary_line().startswith("openvino on cuda int8 512×640 batch 8, tuned")
 
 
 def test_plan_cache_is_per_model_and_machine(
