@@ -112,3 +112,39 @@ def test_engine_agrees_with_onnxruntime(
     candidate = collect_detections(demo_video, demo_model, "tensorrt", options, FIDELITY_FRAMES)
     report = fidelity(truth, candidate)
     assert report.map50 >= MIN_MAP50[precision], report
+
+
+@pytest.mark.parametrize(
+    ("zero_type", "zero", "problem"),
+    [
+        ("int8", 0, ""),
+        ("uint8", 128, "quantizes to uint8 (q)"),
+        ("int8", 3, "has a non-zero zero point (q)"),
+        (None, None, ""),  # no zero point: int8 zeros by default
+    ],
+)
+def test_qdq_problem_names_what_tensorrt_refuses(
+    zero_type: str | None, zero: int | None, problem: str
+) -> None:
+    # Checked before any TensorRT import, so on every machine.
+    from onnx import TensorProto, helper, numpy_helper
+
+    from visionrt.backends.tensorrt import qdq_problem
+
+    inputs = ["x", "scale"] + (["zero"] if zero_type else [])
+    constants = [numpy_helper.from_array(np.array(0.1, np.float32), "scale")]
+    if zero_type:
+        constants.append(numpy_helper.from_array(np.array(zero, zero_type), "zero"))
+    graph = helper.make_graph(
+        [
+            helper.make_node("QuantizeLinear", inputs, ["xq"], name="q"),
+            helper.make_node("DequantizeLinear", ["xq", *inputs[1:]], ["y"], name="dq"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        constants,
+    )
+    assert qdq_problem(helper.make_model(graph)) == problem
+    float_only = helper.make_graph([], "f", [], [], [])
+    assert qdq_problem(helper.make_model(float_only)) == "has no QuantizeLinear nodes"

@@ -317,12 +317,15 @@ def test_gpu_candidates_follow_the_runtimes_present() -> None:
     on_gpu = [c for c in found if c.on_gpu]
     assert {(c.backend, c.device, c.precision) for c in on_gpu} == {
         ("tensorrt", "cuda", "fp16"),
+        ("tensorrt", "cuda", "int8"),
         ("torch", "cuda", "fp16"),
         ("onnxruntime", "cuda", "fp32"),
         ("onnxruntime", "cuda", "fp16"),
     }
     assert {c.input_size for c in on_gpu} == {None, (512, 640)}  # native and grid-aligned
     assert all(c.batch == 1 and not c.fold for c in on_gpu)  # the batch is searched later
+    trt_int8 = next(c for c in on_gpu if c.precision == "int8")
+    assert trt_int8.export == "onnx-int8-sym"  # the QDQ form TensorRT takes, calibrated
     torch_fp16 = next(c for c in on_gpu if c.backend == "torch")
     assert torch_fp16.options()["device"] == "cuda"
     assert torch_fp16.options()["settings"] == {"cuda_graphs": "true"}

@@ -71,6 +71,26 @@ def _workspace_bytes(options: BackendOptions) -> int:
     return int(raw) << 20
 
 
+def qdq_problem(proto: Any) -> str:
+    """Why an ONNX model is not one TensorRT's explicit quantization takes ("" when it is):
+    TensorRT needs QuantizeLinear nodes whose zero points are int8 zeros."""
+    from onnx import TensorProto, numpy_helper
+
+    quantize = [n for n in proto.graph.node if n.op_type == "QuantizeLinear"]
+    if not quantize:
+        return "has no QuantizeLinear nodes"
+    constants = {t.name: t for t in proto.graph.initializer}
+    for node in quantize:
+        zero = constants.get(node.input[2]) if len(node.input) > 2 else None
+        if zero is None:
+            continue  # no zero point: int8 zeros by the operator's default (uint8 needs one)
+        if zero.data_type != TensorProto.INT8:
+            return f"quantizes to {TensorProto.DataType.Name(zero.data_type).lower()} ({node.name})"
+        if numpy_helper.to_array(zero).any():
+            return f"has a non-zero zero point ({node.name})"
+    return ""
+
+
 def build_engine(model: Path, options: BackendOptions) -> Path:
     """Build (or find in the cache) the engine for `model` with `options`; returns its path."""
     trt, torch = _import()
@@ -79,12 +99,10 @@ def build_engine(model: Path, options: BackendOptions) -> Path:
     import onnx
 
     proto = onnx.load(str(model), load_external_data=False)
-    if options.precision == "int8" and not any(
-        n.op_type == "QuantizeLinear" for n in proto.graph.node
-    ):
+    if options.precision == "int8" and (problem := qdq_problem(proto)):
         raise ConfigError(
-            f"tensorrt int8 needs a QDQ-quantized ONNX, and {model.name} has no QuantizeLinear"
-            " nodes: make one with `visionrt export --to onnx-int8`"
+            f"tensorrt int8 needs a symmetric int8 QDQ ONNX, and {model.name} {problem}: make one"
+            " with `visionrt export --to onnx-int8-sym`"
         )
     gpu = torch.cuda.get_device_name()
     folder = cache_dir(options)

@@ -50,6 +50,11 @@ TARGETS: dict[str, Target] = {
     for t in (
         Target("onnx-fp16", "model.onnx", False, "onnxruntime", "cpu", "fp16", "fp16-keepio-1"),
         Target("onnx-int8", "model.onnx", True, "onnxruntime", "cpu", "int8", "qdq-u8s8-pc-1"),
+        # For TensorRT (`--backend tensorrt --precision int8`); its fidelity is checked on the
+        # QDQ graph with ONNX Runtime's CPU kernels, which TensorRT's own only approximate.
+        Target(
+            "onnx-int8-sym", "model.onnx", True, "onnxruntime", "cpu", "int8", "qdq-s8s8-conv-1"
+        ),
         Target("openvino", "model.xml", False, "openvino", "cpu", "fp32", "ir-fp32-1"),
         Target("openvino-int8", "model.xml", True, "openvino", "cpu", "int8", "nncf-mixed-1"),
         Target("tensorrt", "model.engine", False, "tensorrt", "cuda", "fp16", "trt-fp16-1"),
@@ -169,11 +174,14 @@ def _build(
             from visionrt.export.onnx_variants import export_fp16
 
             built.update(export_fp16(source, artifact))
-        elif target.name == "onnx-int8":
+        elif target.name in ("onnx-int8", "onnx-int8-sym"):
             from visionrt.export.onnx_variants import export_int8
 
             on_pass = progress.task("calibrating (ONNX Runtime)", len(calibration))
-            built.update(export_int8(source, artifact, spec.input_name, calibration, on_pass))
+            symmetric = target.name == "onnx-int8-sym"
+            built.update(
+                export_int8(source, artifact, spec.input_name, calibration, on_pass, symmetric)
+            )
         elif target.name == "openvino":
             from visionrt.export.openvino_ir import export_ir
 

@@ -55,13 +55,18 @@ def export_int8(
     input_name: str,
     frames: CalibrationSet,
     on_calibrated: Callable[[], None] | None = None,
+    symmetric: bool = False,
 ) -> dict[str, Any]:
     """Static QDQ quantization: per-channel int8 weights, uint8 activations (the u8s8 kernels
     that VNNI runs fastest), MinMax ranges from `frames`; the detection head stays float.
 
     Unlike OpenVINO, SiLU is quantized too: ONNX Runtime runs it as QLinearSigmoid + QLinearMul,
     and keeping it float costs a dequantize/quantize pair per activation (measured on the demo
-    model, 2 cores: 57 ms vs 35 ms; int8 activations instead of uint8: 181 ms)."""
+    model, 2 cores: 57 ms vs 35 ms; int8 activations instead of uint8: 181 ms).
+
+    `symmetric`: the form TensorRT's explicit quantization takes (ONNX Runtime's recipe for its
+    TensorRT provider): int8 activations and weights with zero points 0, and only convolution
+    inputs quantized (not their outputs), so SiLU and the head stay float around them."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -77,18 +82,32 @@ def export_int8(
             OrtCalibrationReader(input_name, frames, on_calibrated),  # type: ignore[arg-type]
             quant_format=QuantFormat.QDQ,
             per_channel=True,
-            activation_type=QuantType.QUInt8,
+            activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
             weight_type=QuantType.QInt8,
             nodes_to_exclude=kept,
+            op_types_to_quantize=["Conv"] if symmetric else None,
             calibrate_method=CalibrationMethod.MinMax,
-            extra_options={"CalibStridedMinMax": _stride(len(frames))},
+            extra_options={
+                "CalibStridedMinMax": _stride(len(frames)),
+                # Convolution inputs only: their outputs stay float, so SiLU runs unquantized
+                # (a residual Add or Concat reading a convolution's input reads it quantized).
+                **(
+                    {
+                        "ActivationSymmetric": True,
+                        "WeightSymmetric": True,
+                        "OpTypesToExcludeOutputQuantization": ["Conv"],
+                    }
+                    if symmetric
+                    else {}
+                ),
+            },
         )
         shutil.move(str(Path(tmp) / "quantized.onnx"), target)
     check_loads(target)
     return {
         "format": "QDQ",
-        "activations": "uint8",
-        "weights": "int8 per-channel",
+        "activations": "int8 symmetric, convolution inputs only" if symmetric else "uint8",
+        "weights": "int8 per-channel" + (" symmetric" if symmetric else ""),
         "calibration_method": "MinMax",
         "kept_in_float": kept,
     }

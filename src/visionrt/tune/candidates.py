@@ -124,14 +124,15 @@ def candidates(
 
 
 def gpu_candidates(machine: Machine, sizes: list[tuple[int, int] | None]) -> list[Candidate]:
-    """FP16 on every GPU runtime present (FP32 on ONNX Runtime's CUDA provider), each at the
-    model's size and the grid-aligned smaller ones; all at batch 1: the batch is searched for
-    the winner afterwards (`tune.batch`). No TensorRT INT8: it needs a symmetric (s8) QDQ
-    model and `export --to onnx-int8` makes u8 activations for ONNX Runtime's CPU kernels."""
+    """FP16 on every GPU runtime present (FP32 on ONNX Runtime's CUDA provider), and TensorRT
+    INT8 from a symmetric QDQ export calibrated on the video, each at the model's size and the
+    grid-aligned smaller ones; all at batch 1: the batch is searched for the winner afterwards
+    (`tune.batch`)."""
     found: list[Candidate] = []
     for size in sizes:
         if ("tensorrt", "cuda") in machine.gpu:
             found.append(Candidate("tensorrt", "fp16", size, device="cuda"))
+            found.append(Candidate("tensorrt", "int8", size, device="cuda", export="onnx-int8-sym"))
         if ("onnxruntime", "tensorrt") in machine.gpu:
             found.append(Candidate("onnxruntime", "fp16", size, device="tensorrt"))
         if ("onnxruntime", "cuda") in machine.gpu:
