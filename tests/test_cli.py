@@ -248,3 +248,27 @@ def test_sigkill_keeps_the_lines_written_so_far(tmp_path: Path, tiny_model: Path
     assert [line["frame"] for line in complete] == list(range(len(complete)))
     assert not (out / "long.jsonl").exists()
     assert not (out / "summary.json").exists()
+
+
+def test_bench_variants_parse_every_part() -> None:
+    from visionrt.backends import BackendOptions
+    from visionrt.cli.bench import parse_variant
+    from visionrt.errors import ConfigError
+
+    base = BackendOptions()
+    full = parse_variant("openvino:int8:512x640:/m/x/model.xml+fold+hint=throughput", base, "d")
+    assert (full.backend, full.model, full.label) == (
+        "openvino", "/m/x/model.xml", "openvino:int8:512x640:x+fold+hint=throughput"
+    )  # fmt: skip
+    assert full.options.precision == "int8"
+    assert full.options.input_size == (512, 640)
+    assert full.options.fold_preprocess
+    assert full.options.settings == {"hint": "throughput"}
+    gpu = parse_variant("torch:fp16+device=cuda:1+batch=8+threads=2", base, "d.onnx")
+    assert (gpu.options.device, gpu.options.batch, gpu.options.threads) == ("cuda:1", 8, 2)
+    assert gpu.model == "d.onnx"
+    assert gpu.options.settings == {}
+    with pytest.raises(ConfigError, match=r"inference\.device"):
+        parse_variant("torch:fp16+device=quantum", base, "d.onnx")
+    with pytest.raises(ConfigError, match="is not fold or key=value"):
+        parse_variant("onnxruntime+spin", base, "d.onnx")

@@ -35,9 +35,9 @@ from visionrt.tune.evaluate import LATENCY_STAGES
 
 @dataclass(frozen=True, slots=True)
 class Variant:
-    """`backend[:precision[:HxW[:model]]][+fold][+threads=N][+key=value...]`, e.g.
-    `openvino:int8:512x640:model.xml+fold+hint=throughput` (`key=value` goes to the backend's
-    settings)."""
+    """`backend[:precision[:HxW[:model]]][+fold][+threads=N][+batch=N][+device=D][+key=value...]`,
+    e.g. `openvino:int8:512x640:model.xml+fold+hint=throughput` or `torch:fp16+device=cuda`
+    (other `key=value` go to the backend's settings)."""
 
     backend: str
     options: BackendOptions
@@ -67,6 +67,8 @@ def parse_variant(text: str, base: BackendOptions, model: str) -> Variant:
             options = replace(options, fold_preprocess=True)
         elif key in ("threads", "batch") and sep and value.isdigit():
             options = replace(options, **{key: int(value)})
+        elif key == "device" and sep:
+            options = replace(options, device=value)  # BackendOptions checks the name
         elif sep:
             settings[key] = value
         else:
