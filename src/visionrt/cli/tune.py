@@ -98,8 +98,9 @@ def tune_command(
         Path | None, Opt(help="Write an HTML report (Pareto front, stage times) here.")
     ] = None,
 ) -> None:
-    """Search backends × precisions × input sizes × request settings on your video, within an
-    accuracy budget, and cache the best as the plan a plain `visionrt run` uses."""
+    """Search backends × precisions × input sizes × request settings on your video (and the
+    batch, when the best runs on an NVIDIA GPU), within an accuracy budget, and cache the best
+    as the plan a plain `visionrt run` uses."""
     model_path = Path(model) if model else demo_model_path()
     video = source or str(DEMO_VIDEO)
     if not source and not DEMO_VIDEO.is_file():
