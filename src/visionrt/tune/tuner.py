@@ -57,10 +57,10 @@ def gpu_runtimes() -> frozenset[tuple[str, str]]:
         import onnxruntime as ort
 
         providers = ort.get_available_providers()
-        pairs |= {("onnxruntime", "cuda")} if "CUDAExecutionProvider" in providers else set()
-        pairs |= (
-            {("onnxruntime", "tensorrt")} if "TensorrtExecutionProvider" in providers else set()
-        )
+        if "CUDAExecutionProvider" in providers:
+            pairs.add(("onnxruntime", "cuda"))
+        if "TensorrtExecutionProvider" in providers:
+            pairs.add(("onnxruntime", "tensorrt"))
     if unavailable_reason(find_row("tensorrt")) is None:
         pairs.add(("tensorrt", "cuda"))
     return frozenset(pairs)
