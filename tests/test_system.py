@@ -21,7 +21,16 @@ def _by_name(findings):
 
 def test_this_machine_has_every_section() -> None:
     sections = {f.section for f in system_findings(versions={"numpy": "x"})}
-    assert sections == {"cpu", "limits", "memory", "runtimes", "gpu"}
+    assert sections == {
+        "cpu",
+        "limits",
+        "threads",
+        "irq",
+        "scheduling",
+        "memory",
+        "runtimes",
+        "gpu",
+    }
 
 
 def test_a_constrained_machine_gets_warnings_with_fixes(tmp_path: Path) -> None:

@@ -3,55 +3,14 @@ speed, read from /proc and /sys (no root needed), each finding with a severity a
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-OK, INFO, WARN = "ok", "info", "warn"
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+from visionrt.system_probe import INFO, OK, WARN, Finding, Probe
+from visionrt.system_scheduling import SCHEDULING_SECTIONS, smt_finding
 
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One line of the checklist: `section` groups it, `fix` says what to do when it warns."""
-
-    section: str
-    name: str
-    value: str
-    severity: str = OK
-    fix: str = ""
-
-    def to_json(self) -> dict[str, str]:
-        return {k: getattr(self, k) for k in ("section", "name", "value", "severity", "fix")}
-
-
-class Probe:
-    """Reads the machine under `root` (a fake tree in tests), with the environment and the
-    process's affinity given explicitly."""
-
-    def __init__(
-        self,
-        root: Path = Path("/"),
-        environ: Mapping[str, str] | None = None,
-        affinity: set[int] | None = None,
-    ) -> None:
-        self.root = root
-        self.environ = dict(os.environ if environ is None else environ)
-        if affinity is None:
-            affinity = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
-        self.affinity = affinity
-
-    def read(self, relative: str) -> str | None:
-        try:
-            return (self.root / relative).read_text(encoding="utf-8", errors="replace").strip()
-        except OSError:
-            return None
-
-    def glob(self, pattern: str) -> list[Path]:
-        return sorted(self.root.glob(pattern))
+__all__ = ["INFO", "OK", "WARN", "Finding", "Probe", "summarize", "system_findings"]
 
 
 def _cpuinfo(probe: Probe) -> dict[str, str]:
@@ -81,24 +40,9 @@ def _cpu(probe: Probe) -> list[Finding]:
         found.append(
             Finding("cpu", "int8", "no VNNI: INT8 gains little", INFO, "fp32/bf16 plans only")
         )
-    logical = len(probe.glob("sys/devices/system/cpu/cpu[0-9]*/topology"))
-    siblings = {
-        probe.read(str(p.relative_to(probe.root) / "thread_siblings_list"))
-        for p in probe.glob("sys/devices/system/cpu/cpu[0-9]*/topology")
-    }
-    physical = len(siblings - {None}) or logical
-    smt = f"{physical} physical cores, {logical} logical CPUs"
-    found.append(
-        Finding(
-            "cpu",
-            "cores",
-            smt,
-            INFO if logical > physical else OK,
-            "inference threads = physical cores; SMT siblings add little"
-            if logical > physical
-            else "",
-        )
-    )
+    logical, physical = len(probe.topology()), len(probe.cores())
+    found.append(Finding("cpu", "cores", f"{physical} physical cores, {logical} logical CPUs"))
+    found.append(smt_finding(probe, flags))
     governor = probe.read("sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
     if governor is None:
         found.append(Finding("cpu", "frequency governor", "not exposed (virtual machine?)", INFO))
@@ -119,11 +63,9 @@ def _cpu(probe: Probe) -> list[Finding]:
 
 def _limits(probe: Probe) -> list[Finding]:
     found = []
-    logical = len(probe.glob("sys/devices/system/cpu/cpu[0-9]*/topology")) or os.cpu_count() or 0
-    quota = probe.read("sys/fs/cgroup/cpu.max")
-    if quota and quota.split()[0] != "max":
-        limit, period = (int(v) for v in quota.split()[:2])
-        cpus = limit / period
+    logical = len(probe.cpus())
+    cpus = probe.cpu_quota()
+    if cpus is not None:
         severity = WARN if cpus < logical else OK
         fix = f"set inference threads to {max(1, int(cpus))}: the cgroup allows {cpus:g} CPUs"
         found.append(Finding("limits", "cgroup cpu quota", f"{cpus:g} CPUs", severity, fix))
@@ -141,13 +83,6 @@ def _limits(probe: Probe) -> list[Finding]:
         )
     else:
         found.append(Finding("limits", "affinity", f"{len(probe.affinity) or logical} CPUs"))
-    for variable in THREAD_VARIABLES:
-        value = probe.environ.get(variable)
-        if value is None:
-            continue
-        wrong = not value.isdigit() or int(value) > logical
-        fix = f"{variable} above the {logical} CPUs oversubscribes them" if wrong else ""
-        found.append(Finding("limits", variable, value, WARN if wrong else OK, fix))
     nodes = len(probe.glob("sys/devices/system/node/node[0-9]*"))
     found.append(
         Finding(
@@ -258,6 +193,7 @@ def _gpus() -> list[Finding]:
 SECTIONS: dict[str, Callable[[Probe], list[Finding]]] = {
     "cpu": _cpu,
     "limits": _limits,
+    **SCHEDULING_SECTIONS,
     "memory": _memory,
 }
 
@@ -265,7 +201,8 @@ SECTIONS: dict[str, Callable[[Probe], list[Finding]]] = {
 def system_findings(
     probe: Probe | None = None, versions: Mapping[str, str] | None = None, gpus: bool = True
 ) -> list[Finding]:
-    """Every finding, section by section: cpu, limits, memory, runtimes, gpu."""
+    """Every finding, section by section: cpu, limits, threads, irq, scheduling, memory,
+    runtimes, gpu."""
     probe = probe or Probe()
     found = [finding for section in SECTIONS.values() for finding in section(probe)]
     found += _runtimes(versions or {})

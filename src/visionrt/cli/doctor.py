@@ -1,4 +1,5 @@
-"""`visionrt doctor`: what this machine has: CPU, runtimes, backends, demo assets."""
+"""`visionrt doctor`: what this machine has (CPU, runtimes, backends, demo assets) and the system
+checklist of what decides inference speed on it."""
 
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ def doctor_report() -> dict[str, Any]:
 def doctor_command(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Check the system: CPU features, installed runtimes, usable backends, demo assets."""
+    """Check the system: CPU features, installed runtimes, usable backends, demo assets, and a
+    checklist (cores and SMT, limits, thread variables, IRQs, real-time, pinning, memory)."""
     report = doctor_report()
     if json_out:
         print(json.dumps(report, indent=2))
@@ -92,7 +94,7 @@ def doctor_command(
     console.print(table)
     checks = Table(title="system checklist", show_header=True)
     for column in ("", "check", "found", "fix"):
-        checks.add_column(column)
+        checks.add_column(column, overflow="fold")  # CPU lists and commands must not be cut
     marks = {"ok": "[green]ok[/]", "info": "[blue]info[/]", "warn": "[yellow]warn[/]"}
     for finding in report["system"]["findings"]:
         checks.add_row(
