@@ -15,6 +15,8 @@ ALLOWED: dict[str, set[str]] = {
     **{stage: SHARED | {stage} for stage in STAGES},
     "telemetry": SHARED | {"telemetry"},
     "tasks": SHARED | STAGES | {"tasks"},
+    # Plans sit under the pipeline that takes them: they name backends' options, nothing above.
+    "plans": SHARED | {"backends", "plans"},
     # Shared values import nothing above them.
     "types": {"errors"},
     "errors": set(),

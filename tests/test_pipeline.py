@@ -205,13 +205,13 @@ def test_image_folder_source(tmp_path: Path, tiny_model: Path) -> None:
 def test_dropped_stream_reconnects_then_reports(
     tmp_path: Path, small_video: Path, tiny_model: Path
 ) -> None:
-    import shutil
+    from conftest import write_video
 
     from visionrt.sources.video import VideoSource
 
-    # A file opened as a live stream, then removed: its end is a disconnect, and every
-    # reconnect fails until the source gives up.
-    stream = shutil.copy(small_video, tmp_path / "stream.mp4")
+    # A stream that declares no end (raw H.264), then removed: its end is a disconnect (a file
+    # that declares its length ends there), and every reconnect fails until the source gives up.
+    stream = write_video(tmp_path / "stream.h264", frames=40, codec="libx264")
     options = SourceOptions(mode="live", reconnect_attempts=2, reconnect_backoff=0.01)
     source = VideoSource(str(stream), 0, options, kind="stream")
     Path(stream).unlink()

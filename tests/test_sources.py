@@ -3,7 +3,6 @@ streams that stop, stall or give up."""
 
 from __future__ import annotations
 
-import shutil
 import socket
 import threading
 import time
@@ -263,10 +262,16 @@ def test_unreadable_images_are_skipped_and_counted(tmp_path: Path) -> None:
 # -- live streams: stop, stall, give up --------------------------------------------------------
 
 
-def test_a_stream_that_gives_up_says_why(tmp_path: Path, small_video: Path) -> None:
-    # A file opened as a live stream, then removed: its end is a disconnect, and every
+def _endless(tmp_path: Path) -> Path:
+    """40 frames of raw H.264, which declares neither a frame count nor a duration (as a camera's
+    stream): its end is a disconnect, where a video that declares its end ends there."""
+    return write_video(tmp_path / "stream.h264", frames=40, codec="libx264")
+
+
+def test_a_stream_that_gives_up_says_why(tmp_path: Path) -> None:
+    # A stream that declares no end, then removed: its end is a disconnect, and every
     # reconnect fails until the source gives up.
-    stream = Path(shutil.copy(small_video, tmp_path / "stream.mp4"))
+    stream = _endless(tmp_path)
     options = SourceOptions(mode="live", reconnect_attempts=2, reconnect_backoff=0.01)
     source = VideoSource(str(stream), 0, options, kind="stream")
     stream.unlink()
@@ -277,10 +282,8 @@ def test_a_stream_that_gives_up_says_why(tmp_path: Path, small_video: Path) -> N
     assert "end of stream" not in report["ended_early"]
 
 
-def test_stop_during_reconnect_backoff_is_not_a_reconnect(
-    tmp_path: Path, small_video: Path
-) -> None:
-    stream = Path(shutil.copy(small_video, tmp_path / "stream.mp4"))
+def test_stop_during_reconnect_backoff_is_not_a_reconnect(tmp_path: Path) -> None:
+    stream = _endless(tmp_path)
     options = SourceOptions(mode="live", reconnect_backoff=30.0)
     source = VideoSource(str(stream), 0, options, kind="stream")
     stream.unlink()
@@ -299,7 +302,8 @@ SERVED = 200  # frames, 8 s at 25 FPS
 
 class _StallingServer:
     """An HTTP server for a video: each connection follows the next script step, `half` (send
-    most of the file, then hang), `full` (send it all, then close) or `hang` (send nothing)."""
+    most of the file, then hang), `cut` (send half of it, then close: a short read), `full`
+    (send it all, then close) or `hang` (send nothing)."""
 
     def __init__(self, data: bytes, script: list[str]) -> None:
         self.data, self.script, self.accepted = data, script, 0
@@ -323,8 +327,9 @@ class _StallingServer:
             if step != "hang":
                 head = "HTTP/1.1 200 OK\r\nContent-Type: video/x-matroska\r\n"
                 conn.sendall(f"{head}Content-Length: {len(self.data)}\r\n\r\n".encode())
-                conn.sendall(self.data if step == "full" else self.data[: len(self.data) * 9 // 10])
-            if step != "full":
+                sent = {"full": len(self.data), "cut": len(self.data) // 2}
+                conn.sendall(self.data[: sent.get(step, len(self.data) * 9 // 10)])
+            if step not in ("full", "cut"):
                 self.release.wait(30)
 
     def close(self) -> None:
@@ -378,7 +383,7 @@ def test_stop_ends_a_read_blocked_in_a_stalled_stream(serve: type[_StallingServe
 
 
 def test_stop_ends_a_reconnect_blocked_in_open(serve: type[_StallingServer]) -> None:
-    server = serve(["full", "hang"])
+    server = serve(["cut", "hang"])
     options = SourceOptions(read_timeout=10.0, reconnect_backoff=0.01)
     source = VideoSource(server.url, 0, options, kind="stream")
     frames, reader = _read_in_thread(source)
@@ -389,7 +394,7 @@ def test_stop_ends_a_reconnect_blocked_in_open(serve: type[_StallingServer]) -> 
     reader.join(2.0)
     assert not reader.is_alive()
     assert time.perf_counter() - started < 1.0
-    assert len(frames) == SERVED
+    assert 0 < len(frames) < SERVED
     assert source.report()["reconnects"] == 0  # interrupted by stop(), not a failed attempt
     source.close()
 
@@ -402,9 +407,10 @@ def test_a_stalled_stream_times_out_and_reconnects(serve: type[_StallingServer])
     report = source.report()
     assert SERVED < len(frames) < 2 * SERVED  # most of the first connection, all of the second
     assert [f.index for f in frames] == list(range(len(frames)))
-    assert report["reconnects"] == 2  # after the stall, and after the end of the second
-    assert report["gap_seconds"] > 0
-    assert "gave up after 1 reconnects" in report["ended_early"]
+    # After the stall; the second connection delivers the whole video, which then ends.
+    assert report["reconnects"] == 1
+    assert report["gap_seconds"] > options.read_timeout  # the stall itself is part of the gap
+    assert report["ended_early"] == ""
 
 
 def test_realtime_paces_a_file_like_a_camera(tmp_path: Path) -> None:

@@ -297,12 +297,15 @@ def test_cuda_without_gpu_is_unavailable(tiny_model: Path) -> None:
         load_backend("torch", tiny_model, BackendOptions(device="cuda"))
 
 
-def test_pt_without_ultralytics_is_unavailable(tmp_path: Path) -> None:
+def test_pt_without_ultralytics_is_unavailable(tmp_path: Path, demo_model: Path) -> None:
     if importlib.util.find_spec("ultralytics") is not None:
         pytest.skip("ultralytics is installed: .pt files load")
-    fake = tmp_path / "best.pt"
-    fake.write_bytes(b"not read: the missing package is reported first")
+    checkpoint = demo_model.parent / "best.pt"  # a real Ultralytics detection checkpoint
     with pytest.raises(BackendUnavailable, match="needs the 'ultralytics' package"):
+        load_backend("torch", checkpoint)
+    fake = tmp_path / "best.pt"  # not a checkpoint at all: said so, not blamed on a package
+    fake.write_bytes(b"neither a zip nor a pickle")
+    with pytest.raises(ModelLoadError, match="not a readable torch checkpoint"):
         load_backend("torch", fake)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from visionrt.plans import store as plans
 from visionrt.tune import (
     Candidate,
     Limits,
@@ -17,7 +18,6 @@ from visionrt.tune import (
     candidates,
     successive_halving,
 )
-from visionrt.tune import plan as plans
 from visionrt.tune.search import SearchResult, Trial
 from visionrt.tune.tuner import tune_gpu_batch
 
@@ -294,14 +294,21 @@ def test_plain_run_uses_the_cached_plan_and_flags_override_it(
     )
     env = {"VISIONRT_PLANS": str(root)}
     base = ["run", str(small_video), "-m", str(tiny_model), "-q", "--no-video"]
-    for extra, runtime in (([], "null"), (["--no-plan"], "onnxruntime"),
-                           (["--backend", "openvino"], "openvino")):  # fmt: skip
+    for extra, runtime, said in (
+        ([], "null", "null fp32, tuned 2026-11-22"),
+        (["--no-plan"], "onnxruntime", ""),
+        (["--backend", "openvino"], "openvino", "not used: --backend chose the configuration"),
+    ):
         out = tmp_path / (runtime + "-out")
         proc = _cli(*base, *extra, "-o", str(out), env=env)
         assert proc.returncode == 0, proc.stderr
         summary = json.loads((out / "summary.json").read_text())
         assert summary["backend"]["runtime"] == runtime, extra
-        assert ("plan " in proc.stderr) == (not extra), proc.stderr
+        if said:
+            assert said in proc.stderr
+            assert said in summary["notes"][0]
+        else:
+            assert "plan" not in proc.stderr, proc.stderr
 
 
 GPU = Machine(

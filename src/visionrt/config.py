@@ -17,6 +17,7 @@ from visionrt.errors import ConfigError
 from visionrt.pipeline.options import PipelineOptions
 from visionrt.postprocess import PostprocessOptions
 from visionrt.sources import SourceOptions
+from visionrt.tasks.depth import MAX_SHORT_SIDE
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,19 @@ class DepthConfig:
             raise ConfigError(
                 f"depth.short_side: expected a multiple of 14 (266, 364, 518), got"
                 f" {self.short_side}"
+            )
+        # The ViT's memory grows with the 4th power of the side: 3.8 GB at 1036 on the CPU,
+        # ~190 GB at 2800 (measured and extrapolated in visionrt.tasks.depth).
+        if self.short_side > MAX_SHORT_SIDE:
+            raise ConfigError(
+                f"depth.short_side (--depth-size): expected at most {MAX_SHORT_SIDE} (the"
+                f" model's memory grows with the 4th power of the side: ~4 GB at"
+                f" {MAX_SHORT_SIDE}), got {self.short_side}"
+            )
+        if not all(name.strip() for name in self.on):
+            raise ConfigError(
+                f"depth.on (--depth-on): expected source names separated by commas, e.g."
+                f" rgb,slam1; got an empty name in {','.join(self.on)!r}"
             )
         if self.on_nonfinite not in ("recompute", "fail"):
             raise ConfigError(
@@ -160,10 +174,17 @@ def _build(cls: type[Any], values: dict[str, Any], prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - fields)
+    if cls is RunConfig and "tasks" in unknown:  # read from a file by _tasks_as_sections
+        raise ConfigError(
+            "tasks: a list of tasks is read from a --config file; with --set, give its"
+            " sections (model, depth.model, depth.on)"
+        )
     if unknown:
+        # A config file may also hold `tasks:` (read into the sections before this).
+        known = sorted({*fields, "tasks"} if cls is RunConfig else fields)
         raise ConfigError(
             f"unknown option '{prefix}{unknown[0]}': expected one of"
-            f" {', '.join(prefix + f for f in sorted(fields))}"
+            f" {', '.join(prefix + f for f in known)}"
         )
     kwargs: dict[str, Any] = {}
     for name, value in values.items():
@@ -203,6 +224,25 @@ def load_config(
     """Defaults, then `base` (a plan's sections), then the YAML file at `path`, then
     `KEY=VALUE` overrides (values parsed as YAML), then `values` (a nested dict, e.g. explicit
     command-line flags)."""
+    return _build(RunConfig, _layers(path, overrides, values, base), "")  # type: ignore[no-any-return]
+
+
+def given_options(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    values: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What the user set, as a nested dict of the keys given in the file, `--set` and flags —
+    defaults left out (`--precision fp32` is a choice even though fp32 is the default)."""
+    return _layers(path, overrides, values, None)
+
+
+def _layers(
+    path: str | Path | None,
+    overrides: list[str] | None,
+    values: dict[str, Any] | None,
+    base: dict[str, Any] | None,
+) -> dict[str, Any]:
     tree: dict[str, Any] = {}
     for key, value in _flatten(base or {}):
         _set_dotted(tree, key, value)
@@ -239,7 +279,7 @@ def load_config(
             _set_dotted(tree, dotted, leaf)
     for key, value in _flatten(values or {}):
         _set_dotted(tree, key, value)
-    return _build(RunConfig, tree, "")  # type: ignore[no-any-return]
+    return tree
 
 
 TASK_KINDS = ("detect", "depth")

@@ -300,6 +300,7 @@ def collect_detections(
         PostprocessOptions(conf=conf),
         SourceOptions(mode="file", max_frames=frames),
         pipeline_options,
+        plan=False,  # what is compared is what was named, never a cached plan
     )
     try:
         return [result.detections for result in pipeline]

@@ -100,6 +100,12 @@ def _read_ir_spec(path: Path) -> ModelSpec:
             break
     if len(model.inputs) != 1:
         raise ModelLoadError(f"{path}: expected one image input, got {len(model.inputs)} inputs")
+    kind = model.inputs[0].get_element_type().get_type_name()
+    if kind not in ("f32", "f16", "u8"):
+        raise ModelLoadError(
+            f"{path}: input '{model.inputs[0].get_any_name()}' is {kind}, not an image:"
+            " expected f32, f16 or u8 pixels"
+        )
     shape = model.inputs[0].get_partial_shape()
     dims = tuple(d.get_length() if d.is_static else -1 for d in shape)
     out_shape = model.outputs[0].get_partial_shape()
@@ -162,6 +168,11 @@ def spec_from_backend(path: Path, info: BackendInfo) -> ModelSpec:
     return _spec(path, in_spec.name, dims, out_spec.name, out_dims, meta)
 
 
+# ONNX element types of an image input the backends feed: float32, uint8 (folded
+# preprocessing), float16.
+IMAGE_INPUT_TYPES = (1, 2, 10)
+
+
 def read_model_spec(path: str | Path) -> ModelSpec:
     """Read a detector's (ONNX or OpenVINO IR) input/output description and Ultralytics
     metadata."""
@@ -177,10 +188,15 @@ def read_model_spec(path: str | Path) -> ModelSpec:
             f"{path}: a {path.suffix or 'suffix-less'} file is described by the runtime that"
             " loads it; expected an .onnx or OpenVINO .xml here"
         )
+    if path.stat().st_size == 0:
+        raise ModelLoadError(f"{path} is empty (0 bytes): not an ONNX model")
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as err:
         raise ModelLoadError(f"{path} is not a readable ONNX model ({err})") from err
+    # Protobuf parses many byte strings as an empty message: no graph means not a model.
+    if not model.HasField("graph") or not (model.graph.node or model.graph.input):
+        raise ModelLoadError(f"{path} is not an ONNX model (no graph in it)")
     graph = model.graph
     initializers = {init.name for init in graph.initializer}
     inputs = [i for i in graph.input if i.name not in initializers]
@@ -188,6 +204,13 @@ def read_model_spec(path: str | Path) -> ModelSpec:
         raise ModelLoadError(f"{path}: expected one image input, got {len(inputs)} inputs")
     if len(graph.output) < 1:
         raise ModelLoadError(f"{path}: the model has no outputs")
+    elem_type = inputs[0].type.tensor_type.elem_type
+    if elem_type not in IMAGE_INPUT_TYPES:
+        kind = onnx.TensorProto.DataType.Name(elem_type).lower() if elem_type else "not a tensor"
+        raise ModelLoadError(
+            f"{path}: input '{inputs[0].name}' is {kind}, not an image: expected float32,"
+            " float16 or uint8 pixels"
+        )
     meta = {p.key: p.value for p in model.metadata_props}
     return _spec(
         path, inputs[0].name, _dims(inputs[0]), graph.output[0].name, _dims(graph.output[0]), meta

@@ -200,11 +200,15 @@ def _make_static(graph: Any, source: Path, options: BackendOptions) -> None:
                 f" {shape[0].get_length()}; export it with a dynamic batch axis"
             )
         return
+    dims = [d.get_length() if d.is_static else 0 for d in shape]
     if options.input_size is None and source.suffix != ".onnx":
-        return  # an IR without metadata: leave it dynamic
-    from visionrt.model import read_model_spec
+        if len(dims) != 4 or not (dims[2] and dims[3]):
+            return  # an IR dynamic in H and W without metadata: leave it dynamic
+        height, width = dims[2], dims[3]  # an artifact exported for any batch: fix the batch
+    else:
+        from visionrt.model import read_model_spec
 
-    height, width = options.input_size or read_model_spec(source).input_size
+        height, width = options.input_size or read_model_spec(source).input_size
     try:
         graph.reshape([options.batch, 3, height, width])
     except Exception as err:

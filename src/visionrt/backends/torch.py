@@ -106,12 +106,45 @@ PT_ALLOWED_GLOBALS = frozenset(
 )
 
 
-def _allowed_classes(path: Path) -> list[Any]:
-    """The classes `path` pickles, all on PT_ALLOWED_GLOBALS, imported; refused otherwise."""
+_DETECTION_MODEL = "ultralytics.nn.tasks.DetectionModel"
+
+
+def _detection_globals(path: Path) -> list[str]:
+    """The globals `path` pickles (read from the pickle: nothing imported or run), or a
+    ModelLoadError saying what the file is when it is surely no Ultralytics detection checkpoint
+    (empty, TorchScript, another Ultralytics task, tensors only); other pickled classes are
+    refused by `_allowed_classes`."""
+    if path.stat().st_size == 0:
+        raise ModelLoadError(f"{path} is empty (0 bytes): not a torch checkpoint")
     try:
-        names = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+        names = list(torch.serialization.get_unsafe_globals_in_checkpoint(str(path)))
     except Exception as err:
+        if "torchscript" in str(err).lower():
+            raise ModelLoadError(
+                f"{path} is a TorchScript module (torch.jit.save), not an Ultralytics checkpoint:"
+                " export the model to ONNX and load that"
+            ) from err
         raise ModelLoadError(f"{path}: not a readable torch checkpoint ({err})") from err
+    tasks = sorted(
+        n for n in names if n.startswith("ultralytics.nn.tasks.") and n != _DETECTION_MODEL
+    )
+    if tasks and _DETECTION_MODEL not in names:
+        kind = tasks[0].rpartition(".")[2].removesuffix("Model").lower() or tasks[0]
+        raise ModelLoadError(
+            f"{path} is an Ultralytics {kind} checkpoint, not a detector: visionrt runs"
+            " detection models (DetectionModel)"
+        )
+    if not names:
+        raise ModelLoadError(
+            f"{path} holds tensors and no model (a state dict?): expected a whole Ultralytics"
+            " detection checkpoint (or an ONNX export)"
+        )
+    return names
+
+
+def _allowed_classes(path: Path, names: list[str]) -> list[Any]:
+    """The classes `path` pickles (`names`), all on PT_ALLOWED_GLOBALS, imported; refused
+    otherwise."""
     refused = sorted(set(names) - PT_ALLOWED_GLOBALS)
     if refused:
         raise ModelLoadError(
@@ -141,14 +174,16 @@ def _class_names(names: object) -> list[str]:
 def _load_pt(
     path: Path, options: BackendOptions
 ) -> tuple[nn.Module, TensorSpec, TensorSpec, list[str]]:
-    if importlib.util.find_spec("ultralytics") is None:
+    names = _detection_globals(path)
+    if importlib.util.find_spec("ultralytics") is None and _DETECTION_MODEL in names:
         raise BackendUnavailable(
-            f"{path.name} is an Ultralytics checkpoint and needs the 'ultralytics' package"
-            " (pip install ultralytics), or export it to ONNX: yolo export model=... format=onnx"
+            f"{path.name} is an Ultralytics detection checkpoint and needs the 'ultralytics'"
+            " package (pip install ultralytics), or export it to ONNX: yolo export model=..."
+            " format=onnx"
         )
     # weights_only=True with exactly the allow-listed classes the pickle names: nothing else in
     # the file can run code on load.
-    classes = _allowed_classes(path)
+    classes = _allowed_classes(path, names)
     try:
         with torch.serialization.safe_globals(classes):
             checkpoint = torch.load(str(path), map_location="cpu", weights_only=True)

@@ -59,10 +59,15 @@ class Profile:
 
 
 def verdict(
-    stage_ms: dict[str, float], busy: dict[str, float], fps: float, concurrency: int
+    stage_ms: dict[str, float],
+    busy: dict[str, float],
+    fps: float,
+    concurrency: int,
+    planned: str = "",
 ) -> tuple[str, str]:
     """The bottleneck (a thread group, or "overhead") and one sentence: why, what to try, and
-    the Amdahl what-if for the main suggestion."""
+    the Amdahl what-if for the main suggestion. `planned` names the tuned plan that ran ("":
+    none), so a run already on it is not told to tune."""
     group = max(busy, key=lambda g: busy[g]) if busy else "overhead"
     per_frame = {g: sum(stage_ms.get(s, 0.0) for s in stages) for g, stages in THREADS.items()}
     per_frame["infer"] = stage_ms.get("infer", 0.0) / max(1, concurrency)
@@ -83,6 +88,12 @@ def verdict(
     others = max((v for g, v in per_frame.items() if g != group), default=0.0)
     halved = max(per_frame[group] / 2, others)
     gain = f"halving it → ~{1e3 / halved:.0f} FPS" if halved else ""
+    if group == "infer" and planned:
+        return group, (
+            f"inference-bound, {share:.0%} of frame time, on the tuned plan ({planned}): detect"
+            " less often (--track --detect-every 2), a smaller model, or a faster device;"
+            f" {gain}"
+        )
     if group == "infer":
         return group, (
             f"inference-bound, {share:.0%} of frame time: `visionrt tune`, or INT8 via"
@@ -163,7 +174,8 @@ def profile_pipeline(
     cpu: dict[str, float] = {}
     for name, seconds in sampler.cpu.values():
         cpu[name] = round(cpu.get(name, 0.0) + seconds, 3)
-    bottleneck, text = verdict(stage_ms, busy, summary.fps, concurrency)
+    planned = pipeline.plan.summary_line() if pipeline.plan is not None else ""
+    bottleneck, text = verdict(stage_ms, busy, summary.fps, concurrency, planned)
     return Profile(
         fps=summary.fps,
         frames=summary.frames_out,

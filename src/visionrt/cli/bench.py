@@ -24,6 +24,7 @@ from visionrt.bench import (
     prepared_inputs,
 )
 from visionrt.bench.report import ReportPoint, write_report
+from visionrt.cli.outputs import check_writable
 from visionrt.cli.run_config import parse_size
 from visionrt.errors import ConfigError
 from visionrt.model import DEMO_VIDEO, demo_model_path
@@ -110,6 +111,7 @@ def run_bench(
                     variant.options,
                     PostprocessOptions(),
                     SourceOptions(mode="file", max_frames=max_frames),
+                    plan=False,  # each variant as written
                 )
                 # The same runtime and model file with the runtime's own defaults.
                 info = pipeline.backend.info
@@ -132,6 +134,7 @@ def run_bench(
                                     b,
                                     v.options,
                                     source_options=SourceOptions(mode="file", max_frames=60),
+                                    plan=False,
                                 ),
                                 inputs,
                                 interleave,
@@ -205,6 +208,17 @@ def bench_command(
     ] = 0,
 ) -> None:
     """Measure model-only and end-to-end FPS of backend variants on a real video."""
+    for flag, value, least in (
+        ("--runs", runs, 1),
+        ("--calls", calls, 1),
+        ("--interleave", interleave, 0),
+        ("--find-batch", find_batch, 0),
+    ):
+        if value < least:
+            raise ConfigError(f"{flag}: expected a whole number >= {least}, got {value}")
+    for flag, destination in (("--json", json_out), ("--report", report)):
+        if destination is not None:  # before the measuring: they are written at the end
+            check_writable(destination, flag)
     model_path = model or str(demo_model_path())
     video = source or str(DEMO_VIDEO)
     base = BackendOptions(threads=threads)

@@ -10,10 +10,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from visionrt.cli.outputs import check_writable
 from visionrt.cli.run_config import parse_size
-from visionrt.errors import ConfigError
+from visionrt.errors import ConfigError, SinkError
 from visionrt.export import TARGETS, ExportResult, export_model
 from visionrt.export.depth import DepthFidelityReport
+from visionrt.preprocess.depth import PATCH
+from visionrt.tasks.depth import MAX_PATCHES, MAX_SHORT_SIDE
 
 # DESIGN.md's default accuracy budget (fidelity mAP50) per precision.
 _BUDGET = {"fp16": 0.97, "int8": 0.90}
@@ -88,10 +91,21 @@ def _depth_size(text: str | None) -> int | tuple[int, int] | None:
     if not text:
         return None
     parts = text.lower().split("x")
-    if len(parts) in (1, 2) and all(part.isdigit() for part in parts):
-        sizes = [int(part) for part in parts]
-        return sizes[0] if len(sizes) == 1 else (sizes[0], sizes[1])
-    raise ConfigError(f"--depth-size: expected a short side (266) or HEIGHTxWIDTH, got '{text}'")
+    if not (len(parts) in (1, 2) and all(part.isascii() and part.isdigit() for part in parts)):
+        raise ConfigError(
+            f"--depth-size: expected a short side (266) or HEIGHTxWIDTH, got '{text}'"
+        )
+    sizes = [int(part) for part in parts]
+    # The bounds `run` keeps (visionrt.tasks.depth): the ViT's memory grows with the 4th power
+    # of the side.
+    patches = (sizes[0] // PATCH) * (sizes[-1] // PATCH)
+    if min(sizes) > MAX_SHORT_SIDE or (len(sizes) == 2 and patches > MAX_PATCHES):
+        raise ConfigError(
+            f"--depth-size '{text}': expected a short side of at most {MAX_SHORT_SIDE} and at"
+            f" most {MAX_PATCHES} patches of {PATCH} px (the model's memory grows with the 4th"
+            " power of the side: ~4 GB at 1036)"
+        )
+    return sizes[0] if len(sizes) == 1 else (sizes[0], sizes[1])
 
 
 def export_command(
@@ -135,6 +149,10 @@ def export_command(
     if imgsz:
         height, width = parse_size(imgsz)
         size = (height, width)
+    if out is not None:
+        check_writable(out, "--out", folder=True)
+    if json_out is not None:
+        check_writable(json_out, "--json")
     result = export_model(
         model,
         to,
@@ -156,12 +174,11 @@ def export_command(
     console.print(_table(result))
     console.print(f"artifact: {result.path}")
     if json_out:
-        json_out.write_text(
-            json.dumps(
-                {"path": str(result.path), "cached": result.cached, **result.report}, indent=2
-            ),
-            encoding="utf-8",
-        )
+        report = {"path": str(result.path), "cached": result.cached, **result.report}
+        try:
+            json_out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+        except OSError as err:  # checked writable at the start; a full disk, say
+            raise SinkError(f"cannot write --json {json_out}: {err.strerror or err}") from err
 
 
 def register(app: typer.Typer) -> None:

@@ -6,9 +6,13 @@ import functools
 import sys
 from typing import NoReturn
 
+from visionrt.cli.signals import STARTUP, install_early
+
+if __name__ == "__main__":  # `python -m visionrt.cli.main`: signals before typer imports
+    install_early()
+
 import typer
 
-from visionrt.cli.run import run_command
 from visionrt.errors import VisionRTError
 
 app = typer.Typer(
@@ -18,14 +22,16 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.command("run", help=run_command.__doc__)(run_command)
 
 
 @functools.cache  # once per process: tests call main() many times
 def _register_optional() -> None:
-    """Subcommands that live in modules of their own."""
+    """The subcommands, each in a module of its own: imported only once the signal handlers
+    are in place (the runtimes take seconds to import)."""
     from visionrt.cli import bench, doctor, export, profile, tune
+    from visionrt.cli.run import run_command
 
+    app.command("run", help=run_command.__doc__)(run_command)
     for module in (bench, doctor, export, profile, tune):
         module.register(app)
 
@@ -33,19 +39,24 @@ def _register_optional() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Run the command line; every error ends in one `visionrt: error: ...` line and its exit
     code (2 usage and config, 3 source, 4 model, 5 backend, 6 output, 130 interrupted)."""
-    _register_optional()
     args = sys.argv[1:] if argv is None else list(argv)
+    previous = STARTUP.install()
     try:
+        _register_optional()
         # Not standalone: typer would print usage errors as a framed paragraph; we print one line.
         code = app(args=args or ["--help"], prog_name="visionrt", standalone_mode=False)
     except VisionRTError as err:
+        if STARTUP.received and err.exit_code != 130:  # a signal a library turned into an error
+            _fail(STARTUP.message(), 130)
         _fail(str(err), err.exit_code)
     except typer.TyperException as err:  # a usage error: an unknown flag, a value not a number
         _fail(_usage_message(err), err.exit_code)
     except (KeyboardInterrupt, typer.Abort):
-        _fail("interrupted", 130)
+        _fail(STARTUP.message() if STARTUP.received else "interrupted", 130)
+    finally:
+        STARTUP.restore(previous)  # in-process callers (tests) get their own handlers back
     if code == 130:  # typer's answer to Ctrl-C outside the run
-        _fail("interrupted", 130)
+        _fail(STARTUP.message() if STARTUP.received else "interrupted", 130)
     if isinstance(code, int) and code:
         sys.exit(code)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import tempfile
 from pathlib import Path
 
 from rich.console import Console
@@ -13,16 +14,19 @@ from visionrt.config import RunConfig
 from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline import Pipeline
 from visionrt.sinks import JsonlSink, Sink, VideoSink
-from visionrt.sinks.base import check_writable, partial_path
+from visionrt.sinks.base import check_writable as check_sink_path
+from visionrt.sinks.base import partial_path
+from visionrt.sources.naming import default_name, split_name, unique_names
 from visionrt.telemetry.stats import RunSummary
 
 
 def make_sinks(config: RunConfig, pipeline: Pipeline) -> list[Sink]:
-    """An annotated MP4 per source, one JSONL (with a `source` field when there are several),
-    and with a depth model its colourised MP4 and map files per source it runs on."""
+    """An annotated MP4 per source, one JSONL (each line's `source` the source's name, as in
+    summary.json), and with a depth model its colourised MP4 and map files per source it runs
+    on."""
     out = Path(config.output.dir)
     names = pipeline.names
-    check_writable(out / "summary.json")  # also when no other output is asked for
+    check_sink_path(out / "summary.json")  # also when no other output is asked for
     sinks: list[Sink] = []
     if config.output.video:  # first: an unknown encoder fails before any file is opened
         for i, source in enumerate(pipeline.sources):
@@ -46,7 +50,8 @@ def make_sinks(config: RunConfig, pipeline: Pipeline) -> list[Sink]:
         sinks.extend(_depth_sinks(config, pipeline, out))
     if config.output.jsonl:
         name = f"{names[0]}.jsonl" if len(names) == 1 else "detections.jsonl"
-        sinks.append(JsonlSink(out / name))
+        paths = [source.name for source in pipeline.sources]
+        sinks.append(JsonlSink(out / name, names, paths))
     return sinks
 
 
@@ -74,7 +79,34 @@ def _depth_sinks(config: RunConfig, pipeline: Pipeline, out: Path) -> list[Sink]
 def check_telemetry(path: Path) -> None:
     if path.is_dir():
         raise SinkError(f"cannot write telemetry {path}: it is a folder")
-    check_writable(path)
+    check_sink_path(path)
+
+
+def check_writable(path: Path, what: str, folder: bool = False) -> None:
+    """Fail now, before any work, with a one-line SinkError when the destination a flag names
+    (`what`, e.g. "--json") could not be written at the end: a read-only place, a folder where
+    a file goes (or a file where a folder goes, `folder`), a parent that cannot be made. Makes
+    the missing folders and leaves no file (an existing one is opened to append, not changed)."""
+    path = Path(path)
+    where = path if folder else path.parent
+    if not folder and path.is_dir():
+        raise SinkError(f"cannot write {what} {path}: it is a folder")
+    if folder and path.exists() and not path.is_dir():
+        raise SinkError(f"cannot write {what} {path}: it is a file, not a folder")
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        if not folder and path.exists():
+            with path.open("ab"):
+                pass
+        else:
+            with tempfile.NamedTemporaryFile(dir=where, prefix=".visionrt-probe-"):
+                pass
+    except (FileExistsError, NotADirectoryError) as err:
+        blocker = next((p for p in path.parents if p.is_file()), None)
+        why = f"{blocker} is a file, not a folder" if blocker else err.strerror or str(err)
+        raise SinkError(f"cannot write {what} {path}: {why}") from err
+    except OSError as err:
+        raise SinkError(f"cannot write {what} {path}: {err.strerror or err}") from err
 
 
 def write_summary(summary: RunSummary, path: Path) -> None:
@@ -113,3 +145,34 @@ def describe_run(pipeline: Pipeline, model: str, console: Console) -> None:
             "note: this CPU has bf16, which this run does not use;"
             " `visionrt tune` measures bf16 and INT8 plans against this reference"
         )
+
+
+def check_output_names(config: RunConfig) -> None:
+    """Refuse, before anything opens or loads, two sources whose outputs would share a file
+    name (a source named `a` writes a.depth.mp4 with depth; one named `a.depth` writes
+    a.depth.mp4). Names as the pipeline gives them (`sources.naming`)."""
+    named = [split_name(spec) for spec in config.sources]
+    given = [bool(name) for name, _ in named]
+    names = unique_names(
+        [name or default_name(spec, i) for i, (name, spec) in enumerate(named)], given
+    )
+    depth_on = [i for i, name in enumerate(names) if not config.depth.on or name in config.depth.on]
+    owners: dict[str, str] = {}
+    for i, name in enumerate(names):
+        files = [f"{name}.mp4"] if config.output.video else []
+        files += [f"{name}.mot.txt"] if config.output.mot else []
+        if i in depth_on and config.depth.model:
+            files += [f"{name}.depth.mp4"] if config.depth.video else []
+            files += [f"{name}.depth"] if config.depth.maps else []
+        if config.output.jsonl and len(names) == 1:
+            files.append(f"{name}.jsonl")
+        for file in files:
+            if file in owners and owners[file] != name:
+                raise ConfigError(
+                    f"sources '{owners[file]}' and '{name}' would both write {file}: name one"
+                    f" of them (NAME=SOURCE)"
+                )
+            owners[file] = name
+    reserved = {"summary.json", "detections.jsonl"}
+    if clash := sorted(reserved & set(owners)):
+        raise ConfigError(f"source '{owners[clash[0]]}' would overwrite {clash[0]}: rename it")

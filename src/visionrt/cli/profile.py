@@ -12,9 +12,12 @@ from rich.table import Table
 
 from visionrt.backends import BackendOptions
 from visionrt.bench.profile import Profile, profile_pipeline, write_trace
+from visionrt.cli.outputs import check_writable
+from visionrt.errors import ConfigError
 from visionrt.model import DEMO_VIDEO, demo_model_path
 from visionrt.pipeline import Pipeline
 from visionrt.sinks import JsonlSink, Sink, VideoSink
+from visionrt.sinks.lock import OutputLock
 from visionrt.sources import SourceOptions
 
 Opt = typer.Option
@@ -36,7 +39,9 @@ def profile_command(
     source: Annotated[str | None, typer.Argument(help="Video. Default: the demo video.")] = None,
     model: Annotated[str | None, Opt("--model", "-m", help="Model file. Default: demo.")] = None,
     backend: Annotated[str, Opt(help="Backend ('' : the one that reads the file).")] = "",
-    precision: Annotated[str, Opt(help="fp32, fp16, bf16, int8.")] = "fp32",
+    precision: Annotated[
+        str | None, Opt(help="fp32, fp16, bf16, int8 (given: the tuned plan is not used).")
+    ] = None,
     max_frames: Annotated[int, Opt(help="Frames to profile (0: all).")] = 200,
     video: Annotated[bool, Opt("--video/--no-video", help="Include the MP4 sink.")] = True,
     out: Annotated[Path, Opt("--out", "-o", help="Folder for the sinks' files.")] = Path(
@@ -48,38 +53,24 @@ def profile_command(
         Opt("--torch-profiler", help="torch backend: write torch.profiler's trace here."),
     ] = None,
     json_out: Annotated[bool, Opt("--json", help="Print the profile as JSON.")] = False,
+    plan: Annotated[
+        Path | None, Opt("--plan", help="Profile a plan written by `visionrt tune`.")
+    ] = None,
+    no_plan: Annotated[
+        bool, Opt("--no-plan", help="Ignore the tuned plan: profile the FP32 reference.")
+    ] = False,
 ) -> None:
     """Run the pipeline and report per-stage time, queue occupancy, CPU per thread, and a
     verdict naming the bottleneck with what to try."""
+    if plan is not None and no_plan:
+        raise ConfigError("--plan and --no-plan: expected one of them")
+    for flag, destination in (("--trace", trace), ("--torch-profiler", torch_profiler)):
+        if destination is not None:  # before the run: it is written at the end
+            check_writable(destination, flag)
     path = source or str(DEMO_VIDEO)
-    pipeline = Pipeline(
-        [path],
-        model or demo_model_path(),
-        backend,
-        BackendOptions(precision=precision),
-        source_options=SourceOptions(mode="file", max_frames=max_frames),
-    )
-    stem = Path(path).stem
-    sinks: list[Sink] = [VideoSink(out / f"{stem}.mp4", pipeline.sources[0].fps)] if video else []
-    sinks.append(JsonlSink(out / f"{stem}.jsonl"))
-    err = Console(stderr=True, soft_wrap=True)
-    try:
-        with err.status("profiling"):
-            if torch_profiler is not None:
-                if pipeline.backend.info.runtime != "torch":
-                    err.print("note: --torch-profiler applies to the torch backend only")
-                    result = profile_pipeline(pipeline, sinks)
-                else:
-                    import torch
-
-                    with torch.profiler.profile() as torch_trace:
-                        result = profile_pipeline(pipeline, sinks)
-                    torch_trace.export_chrome_trace(str(torch_profiler))
-                    err.print(f"wrote {torch_profiler}")
-            else:
-                result = profile_pipeline(pipeline, sinks)
-    finally:
-        pipeline.close()
+    with OutputLock(out, "visionrt profile"):  # a run writing there now is not overwritten
+        result = _profile(path, model, backend, precision, max_frames, video, out,
+                          torch_profiler, False if no_plan else plan)  # fmt: skip
     if json_out:
         print(json.dumps(result.to_json()))
         return
@@ -99,6 +90,53 @@ def profile_command(
     if trace is not None:
         write_trace(result, trace)
         console.print(f"wrote {trace} (open in ui.perfetto.dev or chrome://tracing)")
+
+
+def _profile(
+    path: str,
+    model: str | None,
+    backend: str,
+    precision: str | None,
+    max_frames: int,
+    video: bool,
+    out: Path,
+    torch_profiler: Path | None,
+    plan: Path | bool | None,
+) -> Profile:
+    """Run the pipeline into the sinks under the profiler (the pipeline is closed either way)."""
+    # Like `run`: the plan cached for this model on this machine unless told otherwise.
+    pipeline = Pipeline(
+        [path],
+        model or demo_model_path(),
+        backend,
+        BackendOptions(precision=precision) if precision else None,
+        source_options=SourceOptions(mode="file", max_frames=max_frames),
+        plan=plan,
+    )
+    for note in pipeline.notes:
+        Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
+    stem, first = Path(path).stem, pipeline.sources[0]
+    err = Console(stderr=True, soft_wrap=True)
+    try:
+        sinks: list[Sink] = [VideoSink(out / f"{stem}.mp4", first.fps)] if video else []
+        sinks.append(JsonlSink(out / f"{stem}.jsonl", pipeline.names[:1], [first.name]))
+        with err.status("profiling"):
+            if torch_profiler is not None:
+                if pipeline.backend.info.runtime != "torch":
+                    err.print("note: --torch-profiler applies to the torch backend only")
+                    result = profile_pipeline(pipeline, sinks)
+                else:
+                    import torch
+
+                    with torch.profiler.profile() as torch_trace:
+                        result = profile_pipeline(pipeline, sinks)
+                    torch_trace.export_chrome_trace(str(torch_profiler))
+                    err.print(f"wrote {torch_profiler}")
+            else:
+                result = profile_pipeline(pipeline, sinks)
+    finally:
+        pipeline.close()
+    return result
 
 
 def register(app: typer.Typer) -> None:

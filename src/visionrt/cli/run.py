@@ -14,12 +14,20 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from visionrt.backends.registry import choose_auto
-from visionrt.cli.outputs import check_telemetry, describe_run, make_sinks, write_summary
-from visionrt.cli.run_config import flag_values, plan_layer, with_defaults
-from visionrt.config import RunConfig, load_config
+from visionrt.cli.outputs import (
+    check_output_names,
+    check_telemetry,
+    describe_run,
+    make_sinks,
+    write_summary,
+)
+from visionrt.cli.run_config import configure_run, flag_values
+from visionrt.cli.signals import STARTUP
+from visionrt.config import RunConfig
 from visionrt.errors import ConfigError, Interrupted, SinkError, SourceError, VisionRTError
 from visionrt.pipeline import DepthOptions, Pipeline
 from visionrt.sinks import Sink
+from visionrt.sinks.lock import OutputLock
 from visionrt.telemetry.report import TelemetryWriter, print_summary
 from visionrt.telemetry.stats import RunSummary
 
@@ -180,10 +188,18 @@ def run_command(
         tile_overlap=tile_overlap,
     )
     console = Console(stderr=True, quiet=quiet)
-    base, plan_note = plan_layer(plan, no_plan, config, set_, values)
-    cfg = with_defaults(load_config(config, set_, values, base=base))
-    if plan_note:  # which configuration runs is said even with --quiet
-        Console(stderr=True, soft_wrap=True).print(plan_note, markup=False, highlight=False)
+    cfg, plan_note = configure_run(plan, no_plan, config, set_, values)
+    # Before anything loads: a second run into the same folder is refused in one line.
+    lock = OutputLock(Path(cfg.output.dir)).acquire()
+    try:
+        _execute(cfg, plan_note, console, quiet, json_out)
+    finally:
+        lock.release()
+
+
+def _execute(cfg: RunConfig, plan_note: str, console: Console, quiet: bool, json_out: bool) -> None:
+    """Build the pipeline and sinks, run, write the summary, raise the error that ended it."""
+    check_output_names(cfg)
     if cfg.output.telemetry:
         check_telemetry(Path(cfg.output.telemetry))
     if cfg.backend == "auto":
@@ -198,17 +214,28 @@ def run_command(
         cfg.source,
         cfg.pipeline,
         _depth_options(cfg),
+        plan=False,  # settled above, with the flags
     )
+    # Which configuration runs (the plan, or why none) and what the pipeline could not honour
+    # as asked: said even with --quiet, once the model loaded (a bad model is the one line).
+    pipeline.notes[:0] = plan_note.splitlines()
+    for note in pipeline.notes:
+        Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
     metrics: MetricsServer | None = None
     pipeline.on_degrade = lambda change: Console(stderr=True).print(
         f"slo: {change.reason}: → {change.label}", markup=False, highlight=False
     )
     try:
+        STARTUP.check()  # a signal during start-up that a library swallowed
         describe_run(pipeline, cfg.model, console)
         sinks = make_sinks(cfg, pipeline)
         metrics = _serve_metrics(pipeline, cfg, console)
         telemetry = cfg.output.telemetry
-        writer = TelemetryWriter(pipeline.telemetry, telemetry).start() if telemetry else None
+        writer = (
+            TelemetryWriter(pipeline.telemetry, telemetry, on_error=pipeline.fail).start()
+            if telemetry
+            else None
+        )
     except BaseException:
         pipeline.close()  # nothing ran: let go of the backend and the sources
         if metrics is not None:

@@ -1,5 +1,5 @@
 """How `visionrt run` builds its configuration: flags as a config layer, the tuned plan's layer
-under them, and the demo defaults for what is still unset."""
+under them (when it serves the run), and the demo defaults for what is still unset."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from visionrt.backends import BackendOptions
-from visionrt.config import RunConfig, load_config
+from visionrt.config import RunConfig, given_options, load_config
 from visionrt.errors import ConfigError, SourceError
 from visionrt.model import DEMO_VIDEO, demo_model_path
-from visionrt.tune.plan import Plan, cached_plan, fingerprint_differences
+from visionrt.plans import PlanRequest, use_depth_plan, use_plan
+from visionrt.plans.resolve import CHOICES
+from visionrt.sources.naming import split_name
+from visionrt.sources.registry import LIVE_KINDS, source_kind
 
 
 def flag_values(**flags: Any) -> dict[str, Any]:
@@ -55,7 +57,7 @@ def flag_values(**flags: Any) -> dict[str, Any]:
     depth_on = flags["depth_on"]
     values["depth"] = {
         "model": flags["depth"],
-        "on": [n.strip() for n in depth_on.split(",") if n.strip()] if depth_on else None,
+        "on": [n.strip() for n in depth_on.split(",")] if depth_on is not None else None,
         "short_side": flags["depth_size"],
         "smoothing": flags["depth_smoothing"],
     }
@@ -63,17 +65,21 @@ def flag_values(**flags: Any) -> dict[str, Any]:
 
 
 def parse_size(text: str) -> list[int]:
-    parts = text.lower().replace("x", ",").split(",")
-    try:
-        sizes = [int(p) for p in parts if p]
-    except ValueError as err:
-        raise ConfigError(
-            f"--imgsz '{text}': expected SIZE or HEIGHTxWIDTH, e.g. 640 or 512x640"
-        ) from err
+    """'640' or '512x640' (or '512,640') → [height, width], whole numbers of pixels from 1 to
+    MAX_INPUT_SIDE; ConfigError otherwise (an empty side, '640x', included)."""
+    from visionrt.tasks.detect import MAX_INPUT_SIDE
+
+    parts = [p.strip() for p in text.lower().replace("x", ",").split(",")]
+    if len(parts) not in (1, 2) or not all(p.isascii() and p.isdigit() for p in parts):
+        raise ConfigError(f"--imgsz '{text}': expected SIZE or HEIGHTxWIDTH, e.g. 640 or 512x640")
+    sizes = [int(p) for p in parts]
     if len(sizes) == 1:
-        sizes = sizes * 2
-    if len(sizes) != 2:
-        raise ConfigError(f"--imgsz '{text}': expected SIZE or HEIGHTxWIDTH")
+        sizes *= 2
+    if min(sizes) < 1 or max(sizes) > MAX_INPUT_SIDE:
+        raise ConfigError(
+            f"--imgsz '{text}': expected sides of 1 to {MAX_INPUT_SIDE} pixels (a 4K frame fits"
+            " whole; --tile for larger frames)"
+        )
     return sizes
 
 
@@ -90,45 +96,71 @@ def with_defaults(config: RunConfig) -> RunConfig:
     return config
 
 
-# Settings that choose the configuration: given any of them, the user's choice wins over a plan.
-_CHOICES = ("backend", "device", "precision", "input_size", "fold_preprocess", "settings")
-
-
-def plan_layer(
+def configure_run(
     plan: Path | None,
     no_plan: bool,
     config: Path | None,
     overrides: list[str] | None,
     values: dict[str, Any],
-) -> tuple[dict[str, Any] | None, str]:
-    """The plan's sections to run under the user's own settings, and the line saying so.
+) -> tuple[RunConfig, str]:
+    """The run's configuration and the line saying which plan it uses, and why (or why not).
 
-    `--plan FILE` runs that plan (flags still override single settings). Otherwise, when the
-    user chose no backend, precision, size or runtime setting, the plan cached for the model on
-    this machine is used; `--no-plan` runs the reference."""
+    The user's own settings (defaults < `--config` < `--set` < flags) are read first; the plan
+    (`--plan FILE`, or the one cached for the model on this machine when the user chose no
+    backend, precision, size or runtime setting) is layered under them and its artifact runs
+    in place of the model the user named — when it was tuned for that model (by content) and
+    can serve the run (`plans.use_plan`); otherwise it is set aside with the reason."""
     if plan is not None and no_plan:
         raise ConfigError("--plan and --no-plan: expected one of them")
-    if plan is not None:
-        loaded = Plan.load(plan)
-        note = f"plan {plan}: {loaded.summary_line()}"
-        for difference in fingerprint_differences(loaded):
-            note += f"\nwarning: this machine differs from the plan's: {difference}"
-        return loaded.run, note
+    own = load_config(config, overrides, values)
     if no_plan:
-        return None, ""
-    chosen = load_config(config, overrides, values)
-    inference = {f: getattr(chosen.inference, f) for f in _CHOICES if f != "backend"}
-    defaults = {f: getattr(BackendOptions(), f) for f in inference}
-    if chosen.backend or inference != defaults:
-        return None, ""
-    model = Path(chosen.model) if chosen.model else demo_model_path()
-    if model.suffix != ".onnx" or not model.is_file():
-        return None, ""
-    found = cached_plan(model)
-    if found is None:
-        return None, (
-            f"no tuned plan for {model.name} on this machine: running the FP32 reference;"
-            " `visionrt tune` finds the fastest configuration here (minutes, once)"
-        )
-    cached, path = found
-    return cached.run, f"plan {path.name}: {cached.summary_line()} (--no-plan: the reference)"
+        return with_defaults(own), ""
+    given = given_options(config, overrides, values)
+    chosen = ("backend",) if "backend" in given else ()
+    chosen += tuple(key for key in CHOICES if key in (given.get("inference") or {}))
+    request = PlanRequest(
+        model=Path(own.model) if own.model else None,
+        chosen=chosen,
+        batch=own.inference.batch,
+        tile=bool(own.pipeline.tile),
+        live=_live(own),
+    )
+    use = use_plan(request, plan)
+    cfg = own
+    if use.sections is not None:
+        cfg = load_config(config, overrides, values, base=use.sections)
+        cfg = replace(cfg, model=str(use.sections["model"]))
+    cfg, depth_note = _with_depth_plan(cfg, given.get("depth") or {})
+    notes = "\n".join(n for n in (use.note, depth_note) if n)
+    return with_defaults(cfg), notes
+
+
+def _with_depth_plan(cfg: RunConfig, given: dict[str, Any]) -> tuple[RunConfig, str]:
+    """The depth model's plan (`tune --depth`) in place of FP32, unless the user chose its
+    backend or inference settings (`plans.use_depth_plan`)."""
+    if not cfg.depth.model:
+        return cfg, ""
+    chosen = ("backend",) if given.get("backend") else ()
+    chosen += tuple(key for key in CHOICES if key in (given.get("inference") or {}))
+    use = use_depth_plan(Path(cfg.depth.model), chosen, cfg.depth.short_side)
+    if use.sections is None:
+        return cfg, use.note
+    inference = dict(use.sections.get("inference") or {})
+    size = inference.pop("input_size", None)
+    options = replace(cfg.depth.inference, **inference, input_size=tuple(size) if size else None)
+    depth = replace(
+        cfg.depth,
+        model=str(use.sections["model"]),
+        backend=str(use.sections["backend"]),
+        inference=options,
+    )
+    return replace(cfg, depth=depth), use.note
+
+
+def _live(config: RunConfig) -> bool:
+    """Whether the run will be live (mode, --realtime, or a camera/stream among the sources),
+    told from the strings alone: the plan is chosen before any source opens."""
+    if config.source.mode != "auto":
+        return config.source.mode == "live"
+    kinds = [source_kind(split_name(spec)[1]) for spec in config.sources]
+    return config.source.realtime or any(kind in LIVE_KINDS for kind in kinds)

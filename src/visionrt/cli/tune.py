@@ -4,7 +4,10 @@ reference vs chosen vs runners-up, and write the plan a plain `run` then uses.""
 from __future__ import annotations
 
 import json
+import math
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -13,8 +16,11 @@ from rich.console import Console
 from rich.table import Table
 
 from visionrt.bench.report import ReportPoint, write_report
-from visionrt.errors import SourceError
+from visionrt.cli.tune_depth import depth_limits, tune_depth_model
+from visionrt.errors import ConfigError, Interrupted, SourceError
 from visionrt.model import DEMO_VIDEO, demo_model_path
+from visionrt.plans import machine_fingerprint, plan_path
+from visionrt.sinks.base import check_writable
 from visionrt.tune import Limits, Plan, cached_plan, tune
 from visionrt.tune.batch import BatchPoint
 from visionrt.tune.search import SearchResult, Trial
@@ -30,6 +36,8 @@ def _status(trial: Trial, search: SearchResult) -> str:
 def status_text(trial: Trial, search: SearchResult) -> str:
     if search.best is trial:
         return "chosen"
+    if search.live is trial:
+        return f"live: {trial.why_out}" if trial.why_out else "chosen for live sources"
     if trial.candidate.reference:
         return "reference"
     if trial.why_out:
@@ -97,20 +105,59 @@ def tune_command(
     report: Annotated[
         Path | None, Opt(help="Write an HTML report (Pareto front, stage times) here.")
     ] = None,
+    depth: Annotated[
+        str | None,
+        Opt(help="Also plan this depth model (Depth Anything v2 ONNX), as `run --depth` uses it."),
+    ] = None,
+    depth_size: Annotated[
+        int, Opt(help="With --depth: the depth input's short side the runs use (266, 364, 518).")
+    ] = 518,
+    max_abs_rel: Annotated[
+        float, Opt(help="With --depth: most depth AbsRel against FP32 (after alignment).")
+    ] = 0.02,
+    min_delta1: Annotated[
+        float, Opt(help="With --depth: least depth δ<1.25 against FP32 (after alignment).")
+    ] = 0.95,
 ) -> None:
     """Search backends × precisions × input sizes × request settings on your video (and the
     batch, when the best runs on an NVIDIA GPU), within an accuracy budget, and cache the best
-    as the plan a plain `visionrt run` uses."""
+    as the plan a plain `visionrt run` uses; with --depth, the depth model's too."""
     model_path = Path(model) if model else demo_model_path()
     video = source or str(DEMO_VIDEO)
     if not source and not DEMO_VIDEO.is_file():
         raise SourceError(f"no video given and the demo video {DEMO_VIDEO} is missing")
     err = Console(stderr=True, soft_wrap=True)
-    if if_missing and (found := cached_plan(model_path)) is not None:
-        plan, path = found
+    limits = _limits(min_fidelity, max_p99_ms, objective, budget_minutes)
+    limits_for_depth = depth_limits(depth, depth_size, max_abs_rel, min_delta1)
+    # Every destination is checked before minutes of search, not after.
+    for planned in (model_path, Path(depth) if depth else None):
+        if planned is not None and planned.is_file():
+            check_writable(plan_path(planned, machine_fingerprint()))
+    for destination in (plan_out, report):
+        if destination is not None:
+            check_writable(destination)
+    stop = threading.Event()
+    _stop_on_signals(stop, err)
+    cached = cached_plan(model_path) if if_missing else None
+    if cached is not None and cached[0].tuned.get("task") != "depth":
+        plan, path = cached
         err.print(f"plan {path.name}: {plan.summary_line()} (cached; `visionrt tune` to redo)")
-        return
-    limits = Limits(min_fidelity, max_p99_ms, objective, budget_minutes * 60)
+    else:
+        _tune_detector(video, model_path, limits, err, stop, report, plan_out, json_out)
+    if depth is not None and limits_for_depth is not None:
+        tune_depth_model(video, Path(depth), depth_size, limits_for_depth, if_missing, err, stop)
+
+
+def _tune_detector(
+    video: str,
+    model_path: Path,
+    limits: Limits,
+    err: Console,
+    stop: threading.Event,
+    report: Path | None,
+    plan_out: Path | None,
+    json_out: bool,
+) -> None:
     with err.status("tuning") as status:
 
         def show(trial: Trial, frames: int) -> None:
@@ -125,7 +172,13 @@ def tune_command(
             status.update(f"tuning: batch {point.batch} done")
 
         outcome = tune(
-            video, model_path, limits, on_trial=show, progress=False, on_batch=show_batch
+            video,
+            model_path,
+            limits,
+            on_trial=show,
+            progress=False,
+            on_batch=show_batch,
+            stop=stop,
         )
     search = outcome.search
     title = (
@@ -150,15 +203,49 @@ def tune_command(
         written = write_report(points, report, title)
         err.print(f"wrote {', '.join(str(p) for p in written)}")
     if outcome.plan is None or outcome.path is None:
-        raise SourceError(
-            f"no configuration met fidelity ≥ {min_fidelity}"
-            + (f" and p99 ≤ {max_p99_ms} ms" if max_p99_ms else "")
+        raise ConfigError(
+            f"no configuration met fidelity ≥ {limits.min_fidelity}"
+            + (f" and p99 ≤ {limits.max_p99_ms} ms" if limits.max_p99_ms else "")
+            + ": loosen --min-fidelity or --max-p99-ms"
         )
     if outcome.batch is not None:
         err.print(f"batch: {outcome.batch.best or 1} ({outcome.batch.stopped})")
     _finish(outcome.plan, outcome.path, plan_out, err)
     if json_out:
         print(json.dumps({"plan": str(outcome.path), **outcome.plan.tuned}, default=str))
+
+
+def _limits(
+    min_fidelity: float, max_p99_ms: float, objective: str, budget_minutes: float
+) -> Limits:
+    """The search's limits, each checked (NaN compares false to everything: refused by name)."""
+    if not (budget_minutes > 0 and math.isfinite(budget_minutes)):
+        raise ConfigError(
+            f"--budget-minutes: expected a number of minutes > 0, got {budget_minutes}"
+        )
+    if not 0 <= min_fidelity <= 1:
+        raise ConfigError(f"--min-fidelity: expected 0 to 1, got {min_fidelity}")
+    if not (max_p99_ms >= 0 and math.isfinite(max_p99_ms)):
+        raise ConfigError(f"--max-p99-ms: expected >= 0 (0: no limit), got {max_p99_ms}")
+    if objective not in ("throughput", "latency"):
+        raise ConfigError(f"--objective: expected throughput or latency, got {objective}")
+    return Limits(min_fidelity, max_p99_ms, objective, budget_minutes * 60)
+
+
+def _stop_on_signals(stop: threading.Event, err: Console) -> None:
+    """Ctrl-C or SIGTERM ends the search now: the measurement in flight is abandoned, no plan
+    is cached, the command exits 130. Half-made artifacts never look finished (the export's
+    staging folder is removed)."""
+
+    def handle(signum: int, _frame: object) -> None:
+        if not stop.is_set():
+            err.print(f"\nvisionrt: {signal.Signals(signum).name}: stopping tune, keeping nothing")
+        stop.set()
+        raise Interrupted("tune interrupted: no plan cached")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, handle)
+        signal.signal(signal.SIGTERM, handle)
 
 
 def _finish(plan: Plan, path: Path, copy_to: Path | None, err: Console) -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +20,10 @@ from visionrt.export.depth import (
     depth_export_size,
     is_depth_model,
 )
+from visionrt.export.progress import Progress as _Progress
 from visionrt.fidelity import FidelityReport, compare_to_reference
-from visionrt.model import DEMO_VIDEO, demo_model_path, file_sha256, read_model_spec
+from visionrt.model import DEMO_VIDEO, ModelSpec, demo_model_path, file_sha256, read_model_spec
+from visionrt.model_batch import rebatch_onnx
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +37,8 @@ class Target:
     backend: str
     device: str
     precision: str
-    # Bump when the recipe changes, so older cached artifacts are not reused.
+    # Bump when the recipe changes, so older cached artifacts are not reused (IR -2: exported
+    # to run at any batch).
     recipe: str
 
     def options(self) -> BackendOptions:
@@ -53,10 +54,16 @@ TARGETS: dict[str, Target] = {
         # For TensorRT (`--backend tensorrt --precision int8`); its fidelity is checked on the
         # QDQ graph with ONNX Runtime's CPU kernels, which TensorRT's own only approximate.
         Target(
-            "onnx-int8-sym", "model.onnx", True, "onnxruntime", "cpu", "int8", "qdq-s8s8-conv-1"
+            "onnx-int8-sym",
+            "model.onnx",
+            True,
+            "onnxruntime",
+            "cpu",
+            "int8",
+            "qdq-s8s8-conv-1",
         ),
-        Target("openvino", "model.xml", False, "openvino", "cpu", "fp32", "ir-fp32-1"),
-        Target("openvino-int8", "model.xml", True, "openvino", "cpu", "int8", "nncf-mixed-1"),
+        Target("openvino", "model.xml", False, "openvino", "cpu", "fp32", "ir-fp32-2"),
+        Target("openvino-int8", "model.xml", True, "openvino", "cpu", "int8", "nncf-mixed-2"),
         Target("tensorrt", "model.engine", False, "tensorrt", "cuda", "fp16", "trt-fp16-1"),
     )
 }
@@ -72,46 +79,6 @@ class ExportResult:
     report: dict[str, Any]
     cached: bool
     fidelity: FidelityReport | DepthFidelityReport | None = None
-
-
-class _Progress:
-    """A rich progress bar on stderr when enabled; a no-op otherwise."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self._bar: Any = None
-
-    @contextmanager
-    def bar(self) -> Iterator[_Progress]:
-        if not self.enabled:
-            yield self
-            return
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-        columns = (
-            "{task.description}",
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-        )
-        with Progress(*columns, console=Console(stderr=True), transient=True) as self._bar:
-            yield self
-        self._bar = None
-
-    def task(self, description: str, total: int) -> Callable[..., None]:
-        """A callback that advances a new task by one per call (any arguments ignored)."""
-        if self._bar is None:
-            return lambda *_: None
-        task_id = self._bar.add_task(description, total=total)
-        return lambda *_: self._bar.advance(task_id)
-
-    def status(self, text: str) -> Any:
-        if not self.enabled:
-            return nullcontext()
-        from rich.console import Console
-
-        return Console(stderr=True).status(text)
 
 
 def _runtime_version(target: Target) -> str:
@@ -157,6 +124,7 @@ def _build(
         spec = read_model_spec(source)
     artifact = folder / target.filename
     built: dict[str, Any] = {"input_hw": list(spec.input_size)}
+    source = _any_batch(target, source, spec, folder / "anybatch.onnx", built)
     calibration: Any = None
     with progress.bar():
         if target.int8:
@@ -197,7 +165,29 @@ def _build(
             built.update(export_engine(source, artifact))
     built["convert_s"] = round(time.perf_counter() - started, 2)
     (folder / "reshaped.onnx").unlink(missing_ok=True)
+    (folder / "anybatch.onnx").unlink(missing_ok=True)
     return built
+
+
+def _any_batch(
+    target: Target, source: Path, spec: ModelSpec, scratch: Path, built: dict[str, Any]
+) -> Path:
+    """The model to export, rewritten first to run at any batch when its batch axis is fixed at
+    1, so that an OpenVINO IR serves `--batch N`, tiles and cameras batched together (one
+    calibration, every batch). ONNX artifacts stay as they are (the detector task rewrites an
+    ONNX file's batch when it loads; ONNX Runtime's quantizer refuses the rewritten graph's
+    shapes), and TensorRT engines keep a fixed batch (an optimization profile would be needed).
+    `built["batch"]` says which: "any" or the fixed number."""
+    if spec.batch != 1 or not target.name.startswith("openvino"):
+        built["batch"] = "any" if spec.batch == -1 else spec.batch
+        return source
+    try:
+        rebatched = rebatch_onnx(source, scratch)
+    except ModelLoadError as err:
+        built["batch"], built["batch_note"] = 1, str(err)
+        return source
+    built["batch"] = "any"
+    return rebatched
 
 
 def _build_depth(

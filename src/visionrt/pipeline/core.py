@@ -3,9 +3,10 @@ sinks and accounts for every frame."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,9 @@ from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline.degrade import Change, Degrader, build_ladder
 from visionrt.pipeline.flow import Flow
 from visionrt.pipeline.graph import Graph
-from visionrt.pipeline.options import PipelineOptions
+from visionrt.pipeline.options import DepthOptions, PipelineOptions
+from visionrt.pipeline.variants import degrade_variants
+from visionrt.plans import Plan, plan_depth, plan_detector
 from visionrt.postprocess import PostprocessOptions
 from visionrt.postprocess.depth import DepthSmoother
 from visionrt.preprocess.tile import tile_count
@@ -29,25 +32,8 @@ from visionrt.tasks.base import Task
 from visionrt.telemetry import RunSummary, Telemetry
 from visionrt.types import FrameResult
 
-
-@dataclass(frozen=True, slots=True)
-class DepthOptions:
-    """A depth model run beside the detector: on the sources named in `on` (empty: all).
-    `short_side` is the depth input's short side (multiples of 14); `on_nonfinite` says what a
-    NaN/Inf depth map does: "recompute" the frame in FP32, or "fail" the run; `smoothing` is
-    the EMA weight of a source's previous depth map (0: off; for live depth that flickers)."""
-
-    model: str | Path
-    on: tuple[str, ...] = ()
-    backend: str = ""
-    backend_options: BackendOptions = field(default_factory=BackendOptions)
-    short_side: int = 518
-    on_nonfinite: str = "recompute"
-    # Temporal smoothing of each source's depth (EMA weight of the previous map; 0: off).
-    smoothing: float = 0.0
-
-
 TRACK_LOW = 0.1  # ByteTrack's low-score floor
+log = logging.getLogger("visionrt")
 
 
 class Pipeline:
@@ -59,6 +45,12 @@ class Pipeline:
     finalized. A stage that raises stops the run within a second and its error reaches the
     caller. `backend` "" picks the runtime that reads the model file (see backends.registry).
     A source string may carry a name, `rgb=cam0.mp4`; a bare one is named after its stem.
+
+    `plan`: None uses the plan `visionrt tune` cached for this model on this machine when the
+    caller chose no backend or configuration-picking option (batch and threads compose with
+    it); a path runs that plan; False runs the model as given (the reference). `notes` says
+    which plan ran, or why none did (also logged at INFO on the "visionrt" logger and kept in
+    the summary).
     """
 
     def __init__(
@@ -71,6 +63,7 @@ class Pipeline:
         source_options: SourceOptions | None = None,
         options: PipelineOptions | None = None,
         depth: DepthOptions | None = None,
+        plan: str | Path | bool | None = None,
     ) -> None:
         if not sources:
             raise ConfigError("no source given")
@@ -94,6 +87,15 @@ class Pipeline:
             self.named,
         )
         self.live = any(s.live for s in self.sources)
+        self.notes: list[str] = []
+        model, backend, backend_options, use = plan_detector(
+            plan, model, backend, backend_options, bool(self.options.tile), self.live
+        )
+        # The plan whose configuration runs (None: the model as given).
+        self.plan: Plan | None = use.plan if use.sections is not None else None
+        if use.note:
+            self.notes.append(use.note)
+            log.info("%s", use.note)
         # Tracking: the user's threshold starts tracks; ByteTrack's second stage also needs the
         # detector's boxes down to TRACK_LOW, which only ever extend tracks already there.
         self.tracker_high = self.postprocess.conf
@@ -109,7 +111,7 @@ class Pipeline:
         self.schedule: list[list[int]] = [[0] for _ in self.sources]
         self.depth_smoother: DepthSmoother | None = None
         if depth is not None:
-            self._add_depth(depth)
+            self._add_depth(depth if plan is False else self._planned_depth(depth))
         self.variants: list[Task] = []
         self.degrader: Degrader | None = None
         # Told of each degrade step (the CLI prints it); set before the run.
@@ -139,21 +141,11 @@ class Pipeline:
                 "--slo-ms: a latency target needs live sources (cameras, streams, or files with"
                 " --realtime); file mode processes every frame and its latency is queueing"
             )
-        labels: list[str] = []
-        # A loaded Backend cannot be re-sized; tiles keep their size (detect less often instead).
-        if isinstance(backend, str) and not self.options.tile:
-            for side in self.options.slo_sizes or _smaller_sides(self.task):
-                variant = DetectTask(
-                    model, backend, replace(options, input_size=(side, side)), self.postprocess
-                )
-                self.variants.append(variant)
-                labels.append(f"input {side}×{side}")
-        if self.options.slo_model:
-            lighter = DetectTask(
-                self.options.slo_model, "", replace(options, input_size=()), self.postprocess
-            )
-            self.variants.append(lighter)
-            labels.append(f"model {Path(self.options.slo_model).name}")
+        variants, labels, notes = degrade_variants(
+            model, backend, options, self.options, self.task, self.postprocess
+        )
+        self.variants.extend(variants)
+        self.notes.extend(notes)
         every = self.options.detect_every
         rungs = build_ladder(
             every, max(every, self.options.slo_max_every), self.options.track, labels
@@ -180,6 +172,16 @@ class Pipeline:
         return TiledDetectTask(
             model, backend, options, self.postprocess, tiling=tiling, source_hw=largest
         )
+
+    def _planned_depth(self, depth: DepthOptions) -> DepthOptions:
+        """The depth model's cached plan (`tune --depth`) unless the caller chose its runtime."""
+        model, backend, options, use = plan_depth(
+            depth.model, depth.backend, depth.backend_options, depth.short_side
+        )
+        if use.note:
+            self.notes.append(use.note)
+            log.info("%s", use.note)
+        return replace(depth, model=model, backend=backend, backend_options=options)
 
     def _add_depth(self, depth: DepthOptions) -> None:
         from visionrt.tasks.depth import DepthTask
@@ -216,6 +218,11 @@ class Pipeline:
         """Stop now: frames in flight are dropped, threads are not waited for (a second Ctrl-C)."""
         self._flow.aborting.set()
         self.stop()
+
+    def fail(self, err: BaseException) -> None:
+        """Stop the run on `err` as on a stage that raised: for a helper beside the stages that
+        failed (the telemetry file); the run's first error is the one it raises."""
+        self._fail(err)
 
     def _halt(self) -> None:
         self._flow.stopping.set()
@@ -304,6 +311,7 @@ class Pipeline:
         ]
         if self.degrader is not None:
             summary.slo = self.degrader.report()
+        summary.notes = list(self.notes)
         summary.interrupted = self._interrupted
         errors = [str(e) for e in self._errors[:1] if not isinstance(e, KeyboardInterrupt)]
         errors += [s.stats.ended_early for s in self.sources if s.stats.ended_early]
@@ -367,13 +375,6 @@ class Pipeline:
         self._errors.append(err)
         self._flow.aborting.set()
         self._halt()
-
-
-def _smaller_sides(task: DetectTask | TiledDetectTask) -> list[int]:
-    """0.8× and 0.6× of the detector's larger input side, rounded to its stride."""
-    stride, side = task.spec.stride, max(task.input_hw)
-    sides = [max(stride, round(side * f / stride) * stride) for f in (0.8, 0.6)]
-    return [s for s in dict.fromkeys(sides) if s < side]
 
 
 def _as_sink_error(sink: Sink, err: Exception) -> SinkError:

@@ -9,10 +9,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from visionrt.errors import ConfigError
+from visionrt.errors import ConfigError, ModelLoadError
 
 HEADROOM = 0.7  # step back up only while p95 stays under this share of the target
 MIN_SAMPLES = 5  # frames in the window before p95 means anything
@@ -154,3 +155,30 @@ class Degrader:
             "steps_up": sum(c.level_to < c.level_from for c in self.changes),
             "changes": [c.to_json() for c in self.changes],
         }
+
+
+def check_slo_model(model: str) -> None:
+    """`pipeline.slo_model` must be a detector this pipeline can load: checked before the
+    ladder builds on it (a depth or classification model would fail deep in a rewrite)."""
+    from visionrt.model import read_model_spec
+    from visionrt.postprocess import detect_layout
+
+    path = Path(model)
+    if not path.is_file():
+        raise ConfigError(f"pipeline.slo_model: model file not found: {model}")
+    if path.suffix not in (".onnx", ".xml"):
+        return  # .pt/.engine files are described by the runtime that loads them
+    try:
+        spec = read_model_spec(path)
+        detect_layout(list(spec.output_shape), len(spec.class_names), spec.end2end, "auto",
+                      input_hw=spec.input_size)  # fmt: skip
+    except ModelLoadError as err:
+        raise ConfigError(f"pipeline.slo_model: {path.name} is not a detector: {err}") from err
+
+
+def smaller_sides(stride: int, input_hw: tuple[int, int]) -> list[int]:
+    """The ladder's input sides: 0.8× and 0.6× of the detector's larger side, rounded to its
+    stride."""
+    side = max(input_hw)
+    sides = [max(stride, round(side * f / stride) * stride) for f in (0.8, 0.6)]
+    return [s for s in dict.fromkeys(sides) if s < side]

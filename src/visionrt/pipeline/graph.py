@@ -27,6 +27,8 @@ from visionrt.types import Detections, FrameResult
 
 FRESHER = "queue full, newer frame kept"
 LARGE_BUFFER = 64 * 2**20  # bytes of one frame's input above which a lane keeps few of them
+# A source's counts that are also telemetry events (summary `events`, visionrt_events_total).
+SOURCE_EVENTS = (("reconnects", "source: reconnect"), ("restarts", "source: worker restart"))
 
 
 class Lane:
@@ -184,6 +186,7 @@ class Graph:
 
     def _read(self, source_id: int, source: Source) -> None:
         label = self.labels[source_id]
+        seen = {key: 0 for key, _ in SOURCE_EVENTS}
         try:
             frames = source.frames()
             while True:
@@ -200,13 +203,23 @@ class Graph:
                 decode = time.perf_counter() - since
                 item = Item(frame, timings={"decode": decode})
                 self.telemetry.record("decode", decode)
+                self._count_events(source, label, seen)
                 if not self.decoded.put(source_id, item, source.live, self._evicted):
                     break
         finally:
+            self._count_events(source, label, seen)
             with self._readers_lock:
                 self._readers_left -= 1
                 if self._readers_left == 0:
                     self.decoded.close()
+
+    def _count_events(self, source: Source, label: str, seen: dict[str, int]) -> None:
+        """The source's reconnects and worker restarts since the last look, as events."""
+        for key, event in SOURCE_EVENTS:
+            count = getattr(source.stats, key)
+            if count > seen[key]:
+                self.telemetry.count(event, label, count - seen[key])
+                seen[key] = count
 
     def _evicted(self, item: Item) -> None:
         self.telemetry.drop("decode", FRESHER, self.labels[item.frame.source_id])

@@ -1,9 +1,12 @@
-"""The pipeline's own options: queue depth, live-mode staleness, warm-up, helper-thread settings."""
+"""The pipeline's own options (queue depth, live-mode staleness, warm-up, helper threads, tracking,
+latency target, tiling) and those of a depth model run beside the detector."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError
 from visionrt.preprocess.tile import TileOptions
 
@@ -107,3 +110,20 @@ class PipelineOptions:
             self.tiling()  # its own checks, with the flags' names
         if self.opencv_threads < 0:
             raise ConfigError(f"pipeline.opencv_threads: expected >= 0, got {self.opencv_threads}")
+
+
+@dataclass(frozen=True, slots=True)
+class DepthOptions:
+    """A depth model run beside the detector: on the sources named in `on` (empty: all).
+    `short_side` is the depth input's short side (multiples of 14); `on_nonfinite` says what a
+    NaN/Inf depth map does: "recompute" the frame in FP32, or "fail" the run; `smoothing` is
+    the EMA weight of a source's previous depth map (0: off; for live depth that flickers)."""
+
+    model: str | Path
+    on: tuple[str, ...] = ()
+    backend: str = ""
+    backend_options: BackendOptions = field(default_factory=BackendOptions)
+    short_side: int = 518
+    on_nonfinite: str = "recompute"
+    # Temporal smoothing of each source's depth (EMA weight of the previous map; 0: off).
+    smoothing: float = 0.0

@@ -1,8 +1,9 @@
-"""Plans: the configuration `tune` chose, as a run-config YAML with what was measured and the
-machine it was measured on; cached per (model, machine) so a plain `run` finds it."""
+"""Plan files: the configuration `tune` chose, as a run-config YAML with what was measured and
+the machine it was measured on; cached per (model content, machine) so a plain `run` finds it."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -15,7 +16,7 @@ from typing import Any
 import yaml
 
 from visionrt import hardware
-from visionrt.errors import ConfigError
+from visionrt.errors import ConfigError, SinkError
 from visionrt.model import file_sha256
 
 # CPU features that change which configuration is fastest; other flags do not matter here.
@@ -23,6 +24,9 @@ RELEVANT_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16"
                      "amx_int8")  # fmt: skip
 RUNTIMES = ("onnxruntime", "openvino", "torch", "tensorrt")
 RUN_KEYS = ("model", "backend", "inference")
+# A plan's optional `live:` section: the inference settings that win for live sources (lowest
+# latency), layered over `inference` when a run is live; the rest is the throughput winner.
+LIVE_KEY = "live"
 
 
 def _version(package: str) -> str:
@@ -57,8 +61,10 @@ def default_root() -> Path:
 
 @dataclass(slots=True)
 class Plan:
-    """`run` holds the config sections a run needs (model, backend, inference); `tuned` what
-    was measured (fps, latency, fidelity, the reference's figures, the video) and on what."""
+    """`run` holds the config sections a run needs (model, backend, inference, and optionally
+    `live`: inference settings for live sources); `tuned` what was measured (fps, latency,
+    fidelity, the reference's figures, the video), on what, and for which model
+    (`source_sha256`, `source_model`) with which artifact (`artifact`: its batch, "any" or 1)."""
 
     run: dict[str, Any]
     tuned: dict[str, Any] = field(default_factory=dict)
@@ -70,9 +76,18 @@ class Plan:
     def summary_line(self) -> str:
         """One line: what runs, when it was tuned, what it measured."""
         inference = self.run.get("inference", {})
+        measured = self.tuned.get("measured", {})
+        if self.tuned.get("task") == "depth":
+            size = self.tuned.get("input_hw") or ["?", "?"]
+            caveat = " (architecture-only model)" if self.tuned.get("architecture_only") else ""
+            return (
+                f"{self.run.get('backend')} {inference.get('precision', 'fp32')}"
+                f" {size[0]}×{size[1]}, tuned {str(self.tuned.get('at', '?'))[:10]},"
+                f" {measured.get('ms', 0):.1f} ms model-only, AbsRel"
+                f" {measured.get('abs_rel', 0):.3f}{caveat}"
+            )
         size = inference.get("input_size") or self.tuned.get("input_hw")
         size_text = f" {size[0]}×{size[1]}" if size else ""
-        measured = self.tuned.get("measured", {})
         device = inference.get("device", "cpu")
         where = f" on {device}" if device != "cpu" else ""
         batch = f" batch {inference['batch']}" if inference.get("batch", 1) > 1 else ""
@@ -92,10 +107,16 @@ class Plan:
         return header + yaml.safe_dump(body, sort_keys=False, allow_unicode=True)
 
     def save(self, path: Path) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        """Write the plan whole or not at all (a `.partial` file renamed), or SinkError."""
         partial = path.with_name(path.name + ".partial")
-        partial.write_text(self.to_yaml(), encoding="utf-8")
-        partial.replace(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(self.to_yaml(), encoding="utf-8")
+            partial.replace(path)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)
+            raise SinkError(f"cannot write plan {path}: {err.strerror or err}") from err
         return path
 
     @classmethod
@@ -110,27 +131,31 @@ class Plan:
         if not isinstance(data, dict) or "backend" not in data or "model" not in data:
             raise ConfigError(f"plan {path}: expected a visionrt plan (model, backend, inference)")
         tuned = data.pop("tuned", {}) or {}
-        unknown = sorted(set(data) - set(RUN_KEYS))
+        unknown = sorted(set(data) - {*RUN_KEYS, LIVE_KEY})
         if unknown:
             raise ConfigError(f"plan {path}: unknown section '{unknown[0]}'")
         return cls(run=data, tuned=tuned if isinstance(tuned, dict) else {})
 
 
 def plan_path(model: Path, fingerprint: dict[str, Any], root: Path | None = None) -> Path:
-    """Where the plan for `model` on this machine is cached."""
+    """Where the plan for `model` on this machine is cached: named by the model's content (the
+    stem only helps a reader), so a renamed or copied model finds its plan."""
     digest = file_sha256(model)[:16]
     return (root or default_root()) / f"{model.stem}-{digest}-{fingerprint_key(fingerprint)}.yaml"
 
 
 def cached_plan(model: Path, root: Path | None = None) -> tuple[Plan, Path] | None:
-    """The cached plan for `model` on this machine (same fingerprint), if one was tuned."""
-    path = plan_path(model, machine_fingerprint(), root)
-    if not path.is_file():
+    """The cached plan for `model` (by content) on this machine (same fingerprint), if one was
+    tuned and its artifact is still there."""
+    folder = root or default_root()
+    if not folder.is_dir():
         return None
-    plan = Plan.load(path)
-    if not Path(str(plan.run.get("model", ""))).is_file():
-        return None  # its artifact was deleted: tune again
-    return plan, path
+    digest, key = file_sha256(model)[:16], fingerprint_key(machine_fingerprint())
+    for path in sorted(folder.glob(f"*-{digest}-{key}.yaml")):
+        plan = Plan.load(path)
+        if Path(str(plan.run.get("model", ""))).is_file():
+            return plan, path
+    return None  # none tuned, or its artifact was deleted: tune again
 
 
 def fingerprint_differences(plan: Plan) -> list[str]:

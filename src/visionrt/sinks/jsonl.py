@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -14,10 +15,18 @@ from visionrt.types import FrameResult
 class JsonlSink(Sink):
     """Lines are flushed per frame, so a killed process leaves every line written so far (in the
     `.partial` file); the file is created at the first line, so a run that fails before its
-    first frame leaves nothing behind."""
+    first frame leaves nothing behind.
 
-    def __init__(self, path: str | Path) -> None:
+    `names[i]` is source i's name (`vtest`, `vtest-1`, `rgb`: what summary.json calls it) and
+    becomes each line's `source`; a frame whose own name is neither that nor `paths[i]` (the
+    source as given) — an image of a folder, named by its file — keeps it as `image`. Without
+    `names`, `source` is the frame's own name."""
+
+    def __init__(
+        self, path: str | Path, names: Sequence[str] = (), paths: Sequence[str] = ()
+    ) -> None:
         self.path = Path(path)
+        self.names, self.paths = list(names), list(paths)
         check_writable(self.path)
         self._partial = partial_path(self.path)
         self._file: TextIO | None = None
@@ -26,7 +35,14 @@ class JsonlSink(Sink):
     def write(self, result: FrameResult) -> None:
         if self._closed:
             raise SinkError(f"{self.path}: write after close")
-        line = json.dumps(result.to_json(), separators=(",", ":")) + "\n"
+        record = result.to_json()
+        source, own = result.frame.source_id, result.frame.source_name
+        if source < len(self.names):
+            name = self.names[source]
+            image = own and own != name and own not in self.paths[source : source + 1]
+            rest = {key: value for key, value in record.items() if key != "source"}
+            record = {"source": name, **({"image": own} if image else {}), **rest}
+        line = json.dumps(record, separators=(",", ":")) + "\n"
         try:
             if self._file is None:
                 self._file = self._partial.open("w", encoding="utf-8")

@@ -44,6 +44,11 @@ class SourceOptions:
             )
         if self.max_frames < 0:
             raise ConfigError(f"source.max_frames: expected >= 0, got {self.max_frames}")
+        if self.reconnect_attempts < 0:
+            raise ConfigError(
+                f"source.reconnect_attempts: expected >= 0 (0: never reconnect), got"
+                f" {self.reconnect_attempts}"
+            )
 
 
 @dataclass(slots=True)
@@ -97,11 +102,13 @@ class Source(ABC):
 
     def report(self) -> dict[str, Any]:
         """This source's accounting, for the run summary: `frames` given, `declared` by the
-        container (0 when unknown), `lost` (declared but never given, for a file-mode source
-        that reached its end), `corrupt` (packets or images skipped), `missed` (decoded but
-        never given: a live source's reader was behind), `reconnects`, `restarts` of a dead
-        worker process, `gap_seconds` spent reconnecting or restarting, `ended_early` (why it
-        stopped before its end, or ""), and one-line `warnings`."""
+        container (0 when unknown), `lost` (asked for, the declared frames or `max_frames` of
+        them, but never given, for a file-mode source that reached its end), `corrupt` (packets
+        or images skipped), `missed` (decoded but never given: a live source's reader was
+        behind), `reconnects`, `restarts` of a dead worker process, `gap_seconds` without a
+        frame around each reconnect or restart (from the last frame before it to the first
+        after it), `ended_early` (why it stopped before its end, or ""), and one-line
+        `warnings`."""
         stats = self.stats
         return {
             "name": self.name,
@@ -120,15 +127,18 @@ class Source(ABC):
 
     def check_ending(self) -> None:
         """Called by a file-mode source that reached the end of its input (not one stopped or
-        cut short by `max_frames`): nothing decoded is an error; fewer frames than declared is
-        a warning with the count lost."""
+        cut short by `max_frames`): nothing decoded is an error; fewer frames than were asked
+        for (those declared, or `max_frames` of them) is a warning with the count lost."""
         if self._stopped or (self.live and not self.paced):
             return
         declared, read = self.frame_count, self.stats.frames
-        shortfall = declared - read
+        options: SourceOptions | None = getattr(self, "options", None)
+        limit = options.max_frames if options is not None else 0
+        asked = min(declared, limit) if declared and limit else declared
+        shortfall = asked - read
         # A count derived from a duration can be off by a frame or two (rounding, an audio
         # track that runs longer); only a larger shortfall is a loss.
-        if self.frame_count_estimated and read and shortfall <= max(2, declared // 50):
+        if self.frame_count_estimated and read and shortfall <= max(2, asked // 50):
             shortfall = 0
         self.stats.lost = max(0, shortfall)
         if read == 0:
@@ -137,7 +147,9 @@ class Source(ABC):
             raise SourceError(f"'{self.name}': no decodable frame{of}{skipped}")
         if shortfall > 0:
             about = "about " if self.frame_count_estimated else ""
+            of = f"{about}{declared} declared frames"
+            if asked < declared:
+                of = f"{asked} frames asked ({about}{declared} declared)"
             self.stats.warnings.append(
-                f"{self.name}: {read} of {about}{declared} declared frames decoded,"
-                f" {shortfall} lost ({self.damage_hint})"
+                f"{self.name}: {read} of {of} decoded, {shortfall} lost ({self.damage_hint})"
             )

@@ -37,6 +37,11 @@ def unique_names(names: Sequence[str], given: Sequence[bool]) -> list[str]:
     result: list[str] = []
     for i, (name, is_given) in enumerate(zip(names, given, strict=True)):
         if not is_given and (name in result or name in chosen):
-            name = f"{name}-{i}"
+            # The index first (`vtest-1`); past a name the user gave (`vtest-1=other.mp4`),
+            # the next free one: two sources never share a name, so never an output file.
+            suffix = i
+            while f"{name}-{suffix}" in result or f"{name}-{suffix}" in chosen:
+                suffix += 1
+            name = f"{name}-{suffix}"
         result.append(name)
     return result

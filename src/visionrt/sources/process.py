@@ -84,6 +84,9 @@ class ProcessSource(Source):
         self._child = SourceStats()  # the current worker's last report
         self._carried = SourceStats()  # dead live workers' counts, and this side's own
         self._last_index = -1
+        # A restart's gap runs from the last frame before the death to the first frame after.
+        self._last_frame_at = time.perf_counter()
+        self._gap_since: float | None = None
         self._index_base = 0
         self._time_base = 0.0
         self._attempt = 0
@@ -127,6 +130,7 @@ class ProcessSource(Source):
                     self.check_ending()
                     return
         finally:
+            self._close_gap()  # none came after the last death
             self._finish()
 
     @property
@@ -162,6 +166,8 @@ class ProcessSource(Source):
         self._last_index = index
         self._attempt = 0
         self.stats.frames += 1
+        self._last_frame_at = time.perf_counter()
+        self._close_gap()
         return Frame(
             source_id=self.source_id,
             index=index,
@@ -264,7 +270,8 @@ class ProcessSource(Source):
     def _restart(self, reason: str) -> bool:
         """The worker died: report it and start another, with backoff. False when given up or
         stopped."""
-        died = time.perf_counter()
+        if self._gap_since is None:
+            self._gap_since = self._last_frame_at
         self._drop_worker()
         if self.live:  # a file's new worker reads from the start and counts everything again
             self._fold(self._child)
@@ -306,7 +313,6 @@ class ProcessSource(Source):
                 self._carried.events.append(reason)
                 continue
             self._adopt(worker)
-            self._carried.gap_seconds += time.perf_counter() - died
             self._compose()
             return True
         return False
@@ -322,6 +328,14 @@ class ProcessSource(Source):
 
     def _finish(self) -> None:
         self._drop_worker()
+
+    def _close_gap(self) -> None:
+        """A gap after a worker's death ends here (a frame came, or the source ended)."""
+        if self._gap_since is not None:
+            gap = time.perf_counter() - self._gap_since
+            self._gap_since = None
+            self._carried.gap_seconds += gap
+            self.stats.gap_seconds += gap  # not _compose(): that would undo check_ending's lost
 
     # -- accounting ---------------------------------------------------------------------------
 

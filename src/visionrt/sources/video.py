@@ -76,64 +76,106 @@ class VideoSource(Source):
             self.frame_count = round(self._container.duration / av.time_base * self.fps)
             self.frame_count_estimated = True
         self.size = (stream.codec_context.height, stream.codec_context.width)
+        # Where the video declares its end (media seconds), to tell a finite video that is over
+        # from a stream that dropped; and how far this connection got.
+        self._media_span, self._media_end = _declared_span(self._container, stream)
+        self._media_time: float | None = None
+        self._connection_frames = 0
 
     def frames(self) -> Iterator[Frame]:
         index = 0
         started = time.perf_counter()
         attempt = 0
         stamp = 0.0
-        while not self._stopped:
-            try:
-                for frame in self._decode():
-                    attempt = 0
-                    now = time.perf_counter()
-                    if self.paced:  # media time, delivered when a camera would deliver it
-                        stamp = float(frame.time) if frame.time is not None else index / self.fps
-                        time.sleep(max(0.0, started + stamp - now))
-                        now = time.perf_counter()
-                    elif self.live:
-                        stamp = now - started
-                    elif frame.time is not None:  # damaged files can step back: clamp
-                        stamp = float(frame.time) if index == 0 else max(stamp, float(frame.time))
-                    else:
-                        stamp += 1.0 / self.fps if self.fps else 0.0
-                    yield Frame(
-                        source_id=self.source_id,
-                        index=index,
-                        image=frame.to_ndarray(format="bgr24"),
-                        timestamp=stamp,
-                        captured_at=now,
-                        source_name=self.name,
-                    )
-                    index += 1
-                    self.stats.frames = index
-                    if self._stopped or index == self.options.max_frames:
+        # A reconnect's gap runs from the last frame before it (a stall first waits out the read
+        # timeout) to the first frame after it, or to the end when none comes.
+        last_at, in_gap = started, False
+        try:
+            while not self._stopped:
+                try:
+                    for frame in self._decode():
+                        attempt = 0
+                        stamp, now = self._stamp(frame, index, started, stamp)
+                        if in_gap:
+                            self.stats.gap_seconds += now - last_at
+                            in_gap = False
+                        last_at = now
+                        yield Frame(
+                            source_id=self.source_id,
+                            index=index,
+                            image=frame.to_ndarray(format="bgr24"),
+                            timestamp=stamp,
+                            captured_at=now,
+                            source_name=self.name,
+                        )
+                        index += 1
+                        self.stats.frames = index
+                        if self._stopped or index == self.options.max_frames:
+                            return
+                    if self._stopped:  # a clean stop is not a disconnect
                         return
-                if self._stopped:  # a clean stop is not a disconnect
+                    if not self.live or self.paced:
+                        self.check_ending()
+                        return
+                    if self._ended_cleanly():  # a finite video, not a dropped stream
+                        return
+                    reason = "end of stream"
+                except SourceError as err:
+                    if self._stopped:
+                        return
+                    if not self.live or self.paced:
+                        if self.stats.frames == 0:
+                            raise
+                        self.stats.ended_early = str(err)
+                        self.check_ending()
+                        return
+                    reason = str(err)
+                attempt += 1
+                in_gap = True
+                if attempt > self.options.reconnect_attempts:
+                    # The last reconnect's own failure says more than the disconnect before it.
+                    self.stats.ended_early = (
+                        f"{self.name}: gave up after {self.options.reconnect_attempts} reconnects"
+                        f" ({self._last_error or reason})"
+                    )
                     return
-                if not self.live or self.paced:
-                    self.check_ending()
-                    return
-                reason = "end of stream"
-            except SourceError as err:
-                if self._stopped:
-                    return
-                if not self.live or self.paced:
-                    if self.stats.frames == 0:
-                        raise
-                    self.stats.ended_early = str(err)
-                    self.check_ending()
-                    return
-                reason = str(err)
-            attempt += 1
-            if attempt > self.options.reconnect_attempts:
-                # The last reconnect's own failure says more than the disconnect before it.
-                self.stats.ended_early = (
-                    f"{self.name}: gave up after {self.options.reconnect_attempts} reconnects"
-                    f" ({self._last_error or reason})"
-                )
-                return
-            self._reconnect(attempt, reason)
+                self._reconnect(attempt, reason)
+        finally:
+            if in_gap:
+                self.stats.gap_seconds += time.perf_counter() - last_at
+
+    def _stamp(
+        self, frame: Any, index: int, started: float, previous: float
+    ) -> tuple[float, float]:
+        """The frame's timestamp and capture time; a paced file waits here for its media time."""
+        now = time.perf_counter()
+        if self.paced:  # media time, delivered when a camera would deliver it
+            stamp = float(frame.time) if frame.time is not None else index / self.fps
+            time.sleep(max(0.0, started + stamp - now))
+            return stamp, time.perf_counter()
+        if self.live:
+            return now - started, now
+        if frame.time is not None:  # damaged files can step back: clamp
+            return (float(frame.time) if index == 0 else max(previous, float(frame.time))), now
+        return previous + (1.0 / self.fps if self.fps else 0.0), now
+
+    def _ended_cleanly(self) -> bool:
+        """The input ended without an error after the frames, or the duration, that it
+        declared: a finite video (a file served over HTTP) that is over, not a dropped stream.
+        A stream cut mid-way ends with a read error or short of what it declared; a camera, or a
+        stream that declares neither, never ends this way."""
+        if self.kind == "camera":
+            return False
+        declared = int(self._stream.frames or 0)
+        if declared and self._connection_frames >= declared - max(2, declared // 50):
+            return True
+        if self._media_end is None or self._media_time is None:
+            return False
+        frame_seconds = 1.0 / self.fps if self.fps else 0.0
+        # As for a frame count derived from a duration: a frame or two of rounding, or an
+        # audio track that runs a little longer.
+        slack = max(2 * frame_seconds, self._media_span / 50)
+        return self._media_time + frame_seconds >= self._media_end - slack
 
     def _decode(self) -> Iterator[Any]:
         """Decoded frames; a packet that fails to decode or a frame the decoder flags as
@@ -162,6 +204,9 @@ class VideoSource(Source):
                     continue
                 corrupt_run = 0
                 for frame in decoded:
+                    self._connection_frames += 1
+                    if frame.time is not None:
+                        self._media_time = float(frame.time)
                     if frame.is_corrupt:  # decoded with errors concealed: grey or smeared
                         self.stats.corrupt += 1
                     else:
@@ -176,7 +221,6 @@ class VideoSource(Source):
             self.options.reconnect_backoff * 2 ** (attempt - 1), self.options.reconnect_max_backoff
         )
         self.stats.events.append(f"reconnect {attempt} after: {reason}")
-        gap_start = time.perf_counter()
         self.close()
         deadline = time.monotonic() + delay
         while time.monotonic() < deadline and not self._stopped:
@@ -193,7 +237,6 @@ class VideoSource(Source):
             self._last_error = str(err)
             self.stats.events.append(str(err))
         self.stats.reconnects += 1
-        self.stats.gap_seconds += time.perf_counter() - gap_start
 
     def close(self) -> None:
         if self._container is not None:
@@ -252,6 +295,22 @@ def _install_stop_clock() -> None:
     # read timeout, as it would without this.
     if getattr(core, "time", None) is time:
         core.time = _STOP_CLOCK.module  # type: ignore[attr-defined]
+
+
+def _declared_span(container: Any, stream: Any) -> tuple[float, float | None]:
+    """(duration, end) in media seconds that the video stream, or else the container,
+    declares; (0, None) when neither does (a camera, a live stream)."""
+    import av
+
+    if stream.duration and stream.time_base:
+        start = stream.start_time * stream.time_base if stream.start_time is not None else 0
+        span = float(stream.duration * stream.time_base)
+        return span, float(start) + span
+    if container.duration:
+        start = (container.start_time or 0) / av.time_base
+        span = container.duration / av.time_base
+        return span, start + span
+    return 0.0, None
 
 
 def _reason(err: BaseException) -> str:

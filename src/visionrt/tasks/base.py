@@ -4,11 +4,49 @@ workers, decode on the consumer)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import numpy.typing as npt
 
 from visionrt.backends import Backend
+from visionrt.errors import ConfigError, VisionRTError
+
+# What runtimes say when an allocation fails (CUDA, cuDNN, TensorRT, ONNX Runtime's arena,
+# OpenVINO's plugins, the C++ host allocator).
+OOM_MARKERS = (
+    "out of memory",
+    "outofmemory",
+    "cuda_error_out_of_memory",
+    "cudaerrormemoryallocation",
+    "failed to allocate",
+    "bad_alloc",
+    "cannot allocate memory",
+)
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """True for a MemoryError and for the errors a runtime raises when an allocation fails."""
+    if isinstance(err, MemoryError):
+        return True
+    text = f"{type(err).__name__}: {err}".lower()
+    return any(marker in text for marker in OOM_MARKERS)
+
+
+@contextmanager
+def out_of_memory_as(what: str, fix: str) -> Iterator[None]:
+    """Run the body; an out-of-memory error in it becomes one ConfigError line: `what` (the
+    work and its size) ran out of memory, with the runtime's first line, and `fix`."""
+    try:
+        yield
+    except VisionRTError:
+        raise
+    except Exception as err:  # MemoryError included
+        if not is_out_of_memory(err):
+            raise
+        said = (str(err).strip().splitlines() or [""])[0][:160] or type(err).__name__
+        raise ConfigError(f"{what}: out of memory ({said}); {fix}") from err
 
 
 class Task(Protocol):

@@ -4,6 +4,7 @@ inference with a NaN/Inf guard, and decoding to a DepthMap at source resolution.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,44 @@ from visionrt.errors import ConfigError, ModelLoadError, NonFiniteDepthError, Vi
 from visionrt.model import SELF_DESCRIBING, model_metadata, read_model_spec
 from visionrt.postprocess.depth import depth_to_source, nonfinite_rows
 from visionrt.preprocess.depth import PATCH, depth_input_size, depth_into
+from visionrt.tasks.base import out_of_memory_as
 from visionrt.types import DepthGeometry, DepthMap
 
 ON_NONFINITE = ("recompute", "fail")
 # The telemetry event `drain_events` reports, one per decoded frame that was recomputed.
 RECOMPUTED_EVENT = "depth: non-finite recomputed in fp32"
+# The largest input short side. The ViT's attention holds a (patches × patches) matrix per head,
+# so memory grows with the 4th power of the side. Depth Anything v2-Small in ONNX Runtime on the
+# CPU, one 4:3 frame, peak RSS: 0.5 GB at 518 (1,813 patches), 1.3 GB at 770, 3.8 GB at 1036
+# (7,326 patches); 2800 would need ~190 GB. 1036 is twice the size the model was trained at.
+MAX_SHORT_SIDE = 74 * PATCH
+# The most patches per frame: a 16:9 frame at MAX_SHORT_SIDE (74 × 132), ~6.5 GB by the same
+# measure; wider frames need a smaller short side.
+MAX_PATCHES = 74 * 132
+DEPTH_SIZE_FIX = "use a smaller --depth-size (518, 364 or 266)"
+
+
+def not_depth_reason(out_shape: Sequence[int], input_hw: tuple[int, int] | None) -> str:
+    """Why an output of `out_shape` (-1 for dynamic axes) is not a depth map of an input of
+    `input_hw` (None: dynamic), or "". A depth map is [N, H, W] or [N, 1, H, W], dynamic with
+    the input, or of the input's aspect when both are static (a detector's [1, 84, 8400] is
+    neither)."""
+    dims = list(out_shape)
+    if len(dims) == 4 and dims[1] in (1, -1):
+        dims = [dims[0], *dims[2:]]
+    if len(dims) != 3:
+        return f"its output {list(out_shape)} is not a depth map [N, H, W]"
+    height, width = dims[1:]
+    if input_hw is None and max(height, width) > 0:
+        return f"its output {list(out_shape)} has a fixed size for an input of any size"
+    if input_hw is None or min(height, width, *input_hw) <= 0:
+        return ""
+    if abs(height / width - input_hw[0] / input_hw[1]) > 0.1 * input_hw[0] / input_hw[1]:
+        return (
+            f"its output {list(out_shape)} is not a depth map of its"
+            f" {input_hw[0]}x{input_hw[1]} input"
+        )
+    return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +111,11 @@ class DepthTask:
         meta = model_metadata(self.model) if self.model.suffix in SELF_DESCRIBING else {}
         self.architecture_only = meta.get("architecture_only", "").lower() == "true"
         self.metric = meta.get("depth", "").startswith("metric") if metric is None else metric
-        static_hw = self._static_hw()
+        spec = read_model_spec(self.model) if self.model.suffix in SELF_DESCRIBING else None
+        if spec is not None:
+            static = None if spec.dynamic_hw else spec.input_size
+            self._check_is_depth(spec.output_shape, static, spec.class_names)
+        static_hw = None if spec is None or spec.dynamic_hw else spec.input_size
         if static_hw is not None:
             if options.input_size and tuple(options.input_size) != static_hw:
                 raise ConfigError(
@@ -97,19 +135,27 @@ class DepthTask:
                 f"depth input size: expected height and width multiples of {PATCH} (the ViT"
                 f" patch), got {list(self.input_hw)}"
             )
+        self._check_patches(self.input_hw)
         if static_hw is None:
             options = replace(options, input_size=self.input_hw)
         self.options = options
         self.owns_backend = isinstance(backend, str)
-        self.backend: Backend = (
-            load_backend(backend, self.model, self.options) if isinstance(backend, str) else backend
-        )
+        self.backend: Backend
+        if isinstance(backend, str):
+            size = f"{self.input_hw[0]}x{self.input_hw[1]}"
+            with out_of_memory_as(f"loading {self.model.name} at {size}", DEPTH_SIZE_FIX):
+                self.backend = load_backend(backend, self.model, self.options)
+        else:
+            self.backend = backend
         info = self.backend.info
         self.input_name = info.inputs[0].name
         in_shape = info.inputs[0].shape
         height, width = in_shape[2:4]
         if isinstance(height, int) and isinstance(width, int) and height > 0 and width > 0:
             self.input_hw = (height, width)  # what the runtime actually runs
+        if spec is None:  # a .pt or .engine: what the runtime reports
+            out_shape = [d if isinstance(d, int) else -1 for d in info.outputs[0].shape]
+            self._check_is_depth(out_shape, self.input_hw, info.details.get("class_names") or ())
         self.batch = options.batch
         fixed = in_shape[0]
         if isinstance(fixed, int) and fixed > 0 and fixed != self.batch:
@@ -128,13 +174,30 @@ class DepthTask:
         # the consumer must not wait for that.
         self._events_lock = threading.Lock()
 
-    def _static_hw(self) -> tuple[int, int] | None:
-        """The file's own static input (height, width), None when dynamic or not readable
-        before a runtime loads it."""
-        if self.model.suffix not in SELF_DESCRIBING:
-            return None
-        spec = read_model_spec(self.model)
-        return None if spec.dynamic_hw else spec.input_size
+    def _check_is_depth(
+        self, out_shape: Sequence[int], input_hw: tuple[int, int] | None, names: Sequence[str]
+    ) -> None:
+        """ModelLoadError when the model's output is not a depth map (a detector given to
+        --depth), naming the classes it has when it has some."""
+        reason = not_depth_reason(out_shape, input_hw)
+        if not reason:
+            return
+        if names:
+            shown = ", ".join(names[:4]) + (", …" if len(names) > 4 else "")
+            reason += f" (a detector? it names {len(names)} classes: {shown})"
+        raise ModelLoadError(
+            f"depth model {self.model.name}: not a depth model: {reason}; expected a Depth"
+            " Anything v2 export (output [N, H, W])"
+        )
+
+    def _check_patches(self, input_hw: tuple[int, int]) -> None:
+        patches = (input_hw[0] // PATCH) * (input_hw[1] // PATCH)
+        if patches > MAX_PATCHES:
+            raise ConfigError(
+                f"depth input {input_hw[0]}x{input_hw[1]}: {patches} patches of {PATCH} px,"
+                f" more than the {MAX_PATCHES} that keep the ViT's attention to a few GB;"
+                f" {DEPTH_SIZE_FIX}"
+            )
 
     def new_buffer(self) -> npt.NDArray[np.float32]:
         """One batch row of input: (1, 3, H, W) float32."""
@@ -233,9 +296,14 @@ class DepthTask:
         return events
 
     def warm_up(self, calls: int) -> None:
-        blank = np.zeros((self.batch, 3, *self.input_hw), np.float32)
-        for _ in range(calls):
-            self.backend.infer({self.input_name: blank})
+        """`calls` inferences of a full batch of blank frames; out of memory is one ConfigError
+        naming the size."""
+        height, width = self.input_hw
+        what = f"depth warm-up at {height}x{width} (batch {self.batch})"
+        with out_of_memory_as(what, DEPTH_SIZE_FIX):
+            blank = np.zeros((self.batch, 3, height, width), np.float32)
+            for _ in range(calls):
+                self.backend.infer({self.input_name: blank})
 
     def describe(self) -> dict[str, Any]:
         """What ran, for the run summary; `architecture_only` when the model has random

@@ -14,10 +14,17 @@ from visionrt.backends.registry import check_reads, find_row
 from visionrt.errors import ConfigError, ModelLoadError
 from visionrt.model import SELF_DESCRIBING, ModelSpec, read_model_spec, spec_from_backend
 from visionrt.model_batch import batched_model
-from visionrt.postprocess import PostprocessOptions, detect_layout
+from visionrt.postprocess import HeadLayout, PostprocessOptions, detect_layout
 from visionrt.postprocess.yolo import decode_one
 from visionrt.preprocess import InputLayout, compute_letterbox, letterbox_into
+from visionrt.tasks.base import out_of_memory_as
 from visionrt.types import Detections, Letterbox
+
+# The largest detector input side. A 4K frame (3840×2160) fits whole; YOLOv8s took ~50 MB of
+# activations per 640×640 image in ONNX Runtime on the CPU (peak RSS, batch 8 and 32), which
+# grows with the pixels: ~2 GB per image at 4096×4096, ~500 GB at 64000. Larger frames are what
+# tiling (--tile) is for.
+MAX_INPUT_SIDE = 4096
 
 
 class DetectTask:
@@ -50,6 +57,11 @@ class DetectTask:
                 f"inference.input_size: expected height and width multiples of {stride} (the"
                 f" detector's stride), got {list(options.input_size)}"
             )
+        if options.input_size and max(options.input_size) > MAX_INPUT_SIDE:
+            raise ConfigError(
+                f"inference.input_size: expected sides of at most {MAX_INPUT_SIDE} pixels (a 4K"
+                f" frame fits whole; --tile for larger frames), got {list(options.input_size)}"
+            )
         # An ONNX export with its batch axis fixed at 1 (users' exports often are) runs at a
         # larger batch from a cached copy rewritten for any batch; a model that cannot be
         # rewritten still loads, and the check below says why its batch is refused.
@@ -62,9 +74,16 @@ class DetectTask:
             except ModelLoadError as err:
                 not_rewritten = f"; it cannot be rewritten for another batch: {err}"
         self.owns_backend = isinstance(backend, str)
-        self.backend: Backend = (
-            load_backend(backend, model, options) if isinstance(backend, str) else backend
-        )
+        # What a warm-up that runs out of memory suggests; TiledDetectTask says its own.
+        self.memory_fix = "lower --batch or --imgsz"
+        self.backend: Backend
+        if isinstance(backend, str):
+            size = "x".join(map(str, options.input_size or spec.input_size)) if spec else ""
+            loading = f"loading {model.name} at batch {options.batch} {size}".rstrip()
+            with out_of_memory_as(loading, self.memory_fix):
+                self.backend = load_backend(backend, model, options)
+        else:
+            self.backend = backend
         info = self.backend.info
         self.spec: ModelSpec = spec or spec_from_backend(model, info)
         self.class_names = self.spec.class_names
@@ -85,6 +104,7 @@ class DetectTask:
             self.postprocess.head,
             input_hw=self.input_hw,
         )
+        self._check_classes(out_shape)
         self.batch = options.batch
         fixed = in_shape[0]
         if isinstance(fixed, int) and fixed > 0 and fixed != self.batch:
@@ -93,6 +113,29 @@ class DetectTask:
                 f" {fixed}, got {self.batch} (export with a dynamic batch){not_rewritten}"
             )
         self._pad_batches = isinstance(fixed, int) and fixed > 1
+
+    def _check_classes(self, out_shape: list[int]) -> None:
+        """`postprocess.classes` must name classes this model has (ids 0 to count - 1)."""
+        wanted = self.postprocess.classes
+        if not wanted:
+            return
+        count = len(self.class_names)
+        if not count:  # no names: the head's own width says it, when static
+            width = {
+                HeadLayout.ANCHOR_FREE: (1, 4),
+                HeadLayout.ANCHOR_FREE_T: (2, 4),
+                HeadLayout.YOLOV5: (2, 5),
+            }.get(self.head)
+            if width is None or len(out_shape) != 3 or out_shape[width[0]] <= width[1]:
+                return  # an end-to-end head (rows of class ids) does not say
+            count = out_shape[width[0]] - width[1]
+        outside = [c for c in wanted if not 0 <= c < count]
+        if outside:
+            names = f" ({', '.join(self.class_names)})" if self.class_names else ""
+            raise ConfigError(
+                f"postprocess.classes: class {outside[0]} is not in this model: expected ids 0"
+                f" to {count - 1} of its {count} classes{names}"
+            )
 
     def new_buffer(self) -> npt.NDArray[Any]:
         """One batch row of input: (1, 3, H, W) float32, or (1, H, W, 3) uint8 when folded."""
@@ -123,11 +166,16 @@ class DetectTask:
         return decode_one(output, self.head, box, self.postprocess)
 
     def warm_up(self, calls: int) -> None:
-        blank = np.zeros_like(self.new_buffer())
-        if self.batch > 1:
-            blank = np.repeat(blank, self.batch, axis=0)
-        for _ in range(calls):
-            self.backend.infer({self.input_name: blank})
+        """`calls` inferences of a full batch of blank rows; out of memory is one ConfigError
+        naming the batch and size."""
+        height, width = self.input_hw
+        what = f"detector warm-up at batch {self.batch} of {height}x{width}"
+        with out_of_memory_as(what, self.memory_fix):
+            blank = np.zeros_like(self.new_buffer())
+            if self.batch > 1:
+                blank = np.repeat(blank, self.batch, axis=0)
+            for _ in range(calls):
+                self.backend.infer({self.input_name: blank})
 
     def describe(self) -> dict[str, Any]:
         """What ran, for the run summary."""

@@ -1,8 +1,9 @@
-"""A detector run on overlapping tiles of a high-resolution frame (SAHI-style): every tile of a
-frame goes through the backend in one batch, and the tiles' boxes are merged in source pixels."""
+"""A detector run on overlapping tiles of a high-resolution frame (SAHI-style): the tiles of a
+frame go through the backend in batches, and the tiles' boxes are merged in source pixels."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +14,7 @@ import numpy.typing as npt
 
 from visionrt.backends import Backend, BackendOptions
 from visionrt.errors import ConfigError
+from visionrt.model import SELF_DESCRIBING, read_model_spec
 from visionrt.postprocess import PostprocessOptions
 from visionrt.postprocess.yolo import decode_one
 from visionrt.preprocess.tile import TileGrid, TileOptions, fill_tiles, plan_tiles, tile_count
@@ -22,6 +24,16 @@ from visionrt.types import Detections
 # A box edge this close (in detector input pixels) to a tile edge inside the frame is taken as
 # cut by the tile: the detector rarely places the edge of a truncated object exactly on it.
 EDGE_MARGIN = 3.0
+# Input pixels one backend call takes at most: 40 rows of 640×640. YOLOv8s held ~50 MB of
+# activations per 640×640 row in ONNX Runtime on the CPU (peak RSS at batch 8 and 32), so ~2 GB;
+# 40 keeps a 4K frame at tile 640 (32 tiles + the full frame) in one call. More rows (a small
+# tile, several frames per call) run in several calls of at most this many pixels.
+MAX_CALL_PIXELS = 40 * 640 * 640
+# How far a tile may be enlarged into the detector's input. Past 4× (a tile under a quarter of
+# the input side, 160 px for a 640 detector) the detector sees interpolation blur at scales it
+# was not trained on, and the rows per frame grow as 1/tile² (a 32-px tile cuts a 768×576 frame
+# into 660 tiles). SAHI's own slices are about the detector's size (256-1024 for 640).
+MAX_TILE_UPSCALE = 4
 
 
 def cut_sides(
@@ -120,7 +132,10 @@ class TiledDetectTask:
 
     `source_hw` (height, width) sizes the buffers: frames needing more rows than that size's grid
     are refused (with several sources, pass the size with the largest `tile_count`).
-    `backend_options.batch` is frames per `infer` call; the detector runs rows × that batch."""
+    `backend_options.batch` is frames per `infer` call; the detector runs rows × that batch, in
+    backend calls of at most `rows_per_call` rows (0: as many as MAX_CALL_PIXELS allows), split
+    evenly, with the same results as one call. A tile enlarged more than MAX_TILE_UPSCALE times
+    into the detector's input is refused."""
 
     name = "detect"
 
@@ -133,6 +148,7 @@ class TiledDetectTask:
         *,
         tiling: TileOptions | None = None,
         source_hw: tuple[int, int],
+        rows_per_call: int = 0,
     ) -> None:
         options = backend_options or BackendOptions()
         self.tiling = tiling or TileOptions()
@@ -141,16 +157,53 @@ class TiledDetectTask:
         self.source_hw = (int(source_hw[0]), int(source_hw[1]))
         self.rows = tile_count(self.source_hw, self.tiling)
         self.batch = options.batch
-        self.detector = DetectTask(
-            model, backend, replace(options, batch=self.rows * self.batch), postprocess
-        )
+        total = self.rows * self.batch
+        if rows_per_call < 0:
+            raise ConfigError(f"rows_per_call: expected >= 0, got {rows_per_call}")
+        # Checked before loading when the file says its input size; a .pt or .engine says it
+        # once loaded (the call size then assumes 640×640).
+        known_hw = self._known_input_hw(model, options)
+        if known_hw is not None:
+            self._check_tile(known_hw)
+        height, width = known_hw or (640, 640)
+        limit = rows_per_call or max(1, MAX_CALL_PIXELS // (height * width))
+        calls = math.ceil(total / limit)
+        per_call = math.ceil(total / calls)  # even calls: 33 rows at 32 are 17 + 16, not 32 + 1
+        self.detector = DetectTask(model, backend, replace(options, batch=per_call), postprocess)
+        self.detector.memory_fix = "use a larger --tile (fewer tiles per frame) or lower --batch"
         self.postprocess = self.detector.postprocess
         self.backend: Backend = self.detector.backend
         self.spec, self.class_names = self.detector.spec, self.detector.class_names
         self.input_hw, self.layout = self.detector.input_hw, self.detector.layout
+        try:
+            self._check_tile(self.input_hw)
+        except ConfigError:
+            self.detector.close()
+            raise
         self.head = self.detector.head
         self._grids: dict[tuple[int, int], TileGrid] = {}
         self.grid(self.source_hw)  # sizes the buffers: fails now, not on the first frame
+
+    @staticmethod
+    def _known_input_hw(model: str | Path, options: BackendOptions) -> tuple[int, int] | None:
+        """The detector's input (height, width) as far as it is known before loading."""
+        if options.input_size:
+            return (int(options.input_size[0]), int(options.input_size[1]))
+        path = Path(model)
+        if path.suffix in SELF_DESCRIBING and path.is_file():
+            return read_model_spec(path).input_size
+        return None
+
+    def _check_tile(self, input_hw: tuple[int, int]) -> None:
+        """ConfigError when a tile would be enlarged more than MAX_TILE_UPSCALE times."""
+        smallest = min(input_hw) / MAX_TILE_UPSCALE
+        if self.tiling.tile < smallest:
+            raise ConfigError(
+                f"--tile {self.tiling.tile}: a tile would be enlarged"
+                f" {min(input_hw) / self.tiling.tile:.0f}x into the detector's"
+                f" {input_hw[0]}x{input_hw[1]} input; expected --tile >= {math.ceil(smallest)}"
+                f" (at most {MAX_TILE_UPSCALE}x: smaller tiles show the detector blur)"
+            )
 
     def grid(self, source_hw: tuple[int, int]) -> TileGrid:
         """The tile grid for frames of `source_hw`; ConfigError when it needs more rows than a
@@ -185,10 +238,15 @@ class TiledDetectTask:
         return grid
 
     def infer(self, rows: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.float32]:
-        """The rows of every frame as one backend batch; returns (frames, K, …): one entry per
-        frame, holding that frame's K row outputs."""
-        output = self.detector.infer([np.concatenate(rows) if len(rows) > 1 else rows[0]])
-        frames = len(rows)
+        """The rows of every frame in backend calls of at most the detector's batch; returns
+        (frames, K, …): one entry per frame, holding that frame's K row outputs."""
+        tensor = np.concatenate(rows) if len(rows) > 1 else rows[0]
+        frames, step = len(rows), self.detector.batch
+        parts = []
+        for start in range(0, len(tensor), step):
+            chunk = tensor[start : start + step]
+            parts.append(self.detector.infer([chunk])[: len(chunk)])  # a fixed batch pads
+        output = parts[0] if len(parts) == 1 else np.concatenate(parts)
         return output[: frames * self.rows].reshape(frames, self.rows, *output.shape[1:])
 
     def decode(self, output: npt.NDArray[np.float32], grid: TileGrid) -> Detections:
@@ -238,6 +296,7 @@ class TiledDetectTask:
                 "merge_threshold": self.tiling.merge_threshold,
                 "rows_per_frame": self.rows,
                 "rows_per_call": self.detector.batch,
+                "calls_per_infer": math.ceil(self.rows * self.batch / self.detector.batch),
                 "source_hw": list(self.source_hw),
             },
         }

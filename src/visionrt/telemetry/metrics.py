@@ -53,8 +53,9 @@ class MetricsServer:
             "reason",
         )
         self.events = make(
-            prom.Counter, "events", "Counted events (recomputed depth, degrade steps)", "source",
-            "event",
+            prom.Counter, "events",
+            "Counted events (reconnects, worker restarts, recomputed depth, degrade steps)",
+            "source", "event",
         )  # fmt: skip
         self.latency = make(
             prom.Histogram,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -84,13 +85,21 @@ def print_summary(summary: RunSummary, console: Console | None = None) -> None:
 class TelemetryWriter:
     """Appends one JSON line per second (counters, FPS and glass-to-result latency percentiles
     over that second, queue depths, CPU, RSS) to a file, opened before the run starts so a bad
-    path fails early. A write that fails later (a full disk) stops the writing, not the run:
-    `close()` (or leaving the `with` block) then raises it as a SinkError."""
+    path fails early. A write that fails later (a full disk) stops the writing, is given as a
+    SinkError to `on_error` at once (the pipeline's `fail`: the run stops as on a failed
+    stage), and `close()` (or leaving the `with` block) raises it."""
 
-    def __init__(self, telemetry: Telemetry, path: str | Path, interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        path: str | Path,
+        interval: float = 1.0,
+        on_error: Callable[[SinkError], None] | None = None,
+    ) -> None:
         self.telemetry = telemetry
         self.path = Path(path)
         self.interval = interval
+        self.on_error = on_error
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
         self._handle: TextIO | None = None
@@ -137,8 +146,11 @@ class TelemetryWriter:
                     previous = self._write(handle, previous)
                 self._write(handle, previous)
         except OSError as err:
-            self._error = SinkError(f"cannot write telemetry {self.path}: {err.strerror or err}")
-            self._error.__cause__ = err
+            error = SinkError(f"cannot write telemetry {self.path}: {err.strerror or err}")
+            error.__cause__ = err
+            self._error = error
+            if self.on_error is not None and not self._done.is_set():  # the run is still on
+                self.on_error(error)
 
     def _write(self, handle: TextIO, previous: dict[str, Any] | None) -> dict[str, Any]:
         snapshot = self.telemetry.snapshot()

@@ -85,6 +85,9 @@ class RunSummary:
     sources: list[dict[str, Any]] = field(default_factory=list)
     # The SLO degrade path, when one ran: target, ladder, final level, every step with its reason.
     slo: dict[str, Any] = field(default_factory=dict)
+    # What the run says about its configuration: the plan it used or set aside and why, the
+    # parts of a flag it could not honour with that plan.
+    notes: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     interrupted: bool = False
     error: str = ""
@@ -249,6 +252,7 @@ class Telemetry:
             window = self._window.take()
             frames_in, frames_out = self.frames_in, self.frames_out
             dropped = sum(self.dropped.values())
+            events = dict(self.events)
             gauges = self._gauges
             sources = {}
             for name, counts in self._per_source.items():
@@ -265,6 +269,7 @@ class Telemetry:
             "frames_in": frames_in,
             "frames_out": frames_out,
             "dropped": dropped,
+            "events": events,  # counted over the run, as in the summary and Prometheus
             "latency_ms": _rounded(latency),
             "sources": sources,
             "queues": {name: _read(gauge) for name, gauge in gauges.items()},

@@ -1,8 +1,8 @@
 """Tune: search this machine's configurations (backend × precision × size × requests) on the
 user's own video under an accuracy budget, and keep the best as a plan `run` uses by default."""
 
+from visionrt.plans import Plan, cached_plan, fingerprint_differences, machine_fingerprint
 from visionrt.tune.candidates import Candidate, Machine, aligned_sizes, candidates
-from visionrt.tune.plan import Plan, cached_plan, fingerprint_differences, machine_fingerprint
 from visionrt.tune.search import Limits, Measurement, successive_halving
 from visionrt.tune.tuner import TuneOutcome, tune
 

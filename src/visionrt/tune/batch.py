@@ -14,26 +14,7 @@ import numpy as np
 
 from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError
-
-# What runtimes say when a batch does not fit (CUDA, cuDNN, TensorRT, ONNX Runtime's arena,
-# OpenVINO's GPU plugin, a host allocation).
-OOM_MARKERS = (
-    "out of memory",
-    "outofmemory",
-    "cuda_error_out_of_memory",
-    "cudaerrormemoryallocation",
-    "failed to allocate",
-    "bad_alloc",
-    "cannot allocate memory",
-)
-
-
-def is_out_of_memory(err: BaseException) -> bool:
-    """True for the errors a runtime raises when a batch does not fit in memory."""
-    if isinstance(err, MemoryError):
-        return True
-    text = f"{type(err).__name__}: {err}".lower()
-    return any(marker in text for marker in OOM_MARKERS)
+from visionrt.tasks.base import is_out_of_memory
 
 
 def free_device_memory() -> None:

@@ -3,11 +3,12 @@ the pipeline over the first frames, and score its detections against the FP32 re
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 from visionrt.backends import BackendOptions
-from visionrt.errors import VisionRTError
+from visionrt.errors import Interrupted, VisionRTError
 from visionrt.export import export_model
 from visionrt.fidelity import fidelity
 from visionrt.pipeline import Pipeline
@@ -46,6 +47,9 @@ class VideoEvaluator:
         self.conf, self.progress = conf, progress
         self.reference: list[Detections] | None = None
         self.artifacts: dict[Candidate, Path] = {}
+        self.reports: dict[Candidate, dict[str, Any]] = {}  # each artifact's export report
+        # Set by a signal handler: the search stops at the next frame, nothing is kept.
+        self.stop = threading.Event()
 
     def artifact(self, candidate: Candidate) -> Path:
         """The model file the candidate runs: an export artifact (built once, cached on disk by
@@ -63,7 +67,21 @@ class VideoEvaluator:
                 fidelity_frames=0,  # scored here, on the same frames as every other candidate
             )
             self.artifacts[candidate] = result.path
+            self.reports[candidate] = result.report
         return self.artifacts[candidate]
+
+    def artifact_facts(self, candidate: Candidate) -> dict[str, Any]:
+        """What a plan records of the file the candidate runs: its input size and whether it
+        runs at any batch ("any") or a fixed one."""
+        if not candidate.export:
+            return {"batch": "any", "export": ""}  # the ONNX model: the batch rewrite serves it
+        report = self.reports.get(candidate) or {}
+        return {
+            "export": candidate.export,
+            "batch": report.get("batch", 1),
+            "input_hw": report.get("input_hw"),
+            "report": str(self.artifact(candidate).parent / "report.json"),
+        }
 
     def run_config(self, candidate: Candidate) -> dict[str, Any]:
         """The model, backend and inference sections `run` needs to reproduce the candidate."""
@@ -79,7 +97,11 @@ class VideoEvaluator:
     def __call__(self, candidate: Candidate, frames: int) -> Measurement:
         try:
             return self._measure(candidate, frames)
+        except (Interrupted, KeyboardInterrupt):
+            raise
         except (VisionRTError, RuntimeError, MemoryError) as err:
+            if self.stop.is_set():  # a stage that failed because the run was being stopped
+                raise Interrupted("tune interrupted") from err
             first = (str(err).splitlines() or [type(err).__name__])[0]
             return Measurement(0.0, 0.0, 0.0, 0.0, 0, error=first)
 
@@ -94,10 +116,13 @@ class VideoEvaluator:
             options,
             PostprocessOptions(conf=self.conf),
             SourceOptions(mode="file", max_frames=frames),
+            plan=False,  # the candidate itself, never a cached plan
         )
         detections: list[Detections] = []
         try:
             for result in pipeline:
+                if self.stop.is_set():
+                    raise Interrupted("tune interrupted")
                 if len(detections) < self.fidelity_frames:
                     detections.append(result.detections)
         finally:

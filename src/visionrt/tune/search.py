@@ -78,6 +78,7 @@ class SearchResult:
     reference: Trial | None
     out_of_time: bool = False
     seconds: float = 0.0
+    live: Trial | None = None  # the chosen configuration's live twin, when one was measured
 
 
 def successive_halving(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.util
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -11,12 +12,13 @@ from pathlib import Path
 from visionrt import hardware
 from visionrt.backends.registry import find_row, unavailable_reason
 from visionrt.errors import ConfigError, ModelLoadError
-from visionrt.model import read_model_spec
+from visionrt.model import file_sha256, read_model_spec
+from visionrt.plans import Plan, machine_fingerprint, plan_path
+from visionrt.plans.store import LIVE_KEY
 from visionrt.sources import SourceOptions, open_source
 from visionrt.tune.batch import BatchPoint, BatchSearch, batch_throughput, search_batch
 from visionrt.tune.candidates import Candidate, Machine, candidates
 from visionrt.tune.evaluate import VideoEvaluator, backend_options
-from visionrt.tune.plan import Plan, machine_fingerprint, plan_path
 from visionrt.tune.search import Evaluate, Limits, SearchResult, Trial, successive_halving
 
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")  # one folder per GPU the driver sees
@@ -117,8 +119,12 @@ def tune(
     plans_root: Path | None = None,
     progress: bool = False,
     on_batch: Callable[[BatchPoint], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> TuneOutcome:
-    """Find the best configuration for `model` on `video` within `limits`; save the plan."""
+    """Find the best configuration for `model` on `video` within `limits`; save the plan.
+
+    Setting `stop` (a signal handler does) ends the search at the next frame with `Interrupted`
+    and nothing cached."""
     if model.suffix != ".onnx":
         raise ConfigError(f"tune: expected an ONNX detector, got {model.name}")
     if limits.objective not in ("throughput", "latency"):
@@ -128,6 +134,8 @@ def tune(
     spec = read_model_spec(model)
     space = candidates(this_machine(), spec.input_size, _source_hw(str(video)), limits.objective)
     evaluator = VideoEvaluator(video, model, fidelity_frames=min(60, rounds[0]), progress=progress)
+    if stop is not None:
+        evaluator.stop = stop
     search = successive_halving(space, evaluator, limits, rounds, on_trial=on_trial)
 
     def measure_for(candidate: Candidate) -> Callable[[int], float]:
@@ -141,15 +149,24 @@ def tune(
     best = search.best
     if best is None:
         return TuneOutcome(None, None, search, batching)
+    live = tune_live(best, evaluator, limits, rounds[-1], on_trial)
+    if live is not None:
+        search.trials.append(live)
+        search.live = live
     fingerprint = machine_fingerprint()
     reference = search.reference.last if search.reference and search.reference.runs else None
     measured = best.last
+    run = evaluator.run_config(best.candidate)
+    if live is not None and not live.why_out:
+        run[LIVE_KEY] = {"inference": _differences(best.candidate, live.candidate)}
     plan = Plan(
-        run=evaluator.run_config(best.candidate),
+        run=run,
         tuned={
             "label": best.candidate.label,
             "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "source_model": str(model),
+            "source_sha256": file_sha256(model),
+            "artifact": evaluator.artifact_facts(best.candidate),
             "video": str(video),
             "objective": limits.objective,
             "limits": {"min_fidelity": limits.min_fidelity, "max_p99_ms": limits.max_p99_ms},
@@ -164,6 +181,7 @@ def tune(
             "reference": {"label": search.reference.candidate.label, "fps": round(reference.fps, 2)}
             if reference and search.reference
             else {},
+            **({"live": _live_record(live)} if live is not None else {}),
             "search_seconds": round(search.seconds, 1),
             **({"batch_search": batching.to_json()} if batching else {}),
             "fingerprint": fingerprint,
@@ -171,3 +189,66 @@ def tune(
     )
     path = plan.save(plan_path(model, fingerprint, plans_root))
     return TuneOutcome(plan, path, search, batching)
+
+
+def live_twin(candidate: Candidate) -> Candidate | None:
+    """The lowest-latency form of the chosen configuration, for live sources: one frame per
+    call, and OpenVINO's latency hint (all threads on one request) instead of throughput
+    streams. None when the candidate already is that."""
+    settings = dict(candidate.settings)
+    if candidate.backend == "openvino" and settings.get("hint") == "throughput":
+        settings["hint"] = "latency"
+    twin = replace(candidate, settings=tuple(sorted(settings.items())), batch=1)
+    return None if twin == candidate else twin
+
+
+def tune_live(
+    best: Trial,
+    evaluate: Evaluate,
+    limits: Limits,
+    frames: int,
+    on_trial: Callable[[Trial, int], None] | None = None,
+) -> Trial | None:
+    """Measure the chosen configuration's live twin (`live_twin`) on the final round's frames;
+    it becomes the plan's `live` settings when its per-frame latency (p50) is lower and it
+    stays within the limits. The trial joins the table either way."""
+    twin = live_twin(best.candidate)
+    if twin is None:
+        return None
+    trial = Trial(twin)
+    trial.runs.append(evaluate(twin, frames))
+    trial.reached = best.reached
+    trial.why_out = limits.why(trial.last)
+    if not trial.why_out and trial.last.p50_ms >= best.last.p50_ms:
+        trial.why_out = f"live: p50 {trial.last.p50_ms:.0f} ms, not below {best.last.p50_ms:.0f} ms"
+    if on_trial is not None:
+        on_trial(trial, frames)
+    return trial
+
+
+def _differences(chosen: Candidate, twin: Candidate) -> dict[str, object]:
+    """The inference settings of `twin` that differ from `chosen` (a plan's `live` section)."""
+    ours, theirs = chosen.options(), twin.options()
+    changed: dict[str, object] = {
+        k: v for k, v in theirs.items() if k != "settings" and ours.get(k) != v
+    }
+    settings = {k: v for k, v in theirs["settings"].items() if ours["settings"].get(k) != v}
+    if settings:
+        changed["settings"] = settings
+    return changed
+
+
+def _live_record(trial: Trial) -> dict[str, object]:
+    last = trial.last
+    return {
+        "label": trial.candidate.label,
+        "chosen": not trial.why_out,
+        **({"why_not": trial.why_out} if trial.why_out else {}),
+        "measured": {
+            "fps": round(last.fps, 2),
+            "p50_ms": round(last.p50_ms, 2),
+            "p99_ms": round(last.p99_ms, 2),
+            "fidelity": round(last.fidelity, 4),
+            "frames": last.frames,
+        },
+    }

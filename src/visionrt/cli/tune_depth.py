@@ -1,0 +1,86 @@
+"""The depth half of `visionrt tune --depth`: check its budget, search, print the table, say
+where the plan went."""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from visionrt.errors import ConfigError
+from visionrt.plans import cached_plan
+from visionrt.tune.depth import DepthLimits, DepthTrial, tune_depth
+
+
+def depth_limits(
+    depth: str | None, short_side: int, max_abs_rel: float, min_delta1: float
+) -> DepthLimits | None:
+    """The depth budget, checked before any work (None without --depth)."""
+    if depth is None:
+        return None
+    if not Path(depth).is_file():
+        raise ConfigError(f"--depth: model file not found: {depth}")
+    if short_side < 14 or short_side % 14:
+        raise ConfigError(
+            f"--depth-size: expected a multiple of 14 (266, 364, 518), got {short_side}"
+        )
+    if not (max_abs_rel > 0 and math.isfinite(max_abs_rel)):
+        raise ConfigError(f"--max-abs-rel: expected a number > 0, got {max_abs_rel}")
+    if not 0 <= min_delta1 <= 1:
+        raise ConfigError(f"--min-delta1: expected 0 to 1, got {min_delta1}")
+    return DepthLimits(max_abs_rel, min_delta1)
+
+
+def tune_depth_model(
+    video: str,
+    model: Path,
+    short_side: int,
+    limits: DepthLimits,
+    if_missing: bool,
+    err: Console,
+    stop: threading.Event,
+) -> None:
+    found = cached_plan(model)
+    if if_missing and found is not None and found[0].tuned.get("short_side") == short_side:
+        plan, path = found
+        err.print(f"depth plan {path.name}: {plan.summary_line()} (cached)")
+        return
+
+    def show(trial: DepthTrial) -> None:
+        verdict = trial.why_out or f"{trial.ms:.1f} ms" + (
+            "" if trial.candidate.reference else f", AbsRel {trial.abs_rel:.3f}"
+        )
+        err.print(f"  depth {trial.candidate.label}: {verdict}")
+
+    with err.status("tuning the depth model"):
+        plan, path, trials = tune_depth(video, model, short_side, limits, on_trial=show, stop=stop)
+    size = plan.tuned["input_hw"]
+    table = Table(title=f"visionrt tune --depth · {model.name} · {size[0]}×{size[1]}")
+    for column in ("configuration", "ms model-only", "× reference", "AbsRel", "δ<1.25", "status"):
+        table.add_column(
+            column, justify="left" if column in ("configuration", "status") else "right"
+        )
+    reference_ms = trials[0].ms
+    for trial in trials:
+        chosen = trial.candidate.label == plan.tuned["label"]
+        status = "chosen" if chosen else ("reference" if trial.candidate.reference else "")
+        table.add_row(
+            trial.candidate.label,
+            f"{trial.ms:.1f}" if trial.ms else "",
+            f"{reference_ms / trial.ms:.2f}×" if trial.ms and reference_ms else "",
+            "" if trial.candidate.reference else f"{trial.abs_rel:.3f}",
+            "" if trial.candidate.reference else f"{trial.delta1:.3f}",
+            f"out: {trial.why_out}" if trial.why_out else status,
+        )
+    Console(width=None if sys.stdout.isatty() else 150).print(table)
+    if plan.tuned.get("architecture_only"):
+        err.print(
+            "note: architecture-only depth model (random weights): its AbsRel says nothing about"
+            " a trained model's accuracy; tune again with real weights"
+        )
+    err.print(f"depth plan: {plan.summary_line()}")
+    err.print(f"cached as {path}: `visionrt run --depth {model}` now uses it")

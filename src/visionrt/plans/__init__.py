@@ -1,0 +1,42 @@
+"""Plans: the configuration `tune` chose for a model on this machine, cached, and how a run takes
+it (model file, backend and inference settings, resolved before anything loads)."""
+
+from visionrt.plans.resolve import (
+    PlanRequest,
+    PlanUse,
+    batch_ready,
+    chosen_settings,
+    plan_depth,
+    plan_detector,
+    plan_model_sha256,
+    use_depth_plan,
+    use_plan,
+)
+from visionrt.plans.store import (
+    Plan,
+    cached_plan,
+    default_root,
+    fingerprint_differences,
+    fingerprint_key,
+    machine_fingerprint,
+    plan_path,
+)
+
+__all__ = [
+    "Plan",
+    "PlanRequest",
+    "PlanUse",
+    "batch_ready",
+    "cached_plan",
+    "chosen_settings",
+    "default_root",
+    "fingerprint_differences",
+    "fingerprint_key",
+    "machine_fingerprint",
+    "plan_depth",
+    "plan_detector",
+    "plan_model_sha256",
+    "plan_path",
+    "use_depth_plan",
+    "use_plan",
+]

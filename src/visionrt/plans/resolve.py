@@ -1,0 +1,269 @@
+"""Which configuration a run takes from a plan: the plan's sections when it was tuned for the
+run's model and its artifact serves what the run asks (a batch, tiles, live sources), or none —
+always with one line saying which and why. The CLI, `profile` and the Python API share it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from visionrt.backends import Backend, BackendOptions
+from visionrt.errors import ModelLoadError
+from visionrt.model import demo_model_path, file_sha256
+from visionrt.plans.store import LIVE_KEY, RUN_KEYS, Plan, cached_plan, fingerprint_differences
+
+# Inference settings that choose a configuration: given any of them, the user's choice wins over
+# a cached plan. `threads` and `batch` do not: they compose with whatever the plan runs.
+CHOICES = ("device", "precision", "input_size", "fold_preprocess", "settings")
+REFERENCE = "the FP32 reference"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    """What a run asks of its detector, as far as a plan is concerned. `model` is the file the
+    run names (None: the plan's own, or the demo model for a cached plan); `chosen` the settings
+    the user gave that pick a configuration (`chosen_settings`)."""
+
+    model: Path | None = None
+    chosen: tuple[str, ...] = ()
+    batch: int = 1  # frames per inference call
+    tile: bool = False  # tiles run as a batch of rows per frame
+    live: bool = False  # cameras, streams or --realtime: the plan's `live` settings apply
+
+
+@dataclass(frozen=True, slots=True)
+class PlanUse:
+    """`sections` (model, backend, inference) to layer under the run's own settings, with the
+    model replaced by the plan's artifact; None: the run goes on without a plan. `note` is the
+    line to show ("" when there is nothing to say)."""
+
+    sections: dict[str, Any] | None
+    note: str
+    plan: Plan | None = None
+
+
+def chosen_settings(
+    backend: str, inference: Mapping[str, Any], defaults: Mapping[str, Any]
+) -> tuple[str, ...]:
+    """The configuration-picking settings the user set: a backend, or inference values in
+    CHOICES that differ from `defaults`."""
+    chosen = ("backend",) if backend else ()
+    return chosen + tuple(k for k in CHOICES if inference.get(k) != defaults.get(k))
+
+
+def use_plan(
+    request: PlanRequest, plan_file: str | Path | None = None, root: Path | None = None
+) -> PlanUse:
+    """The plan a run uses: `plan_file` when given (the user's settings still override single
+    values), else the one cached for the model on this machine unless the user chose a
+    configuration. A plan tuned for another model, or whose artifact cannot serve the run, is
+    set aside with the reason — never an error."""
+    if plan_file is not None:
+        plan, where = Plan.load(plan_file), f"plan {plan_file}"
+        warnings = "".join(
+            f"\nwarning: this machine differs from the plan's: {difference}"
+            for difference in fingerprint_differences(plan)
+        )
+    else:
+        model = request.model or _demo_model()
+        if model is None or model.suffix != ".onnx" or not model.is_file():
+            return PlanUse(None, "")
+        found = cached_plan(model, root)
+        if found is not None and found[0].tuned.get("task") == "depth":
+            found = None  # a depth model's plan: not a detector's
+        if found is None:
+            if request.chosen:
+                return PlanUse(None, "")
+            return PlanUse(
+                None,
+                f"no tuned plan for {model.name} on this machine: running {REFERENCE};"
+                " `visionrt tune` finds the fastest configuration here (minutes, once)",
+            )
+        plan, path = found
+        where, warnings = f"plan {path.name}", ""
+        if request.chosen:
+            return PlanUse(
+                None,
+                f"{where} not used: {_flags(request.chosen)} chose the configuration"
+                " (--plan FILE applies a plan under your settings)",
+                plan,
+            )
+    why = _why_not(plan, request)
+    if why:
+        running = request.model.name if request.model else REFERENCE
+        return PlanUse(None, f"{where} set aside: {why}; running {running}{warnings}", plan)
+    sections = {key: plan.run[key] for key in RUN_KEYS if key in plan.run}
+    live_settings = (plan.run.get(LIVE_KEY) or {}).get("inference") or {}
+    mode = ""
+    if request.live and live_settings:
+        sections["inference"] = _merged(sections.get("inference") or {}, live_settings)
+        mode = f" · live: {_describe(live_settings)}"
+    elif plan.run.get(LIVE_KEY):
+        mode = " · file mode: throughput settings"
+    tail = "" if plan_file is not None else " (--no-plan: the reference)"
+    return PlanUse(sections, f"{where}: {plan.summary_line()}{mode}{tail}{warnings}", plan)
+
+
+def _demo_model() -> Path | None:
+    try:
+        return demo_model_path()
+    except ModelLoadError:
+        return None
+
+
+def _flags(chosen: tuple[str, ...]) -> str:
+    names = {"input_size": "--imgsz", "fold_preprocess": "inference.fold_preprocess",
+             "settings": "inference.settings"}  # fmt: skip
+    return ", ".join(names.get(c, f"--{c}") for c in chosen)
+
+
+def _merged(inference: Mapping[str, Any], live: Mapping[str, Any]) -> dict[str, Any]:
+    merged = {**inference, **live}
+    if "settings" in live:  # settings merge key by key, as config layers do
+        merged["settings"] = {**(inference.get("settings") or {}), **live["settings"]}
+    return merged
+
+
+def _describe(settings: Mapping[str, Any]) -> str:
+    flat = {
+        **{k: v for k, v in settings.items() if k != "settings"},
+        **settings.get("settings", {}),
+    }
+    return ", ".join(f"{k}={v}" for k, v in flat.items())
+
+
+def plan_model_sha256(plan: Plan) -> str:
+    """The content hash of the model the plan was tuned for ("" when the plan cannot say)."""
+    recorded = str(plan.tuned.get("source_sha256") or "")
+    if recorded:
+        return recorded
+    source = Path(str(plan.tuned.get("source_model") or ""))
+    return file_sha256(source) if source.is_file() else ""
+
+
+def batch_ready(plan: Plan) -> bool:
+    """True when the plan's model runs at any batch: an ONNX file (the batch rewrite serves it),
+    or an artifact exported with a dynamic batch axis (`tuned.artifact.batch: any`)."""
+    if Path(str(plan.run.get("model", ""))).suffix == ".onnx":
+        return True
+    return (plan.tuned.get("artifact") or {}).get("batch") == "any"
+
+
+def _why_not(plan: Plan, request: PlanRequest) -> str:
+    """Why the plan cannot serve the request ("" when it can)."""
+    artifact = Path(str(plan.run.get("model", "")))
+    if request.model is not None and request.model.resolve() != artifact.resolve():
+        tuned_for = plan_model_sha256(plan)
+        if not tuned_for:
+            return (
+                "it does not record which model it was tuned for, and"
+                f" {request.model.name} is not its artifact"
+            )
+        if file_sha256(request.model) != tuned_for:
+            source = Path(str(plan.tuned.get("source_model") or "another model")).name
+            return f"it was tuned for {source} ({tuned_for[:12]}), not {request.model.name}"
+    if (request.batch > 1 or request.tile) and not batch_ready(plan):
+        asked = f"--batch {request.batch}" if request.batch > 1 else "--tile (a batch of tiles)"
+        return (
+            f"its artifact {artifact.name} runs one frame per call and {asked} needs a batch"
+            " (`visionrt tune` again makes batch-ready artifacts)"
+        )
+    return ""
+
+
+def plan_detector(
+    plan: str | Path | bool | None,
+    model: str | Path,
+    backend: str | Backend,
+    options: BackendOptions | None,
+    tile: bool,
+    live: bool,
+) -> tuple[str | Path, str | Backend, BackendOptions | None, PlanUse]:
+    """For the Python API: the model, backend and options to load — the plan's, under the
+    caller's batch, threads and cache folder, when a plan serves this run (`use_plan`), the
+    caller's otherwise — and the decision (its note says which). `plan` None or True: the
+    cached plan; a path: that plan; False: none."""
+    if plan is False or not isinstance(backend, str):
+        return model, backend, options, PlanUse(None, "")
+    given = options or BackendOptions()
+    request = PlanRequest(
+        model=Path(model),
+        chosen=chosen_settings(
+            backend,
+            {f: getattr(given, f) for f in CHOICES},
+            {f: getattr(BackendOptions(), f) for f in CHOICES},
+        ),
+        batch=given.batch,
+        tile=tile,
+        live=live,
+    )
+    use = use_plan(request, None if plan is None or plan is True else plan)
+    if use.sections is None:
+        return model, backend, options, use
+    inference = dict(use.sections.get("inference") or {})
+    size = inference.get("input_size")
+    planned = BackendOptions(**{**inference, "input_size": tuple(size) if size else None})
+    planned = replace(
+        planned,
+        batch=given.batch if given.batch != 1 else planned.batch,
+        threads=given.threads or planned.threads,
+        cache_dir=given.cache_dir or planned.cache_dir,
+    )
+    return str(use.sections["model"]), str(use.sections["backend"]), planned, use
+
+
+def use_depth_plan(
+    model: Path, chosen: tuple[str, ...], short_side: int, root: Path | None = None
+) -> PlanUse:
+    """The depth model's cached plan (`tune --depth`), unless the user chose its backend or
+    precision, or asks a size its fixed-size artifact cannot run."""
+    if model.suffix != ".onnx" or not model.is_file():
+        return PlanUse(None, "")
+    found = cached_plan(model, root)
+    if found is None or found[0].tuned.get("task") != "depth":
+        if chosen:
+            return PlanUse(None, "")
+        return PlanUse(
+            None,
+            f"no tuned depth plan for {model.name} on this machine: running it FP32 on ONNX"
+            f" Runtime; `visionrt tune --depth {model.name} --depth-size {short_side}` plans it",
+        )
+    plan, path = found
+    where = f"depth plan {path.name}"
+    if chosen:
+        return PlanUse(None, f"{where} not used: depth.{', depth.'.join(chosen)} given", plan)
+    fixed = (plan.tuned.get("artifact") or {}).get("fixed_hw")
+    tuned_side = plan.tuned.get("short_side")
+    if fixed and tuned_side != short_side:
+        return PlanUse(
+            None,
+            f"{where} set aside: its artifact is fixed at {fixed[0]}×{fixed[1]} (short side"
+            f" {tuned_side}) and the run asks short side {short_side}; `visionrt tune --depth"
+            f" {model.name} --depth-size {short_side}` plans that size",
+            plan,
+        )
+    sections = {key: plan.run[key] for key in RUN_KEYS if key in plan.run}
+    tuned_at = "" if tuned_side == short_side else f" (tuned at short side {tuned_side})"
+    return PlanUse(sections, f"{where}: {plan.summary_line()}{tuned_at}", plan)
+
+
+def plan_depth(
+    model: str | Path, backend: str, options: BackendOptions, short_side: int
+) -> tuple[str | Path, str, BackendOptions, PlanUse]:
+    """For the Python API: a depth model's model, backend and options — its plan's
+    (`use_depth_plan`) under the caller's threads and batch, or the caller's — and the
+    decision."""
+    chosen = chosen_settings(
+        backend,
+        {f: getattr(options, f) for f in CHOICES},
+        {f: getattr(BackendOptions(), f) for f in CHOICES},
+    )
+    use = use_depth_plan(Path(model), chosen, short_side)
+    if use.sections is None:
+        return model, backend, options, use
+    inference = dict(use.sections.get("inference") or {})
+    size = inference.pop("input_size", None)
+    planned = replace(options, **inference, input_size=tuple(size) if size else None)
+    return str(use.sections["model"]), str(use.sections["backend"]), planned, use

@@ -1,0 +1,119 @@
+"""Nothing is lost: two sources never share an output file (names made unique, collisions refused
+up front), and two runs never write into one output folder at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from visionrt.cli.main import main
+from visionrt.errors import SinkError
+from visionrt.sinks.lock import OutputLock
+from visionrt.sources.naming import unique_names
+
+
+def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    try:
+        main(args)
+    except SystemExit as exit_info:
+        code = exit_info.code
+        return (code if isinstance(code, int) else 1), capsys.readouterr().err
+    return 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("names", "given", "expected"),
+    [
+        (["vtest", "vtest", "vtest-1"], [False, False, True], ["vtest", "vtest-2", "vtest-1"]),
+        (["a", "a", "a"], [False, False, False], ["a", "a-1", "a-2"]),
+        (["a-1", "a", "a"], [True, False, False], ["a-1", "a", "a-2"]),
+    ],
+)
+def test_default_names_never_take_a_given_one(
+    names: list[str], given: list[bool], expected: list[str]
+) -> None:
+    assert unique_names(names, given) == expected
+    assert len(set(unique_names(names, given))) == len(names)
+
+
+def test_repeated_sources_write_their_own_files(
+    small_video: Path, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    code, err = _cli(
+        ["run", str(small_video), str(small_video), f"small-1={small_video}", "-m",
+         str(tiny_model), "--no-plan", "-o", str(out), "-q", "--max-frames", "3"],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    names = [s["name"] for s in summary["sources"]]
+    assert sorted(names) == ["small", "small-1", "small-2"]
+    assert {p.name for p in out.glob("*.mp4")} == {f"{n}.mp4" for n in names}
+
+
+def test_output_files_that_would_collide_are_refused_up_front(
+    small_video: Path, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`a` writes a.depth.mp4 with a depth model, and a source named `a.depth` writes
+    a.depth.mp4 too: one would overwrite the other."""
+    clip = tmp_path / "a.depth.mp4"
+    clip.write_bytes(small_video.read_bytes())
+    out = tmp_path / "out"
+    code, err = _cli(
+        ["run", f"a={small_video}", str(clip), "-m", str(tiny_model), "--no-plan", "--depth",
+         str(tiny_model), "-o", str(out), "-q"],
+        capsys,
+    )  # fmt: skip
+    assert code == 2, err
+    line = err.strip().splitlines()[-1]
+    assert "sources 'a' and 'a.depth' would both write a.depth.mp4" in line, line
+    assert not out.exists() or not list(out.glob("*.mp4"))
+
+
+def test_the_lock_names_its_owner_and_is_released(tmp_path: Path) -> None:
+    first = OutputLock(tmp_path / "out").acquire()
+    with pytest.raises(SinkError, match=r"in use by visionrt run \(pid \d+"):
+        # Another open file description of the same lock file: flock refuses it, as it
+        # refuses another process.
+        OutputLock(tmp_path / "out").acquire()
+    first.release()
+    with OutputLock(tmp_path / "out"):
+        pass
+
+
+def test_a_second_run_into_the_same_folder_is_refused(tiny_model: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    env = {**os.environ, "VISIONRT_PLANS": str(tmp_path / "plans")}
+    command = [sys.executable, "-m", "visionrt.cli.main", "run", "-m", str(tiny_model),
+               "--backend", "null", "-o", str(out), "-q", "--mode", "live"]  # fmt: skip
+    first = subprocess.Popen(
+        [*command, "synthetic:64x48:100000"], stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "summary.partial.json").exists() and not list(out.glob("*.partial.*")):
+            assert first.poll() is None, first.stderr.read() if first.stderr else ""
+            assert time.monotonic() < deadline, "the first run never started writing"
+            time.sleep(0.1)
+        second = subprocess.run(
+            [*command, "synthetic:64x48:10"], capture_output=True, text=True, env=env, timeout=60
+        )
+        assert second.returncode == 6, second.stderr
+        assert f"output folder {out} is in use by visionrt run (pid {first.pid}" in (second.stderr)
+        assert len(second.stderr.strip().splitlines()) == 1
+    finally:
+        first.send_signal(signal.SIGINT)
+        _, err = first.communicate(timeout=60)
+    assert first.returncode == 130, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"]
+    assert summary["frames_out"] > 0
+    assert (out / "synthetic.mp4").is_file() or list(out.glob("*.mp4"))
