@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from bench_plan import spread  # scripts/ is on the path of a script run from it
 
 from visionrt.hardware import cpu_model
 from visionrt.model import DEMO_VIDEO, demo_model_path, depth_model_path
@@ -28,12 +29,6 @@ from visionrt.plans import cached_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 VISIONRT = str(Path(sys.executable).parent / "visionrt")
-
-
-def spread(values: list[float], fmt: str = ".1f") -> str:
-    if not values:
-        return "—"
-    return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}–{max(values):{fmt}})"
 
 
 def run(args: list[str]) -> dict:
@@ -120,7 +115,8 @@ def main() -> None:
             fps = [r["fps"] for r in runs]
             p50 = [r["latency"].get("p50", 0.0) for r in runs]
             p99 = [r["latency"].get("p99", 0.0) for r in runs]
-            print(f"| {scenario} | {label} | {spread(fps)} | {spread(p50)} | {spread(p99)} |")
+            cells = [spread(fps, ".1f"), spread(p50, ".0f"), spread(p99, ".0f")]
+            print(f"| {scenario} | {label} | {' | '.join(cells)} |")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     slim = {
         s: {

@@ -117,7 +117,65 @@ RUN_CASES = [
     ("VIDEO -m MODEL --depth DEPTH --depth-on ,", 2, "got an empty name in ','"),
     # 10: the sections a config may have include `tasks`.
     ("VIDEO -m MODEL --set nope.key=1", 2, "postprocess, source, sources, tasks"),
+    # 4: a latency-ladder model that is not a detector, checked before the ladder builds on it.
+    ("VIDEO -m MODEL --realtime --slo-ms 100 --set pipeline.slo_model=DEPTH", 2,
+     "pipeline.slo_model: depth.onnx is not a detector"),
+]  # fmt: skip
+
+# argv of `visionrt tune`: budgets that ran unbounded or ended as a "source error", and
+# destinations that failed only after the whole search.
+TUNE_CASES = [
+    (
+        "VIDEO -m MODEL --budget-minutes 0",
+        2,
+        "--budget-minutes: expected a number of minutes > 0, got 0.0",
+    ),
+    (
+        "VIDEO -m MODEL --budget-minutes -1",
+        2,
+        "--budget-minutes: expected a number of minutes > 0, got -1.0",
+    ),
+    (
+        "VIDEO -m MODEL --budget-minutes nan",
+        2,
+        "--budget-minutes: expected a number of minutes > 0, got nan",
+    ),
+    ("VIDEO -m MODEL --min-fidelity nan", 2, "--min-fidelity: expected 0 to 1, got nan"),
+    ("VIDEO -m MODEL --max-p99-ms -5", 2, "--max-p99-ms: expected >= 0"),
+    ("VIDEO -m MODEL --plan ROOT/file/plan.yaml", 6, "ROOT/file is a file, not a folder"),
+    ("VIDEO -m MODEL --report ROOT/file/report.html", 6, "ROOT/file is a file, not a folder"),
+    ("VIDEO -m MODEL --depth MODEL640.missing", 2, "--depth: model file not found"),
+    ("VIDEO -m MODEL --depth DEPTH --depth-size 100", 2, "--depth-size: expected a multiple"),
 ]
+
+
+@pytest.mark.parametrize(("argv", "code", "message"), TUNE_CASES, ids=[c[0] for c in TUNE_CASES])
+def test_tune_refuses_in_one_line_before_searching(
+    argv: str, code: int, message: str, media: dict[str, Path], capsys,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    from visionrt.tune import tuner
+
+    monkeypatch.setattr(tuner, "successive_halving", _must_not_search)
+    exit_code, error = _cli(["tune", *_expand(media, argv)], capsys)
+    assert message.replace("ROOT", str(media["root"])) in error
+    assert exit_code == code, error
+
+
+def test_a_read_only_plan_cache_is_refused_before_searching(
+    media: dict[str, Path], capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from visionrt.tune import tuner
+
+    monkeypatch.setattr(tuner, "successive_halving", _must_not_search)
+    monkeypatch.setenv("VISIONRT_PLANS", str(media["root"] / "file" / "plans"))
+    exit_code, error = _cli(["tune", str(media["video"]), "-m", str(media["model"])], capsys)
+    assert exit_code == 6, error
+    assert "is a file, not a folder" in error
+
+
+def _must_not_search(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the search started before its inputs were checked")
 
 
 @pytest.mark.parametrize(("argv", "code", "message"), RUN_CASES, ids=[c[0] for c in RUN_CASES])
@@ -344,3 +402,17 @@ def test_jsonl_source_is_the_source_name(media: dict[str, Path], tmp_path: Path,
         "1.png",
     ]
     assert not any("image" in line for line in lines if line["source"] != "images")
+
+
+def test_a_ladder_without_smaller_inputs_still_runs(
+    media: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    """A detector whose head the size rewrite cannot change gets no smaller-input rungs — said
+    in one line — and the run goes on with the detect-every-N rungs (it used to exit 4)."""
+    args = ["run", str(media["video"]), "-m", str(media["model"]), "--realtime", "--slo-ms",
+            "100", "-q", "--no-video", "--out", str(tmp_path)]  # fmt: skip
+    code, error = _cli(args, capsys)
+    assert code == 0, error
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert any("cannot run at a smaller input" in note for note in summary["notes"])
+    assert not any("input" in rung for rung in summary["slo"]["ladder"])  # every N only

@@ -73,6 +73,8 @@ def _fail(message: str, code: int) -> NoReturn:
     # One line even when a runtime's own message spans several.
     line = " ".join(part.strip() for part in message.splitlines() if part.strip())
     print(f"visionrt: error: {line}", file=sys.stderr)
+    if STARTUP.abandoned:  # a start-up still in native code: no interpreter shutdown under it
+        STARTUP.exit_now(code)
     sys.exit(code)
 
 

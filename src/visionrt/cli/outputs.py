@@ -15,7 +15,7 @@ from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline import Pipeline
 from visionrt.sinks import JsonlSink, Sink, VideoSink
 from visionrt.sinks.base import check_writable as check_sink_path
-from visionrt.sinks.base import partial_path
+from visionrt.sinks.base import partial_path, unwritable
 from visionrt.sources.naming import default_name, split_name, unique_names
 from visionrt.telemetry.stats import RunSummary
 
@@ -101,12 +101,8 @@ def check_writable(path: Path, what: str, folder: bool = False) -> None:
         else:
             with tempfile.NamedTemporaryFile(dir=where, prefix=".visionrt-probe-"):
                 pass
-    except (FileExistsError, NotADirectoryError) as err:
-        blocker = next((p for p in path.parents if p.is_file()), None)
-        why = f"{blocker} is a file, not a folder" if blocker else err.strerror or str(err)
-        raise SinkError(f"cannot write {what} {path}: {why}") from err
     except OSError as err:
-        raise SinkError(f"cannot write {what} {path}: {err.strerror or err}") from err
+        raise unwritable(path, err, what) from err
 
 
 def write_summary(summary: RunSummary, path: Path) -> None:

@@ -22,7 +22,7 @@ from visionrt.cli.outputs import (
     write_summary,
 )
 from visionrt.cli.run_config import configure_run, flag_values
-from visionrt.cli.signals import STARTUP
+from visionrt.cli.signals import STARTUP, not_ours, start_up
 from visionrt.config import RunConfig
 from visionrt.errors import ConfigError, Interrupted, SinkError, SourceError, VisionRTError
 from visionrt.pipeline import DepthOptions, Pipeline
@@ -40,6 +40,8 @@ Opt = typer.Option
 
 def _install_signal_handlers(pipeline: Pipeline) -> None:
     def handle(signum: int, _frame: Any) -> None:
+        if not_ours(signum):
+            return
         if pipeline.interrupted:  # a second signal: the user really wants out, now
             pipeline.abort()
             raise KeyboardInterrupt
@@ -156,6 +158,7 @@ def run_command(
     ] = None,
 ) -> None:
     """Run a detector over sources, writing annotated video, JSONL and a telemetry summary."""
+    STARTUP.during = " while starting: nothing processed"  # until the run's own handlers
     values = flag_values(
         sources=sources,
         model=model,
@@ -205,16 +208,19 @@ def _execute(cfg: RunConfig, plan_note: str, console: Console, quiet: bool, json
     if cfg.backend == "auto":
         row, why = choose_auto(cfg.inference.device, Path(cfg.model))
         console.print(f"backend auto → {row.name}: {why}")
-    pipeline = Pipeline(
-        list(cfg.sources),
-        cfg.model,
-        cfg.backend,
-        cfg.inference,
-        cfg.postprocess,
-        cfg.source,
-        cfg.pipeline,
-        _depth_options(cfg),
-        plan=False,  # settled above, with the flags
+    depth = _depth_options(cfg)
+    pipeline = start_up(
+        lambda: Pipeline(
+            list(cfg.sources),
+            cfg.model,
+            cfg.backend,
+            cfg.inference,
+            cfg.postprocess,
+            cfg.source,
+            cfg.pipeline,
+            depth,
+            plan=False,  # settled above, with the flags
+        )
     )
     # Which configuration runs (the plan, or why none) and what the pipeline could not honour
     # as asked: said even with --quiet, once the model loaded (a bad model is the one line).

@@ -4,11 +4,13 @@ traceback or a silent SIGTERM death; a signal some library swallowed is still ho
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import sys
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from visionrt.errors import Interrupted
 
@@ -19,10 +21,15 @@ class StartupSignals:
 
     def __init__(self) -> None:
         self.received = ""
+        # What an interruption means now, said after it (`run` sets it for its start-up).
+        self.during = ""
+        # A start-up left running in native code (`start_up`): the process must not finalize
+        # the interpreter under it (runtimes abort or crash then), so it leaves with `exit_now`.
+        self.abandoned = False
 
     def install(self) -> dict[int, Any]:
         """Install the handlers; returns the previous ones (for `restore`)."""
-        self.received = ""
+        self.received, self.during, self.abandoned = "", "", False
         if threading.current_thread() is not threading.main_thread():
             return {}  # Python's rule for handlers; an embedding caller keeps its own
         return {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -33,24 +40,85 @@ class StartupSignals:
             signal.signal(sig, handler)
 
     def _handle(self, signum: int, _frame: Any) -> None:
+        if not_ours(signum):
+            return
         self.received = signal.Signals(signum).name
         # KeyboardInterrupt, not an Exception: the `except Exception` that wraps a runtime's
         # load errors must not turn it into a model error.
         raise KeyboardInterrupt(self.message())
 
     def message(self) -> str:
-        return f"interrupted ({self.received}) while starting: nothing processed"
+        return f"interrupted ({self.received}){self.during}"
 
     def check(self) -> None:
         if self.received:
             raise Interrupted(self.message())
 
+    @staticmethod
+    def exit_now(code: int) -> None:
+        """Leave without finalizing the interpreter: the worker processes the abandoned start-up
+        made are ended first (normally done at exit), the output streams flushed."""
+        for child in multiprocessing.active_children():
+            child.terminate()
+        for child in multiprocessing.active_children():
+            child.join(1.0)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
 
 STARTUP = StartupSignals()
+T = TypeVar("T")
+
+
+def start_up(build: Callable[[], T]) -> T:
+    """`build()` (opening sources, loading and compiling models: native calls that hold the
+    main thread for seconds, and Python runs a signal handler only between its own bytecodes)
+    on a helper thread, while the main thread waits in steps of 50 ms: a signal then stops the
+    start-up within a tenth of a second. An interrupted build is abandoned (its thread is a
+    daemon; the worker processes it started end with the process); its error is raised here."""
+    outcome: list[tuple[bool, Any]] = []
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            outcome.append((True, build()))
+        except BaseException as err:  # handed to the main thread, which raises it
+            outcome.append((False, err))
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="start-up", daemon=True).start()
+    try:
+        while not done.wait(0.05):
+            pass
+    except BaseException:
+        STARTUP.abandoned = not done.is_set()
+        raise
+    succeeded, value = outcome[0]
+    if not succeeded:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
+OWNER = os.getpid()  # the process whose handlers these are
+
+
+def not_ours(signum: int) -> bool:
+    """True in a process forked from visionrt's (a runtime's helper: OpenVINO forks one to send
+    its telemetry), which inherits the handlers: there the signal does what it does by default,
+    now, and the handler must do nothing else."""
+    if os.getpid() == OWNER:
+        return False
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    return True
 
 
 def exit_at_once(signum: int, _frame: Any) -> None:
     """Before `main()` runs nothing is open or written: say so and leave (exit 130)."""
+    if not_ours(signum):
+        return
     name = signal.Signals(signum).name
     sys.stderr.write(f"visionrt: error: interrupted ({name}) while starting: nothing processed\n")
     os._exit(130)

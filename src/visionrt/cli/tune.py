@@ -16,14 +16,15 @@ from rich.console import Console
 from rich.table import Table
 
 from visionrt.bench.report import ReportPoint, write_report
+from visionrt.cli.signals import not_ours
 from visionrt.cli.tune_depth import depth_limits, tune_depth_model
-from visionrt.errors import ConfigError, Interrupted, SourceError
+from visionrt.errors import ConfigError, Interrupted, SourceError, VisionRTError
 from visionrt.model import DEMO_VIDEO, demo_model_path
 from visionrt.plans import machine_fingerprint, plan_path
 from visionrt.sinks.base import check_writable
 from visionrt.tune import Limits, Plan, cached_plan, tune
 from visionrt.tune.batch import BatchPoint
-from visionrt.tune.search import SearchResult, Trial
+from visionrt.tune.search import INTERRUPTED, SearchResult, Trial
 
 Opt = typer.Option
 
@@ -138,14 +139,24 @@ def tune_command(
             check_writable(destination)
     stop = threading.Event()
     _stop_on_signals(stop, err)
-    cached = cached_plan(model_path) if if_missing else None
-    if cached is not None and cached[0].tuned.get("task") != "depth":
-        plan, path = cached
-        err.print(f"plan {path.name}: {plan.summary_line()} (cached; `visionrt tune` to redo)")
-    else:
-        _tune_detector(video, model_path, limits, err, stop, report, plan_out, json_out)
-    if depth is not None and limits_for_depth is not None:
-        tune_depth_model(video, Path(depth), depth_size, limits_for_depth, if_missing, err, stop)
+    try:
+        cached = cached_plan(model_path) if if_missing else None
+        if cached is not None and cached[0].tuned.get("task") != "depth":
+            plan, path = cached
+            err.print(f"plan {path.name}: {plan.summary_line()} (cached; `visionrt tune` to redo)")
+        else:
+            _tune_detector(video, model_path, limits, err, stop, report, plan_out, json_out)
+        if depth is not None and limits_for_depth is not None:
+            tune_depth_model(
+                video, Path(depth), depth_size, limits_for_depth, if_missing, err, stop
+            )
+    except KeyboardInterrupt as interrupt:
+        raise Interrupted(INTERRUPTED) from interrupt
+    except VisionRTError as error:
+        # A runtime that wrapped the interruption in its own error (a load that failed).
+        if stop.is_set() and error.exit_code != 130:
+            raise Interrupted(INTERRUPTED) from error
+        raise
 
 
 def _tune_detector(
@@ -238,10 +249,13 @@ def _stop_on_signals(stop: threading.Event, err: Console) -> None:
     staging folder is removed)."""
 
     def handle(signum: int, _frame: object) -> None:
+        if not_ours(signum):
+            return
         if not stop.is_set():
             err.print(f"\nvisionrt: {signal.Signals(signum).name}: stopping tune, keeping nothing")
         stop.set()
-        raise Interrupted("tune interrupted: no plan cached")
+        # KeyboardInterrupt, not an Exception: no `except Exception` on the way can swallow it.
+        raise KeyboardInterrupt
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, handle)

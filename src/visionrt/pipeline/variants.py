@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from visionrt.backends import Backend, BackendOptions
+from visionrt.errors import ModelLoadError
 from visionrt.pipeline.degrade import check_slo_model, smaller_sides
 from visionrt.pipeline.options import PipelineOptions
 from visionrt.postprocess import PostprocessOptions
@@ -26,6 +27,8 @@ def degrade_variants(
     variants: list[Task] = []
     labels: list[str] = []
     notes: list[str] = []
+    if pipeline.slo_model:
+        check_slo_model(pipeline.slo_model)  # before minutes of loading the other rungs
     # A loaded Backend cannot be re-sized; tiles keep their size (detect less often instead).
     if isinstance(backend, str) and not pipeline.tile and Path(model).suffix != ".onnx":
         notes.append(
@@ -34,12 +37,20 @@ def degrade_variants(
             " often instead (`visionrt export --imgsz` makes one per size)"
         )
     elif isinstance(backend, str) and not pipeline.tile:
-        for side in pipeline.slo_sizes or smaller_sides(task.spec.stride, task.input_hw):
-            sized = replace(options, input_size=(side, side))
-            variants.append(DetectTask(model, backend, sized, postprocess))
-            labels.append(f"input {side}×{side}")
+        try:
+            for side in pipeline.slo_sizes or smaller_sides(task.spec.stride, task.input_hw):
+                sized = replace(options, input_size=(side, side))
+                variants.append(DetectTask(model, backend, sized, postprocess))
+                labels.append(f"input {side}×{side}")
+        except ModelLoadError as err:  # a head the size rewrite does not understand
+            for variant in variants:
+                variant.close()
+            variants, labels = [], []
+            notes.append(
+                f"slo: {Path(model).name} cannot run at a smaller input ({err}); the ladder"
+                " detects less often instead"
+            )
     if pipeline.slo_model:
-        check_slo_model(pipeline.slo_model)
         # Its own runtime at its own size: the precision and settings chosen for the main
         # model (a plan's INT8 artifact, say) mean nothing for another file.
         own = BackendOptions(

@@ -25,12 +25,18 @@ def check_writable(final: Path) -> None:
         probe = partial_path(final)
         probe.touch()
         probe.unlink()
-    except (FileExistsError, NotADirectoryError) as err:
-        blocker = next((p for p in final.parents if p.is_file()), None)
-        why = f"{blocker} is a file, not a folder" if blocker else err.strerror or str(err)
-        raise SinkError(f"cannot write output {final}: {why}") from err
     except OSError as err:
-        raise SinkError(f"cannot write output {final}: {err.strerror or err}") from err
+        raise unwritable(final, err) from err
+
+
+def unwritable(path: Path, err: OSError, what: str = "output") -> SinkError:
+    """The one line for `path` that cannot be written: a file standing where one of its folders
+    must be is named (mkdir's "File exists" says nothing useful), else the system's reason."""
+    why = err.strerror or str(err)
+    if isinstance(err, FileExistsError | NotADirectoryError):
+        blocker = next((p for p in Path(path).parents if p.is_file()), None)
+        why = f"{blocker} is a file, not a folder" if blocker else why
+    return SinkError(f"cannot write {what} {path}: {why}")
 
 
 def finalize(partial: Path, final: Path) -> Path:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO
 
 from visionrt.errors import SinkError
+from visionrt.sinks.base import unwritable
 
 LOCK_NAME = ".visionrt.lock"
 
@@ -58,12 +59,8 @@ class OutputLock:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             return self.path.open("a+", encoding="utf-8")
-        except (FileExistsError, NotADirectoryError) as err:
-            blocker = next((p for p in (self.folder, *self.folder.parents) if p.is_file()), None)
-            why = f"{blocker} is a file, not a folder" if blocker else err.strerror or str(err)
-            raise SinkError(f"cannot write output {self.folder}: {why}") from err
         except OSError as err:
-            raise SinkError(f"cannot write output {self.folder}: {err.strerror or err}") from err
+            raise unwritable(self.path, err) from err
 
     def _same_file(self, handle: IO[str]) -> bool:
         """Whether the locked file is still the one at `path` (a run that let go removed it)."""

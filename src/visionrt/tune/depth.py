@@ -22,6 +22,7 @@ from visionrt.export import export_model
 from visionrt.export.depth import compare_depth_to_reference, depth_export_size
 from visionrt.model import file_sha256, is_architecture_only
 from visionrt.plans import Plan, machine_fingerprint, plan_path
+from visionrt.tune.search import INTERRUPTED
 
 TIMED_CALLS = 8  # model-only runs per candidate after 2 of warm-up: depth calls are long
 
@@ -131,7 +132,7 @@ def tune_depth(
         machine.runtimes, hardware.cpu_features(), machine.int8_export
     ):
         if stop is not None and stop.is_set():
-            raise Interrupted("tune interrupted: no plan cached")
+            raise Interrupted(INTERRUPTED)
         trial = DepthTrial(candidate)
         try:
             trial.model = model
@@ -158,7 +159,7 @@ def tune_depth(
                 trial.why_out = limits.why(report.abs_rel, report.delta1, report.nonfinite_frames)
         except (VisionRTError, RuntimeError, MemoryError) as err:
             if stop is not None and stop.is_set():
-                raise Interrupted("tune interrupted: no plan cached") from err
+                raise Interrupted(INTERRUPTED) from err
             trial.why_out = (str(err).splitlines() or [type(err).__name__])[0]
         trials.append(trial)
         if on_trial is not None:

@@ -15,7 +15,7 @@ from visionrt.pipeline import Pipeline
 from visionrt.postprocess import PostprocessOptions
 from visionrt.sources import SourceOptions
 from visionrt.tune.candidates import Candidate
-from visionrt.tune.search import Measurement
+from visionrt.tune.search import INTERRUPTED, Measurement
 from visionrt.types import Detections
 
 # Stages whose p99s add up to a frame's processing latency (queueing excluded: in file mode the
@@ -101,7 +101,7 @@ class VideoEvaluator:
             raise
         except (VisionRTError, RuntimeError, MemoryError) as err:
             if self.stop.is_set():  # a stage that failed because the run was being stopped
-                raise Interrupted("tune interrupted") from err
+                raise Interrupted(INTERRUPTED) from err
             first = (str(err).splitlines() or [type(err).__name__])[0]
             return Measurement(0.0, 0.0, 0.0, 0.0, 0, error=first)
 
@@ -122,7 +122,7 @@ class VideoEvaluator:
         try:
             for result in pipeline:
                 if self.stop.is_set():
-                    raise Interrupted("tune interrupted")
+                    raise Interrupted(INTERRUPTED)
                 if len(detections) < self.fidelity_frames:
                     detections.append(result.detections)
         finally:

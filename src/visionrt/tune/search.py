@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 
 from visionrt.tune.candidates import Candidate
 
+# What a stopped search says (Ctrl-C or SIGTERM): nothing it measured is kept.
+INTERRUPTED = "tune interrupted: no plan cached"
+
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
