@@ -11,7 +11,7 @@ import pytest
 
 from visionrt.cli.run_config import configure_run
 from visionrt.plans import cached_plan, use_depth_plan
-from visionrt.tune import Candidate, Limits, Measurement
+from visionrt.tune import Candidate, Limits, Machine, Measurement
 from visionrt.tune.depth import DepthCandidate, DepthLimits, depth_candidates, tune_depth
 from visionrt.tune.search import Trial
 from visionrt.tune.tuner import _differences, live_twin, tune_live
@@ -64,15 +64,16 @@ def test_the_live_twin_is_kept_only_when_faster_and_accurate(
 def test_depth_candidates_follow_the_hardware() -> None:
     both = frozenset({"onnxruntime", "openvino"})
     labels = [
-        c.label for c in depth_candidates(both, frozenset({"avx512_bf16", "avx512_vnni"}), True)
+        c.label
+        for c in depth_candidates(Machine(both, frozenset({"avx512_bf16", "avx512_vnni"}), True))
     ]
     assert labels[0] == "onnxruntime fp32"
     assert "openvino bf16" in labels
     assert "openvino int8 (openvino-int8)" in labels
-    no_bf16 = [c.label for c in depth_candidates(both, frozenset({"avx512_vnni"}), True)]
+    no_bf16 = [c.label for c in depth_candidates(Machine(both, frozenset({"avx512_vnni"}), True))]
     assert "openvino bf16" not in no_bf16
     assert "onnxruntime int8 (onnx-int8)" in no_bf16
-    assert [c.label for c in depth_candidates(frozenset({"onnxruntime"}), frozenset(), False)] == [
+    assert [c.label for c in depth_candidates(Machine(frozenset({"onnxruntime"})))] == [
         "onnxruntime fp32"
     ]
 

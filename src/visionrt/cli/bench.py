@@ -24,12 +24,12 @@ from visionrt.bench import (
     prepared_inputs,
 )
 from visionrt.bench.report import ReportPoint, write_report
-from visionrt.cli.outputs import check_writable
 from visionrt.cli.run_config import parse_size
 from visionrt.errors import ConfigError
 from visionrt.model import DEMO_VIDEO, demo_model_path
 from visionrt.pipeline import Pipeline
 from visionrt.postprocess import PostprocessOptions
+from visionrt.sinks.base import check_writable
 from visionrt.sources import SourceOptions
 from visionrt.tune.evaluate import LATENCY_STAGES
 

@@ -10,12 +10,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from visionrt.cli.outputs import check_writable
 from visionrt.cli.run_config import parse_size
 from visionrt.errors import ConfigError, SinkError
 from visionrt.export import TARGETS, ExportResult, export_model
 from visionrt.export.depth import DepthFidelityReport
 from visionrt.preprocess.depth import PATCH
+from visionrt.sinks.base import check_writable
 from visionrt.tasks.depth import MAX_PATCHES, MAX_SHORT_SIDE
 
 # DESIGN.md's default accuracy budget (fidelity mAP50) per precision.

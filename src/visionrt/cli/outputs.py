@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import tempfile
 from pathlib import Path
 
 from rich.console import Console
@@ -14,8 +13,7 @@ from visionrt.config import RunConfig
 from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline import Pipeline
 from visionrt.sinks import JsonlSink, Sink, VideoSink
-from visionrt.sinks.base import check_writable as check_sink_path
-from visionrt.sinks.base import partial_path, unwritable
+from visionrt.sinks.base import check_writable, partial_path
 from visionrt.sources.naming import default_name, split_name, unique_names
 from visionrt.telemetry.stats import RunSummary
 
@@ -26,7 +24,7 @@ def make_sinks(config: RunConfig, pipeline: Pipeline) -> list[Sink]:
     on."""
     out = Path(config.output.dir)
     names = pipeline.names
-    check_sink_path(out / "summary.json")  # also when no other output is asked for
+    check_writable(out / "summary.json")  # also when no other output is asked for
     sinks: list[Sink] = []
     if config.output.video:  # first: an unknown encoder fails before any file is opened
         for i, source in enumerate(pipeline.sources):
@@ -77,32 +75,7 @@ def _depth_sinks(config: RunConfig, pipeline: Pipeline, out: Path) -> list[Sink]
 
 
 def check_telemetry(path: Path) -> None:
-    if path.is_dir():
-        raise SinkError(f"cannot write telemetry {path}: it is a folder")
-    check_sink_path(path)
-
-
-def check_writable(path: Path, what: str, folder: bool = False) -> None:
-    """Fail now, before any work, with a one-line SinkError when the destination a flag names
-    (`what`, e.g. "--json") could not be written at the end: a read-only place, a folder where
-    a file goes (or a file where a folder goes, `folder`), a parent that cannot be made. Makes
-    the missing folders and leaves no file (an existing one is opened to append, not changed)."""
-    path = Path(path)
-    where = path if folder else path.parent
-    if not folder and path.is_dir():
-        raise SinkError(f"cannot write {what} {path}: it is a folder")
-    if folder and path.exists() and not path.is_dir():
-        raise SinkError(f"cannot write {what} {path}: it is a file, not a folder")
-    try:
-        where.mkdir(parents=True, exist_ok=True)
-        if not folder and path.exists():
-            with path.open("ab"):
-                pass
-        else:
-            with tempfile.NamedTemporaryFile(dir=where, prefix=".visionrt-probe-"):
-                pass
-    except OSError as err:
-        raise unwritable(path, err, what) from err
+    check_writable(path, "telemetry")
 
 
 def write_summary(summary: RunSummary, path: Path) -> None:

@@ -12,11 +12,11 @@ from rich.table import Table
 
 from visionrt.backends import BackendOptions
 from visionrt.bench.profile import Profile, profile_pipeline, write_trace
-from visionrt.cli.outputs import check_writable
 from visionrt.errors import ConfigError
 from visionrt.model import DEMO_VIDEO, demo_model_path
 from visionrt.pipeline import Pipeline
 from visionrt.sinks import JsonlSink, Sink, VideoSink
+from visionrt.sinks.base import check_writable
 from visionrt.sinks.lock import OutputLock
 from visionrt.sources import SourceOptions
 

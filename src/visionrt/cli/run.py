@@ -192,7 +192,8 @@ def run_command(
     )
     console = Console(stderr=True, quiet=quiet)
     cfg, plan_note = configure_run(plan, no_plan, config, set_, values)
-    # Before anything loads: a second run into the same folder is refused in one line.
+    check_output_names(cfg)  # before anything is made or loaded
+    # A second run into the same folder is refused in one line.
     lock = OutputLock(Path(cfg.output.dir)).acquire()
     try:
         _execute(cfg, plan_note, console, quiet, json_out)
@@ -202,7 +203,6 @@ def run_command(
 
 def _execute(cfg: RunConfig, plan_note: str, console: Console, quiet: bool, json_out: bool) -> None:
     """Build the pipeline and sinks, run, write the summary, raise the error that ended it."""
-    check_output_names(cfg)
     if cfg.output.telemetry:
         check_telemetry(Path(cfg.output.telemetry))
     if cfg.backend == "auto":

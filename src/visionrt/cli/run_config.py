@@ -11,7 +11,7 @@ from visionrt.config import RunConfig, given_options, load_config
 from visionrt.errors import ConfigError, SourceError
 from visionrt.model import DEMO_VIDEO, demo_model_path
 from visionrt.plans import PlanRequest, use_depth_plan, use_plan
-from visionrt.plans.resolve import CHOICES
+from visionrt.plans.resolve import CHOICES, layered
 from visionrt.sources.naming import split_name
 from visionrt.sources.registry import LIVE_KINDS, source_kind
 
@@ -116,11 +116,9 @@ def configure_run(
     if no_plan:
         return with_defaults(own), ""
     given = given_options(config, overrides, values)
-    chosen = ("backend",) if "backend" in given else ()
-    chosen += tuple(key for key in CHOICES if key in (given.get("inference") or {}))
     request = PlanRequest(
         model=Path(own.model) if own.model else None,
-        chosen=chosen,
+        chosen=_chosen(given),
         batch=own.inference.batch,
         tile=bool(own.pipeline.tile),
         live=_live(own),
@@ -140,21 +138,23 @@ def _with_depth_plan(cfg: RunConfig, given: dict[str, Any]) -> tuple[RunConfig, 
     backend or inference settings (`plans.use_depth_plan`)."""
     if not cfg.depth.model:
         return cfg, ""
-    chosen = ("backend",) if given.get("backend") else ()
-    chosen += tuple(key for key in CHOICES if key in (given.get("inference") or {}))
-    use = use_depth_plan(Path(cfg.depth.model), chosen, cfg.depth.short_side)
+    use = use_depth_plan(Path(cfg.depth.model), _chosen(given), cfg.depth.short_side)
     if use.sections is None:
         return cfg, use.note
-    inference = dict(use.sections.get("inference") or {})
-    size = inference.pop("input_size", None)
-    options = replace(cfg.depth.inference, **inference, input_size=tuple(size) if size else None)
     depth = replace(
         cfg.depth,
         model=str(use.sections["model"]),
         backend=str(use.sections["backend"]),
-        inference=options,
+        inference=layered(cfg.depth.inference, use.sections.get("inference") or {}),
     )
     return replace(cfg, depth=depth), use.note
+
+
+def _chosen(section: dict[str, Any]) -> tuple[str, ...]:
+    """The configuration-picking keys a section of the user's own settings gives (explicit
+    values count: `--precision fp32` is a choice although fp32 is the default)."""
+    chosen = ("backend",) if "backend" in section else ()
+    return chosen + tuple(key for key in CHOICES if key in (section.get("inference") or {}))
 
 
 def _live(config: RunConfig) -> bool:

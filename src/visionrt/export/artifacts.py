@@ -54,13 +54,7 @@ TARGETS: dict[str, Target] = {
         # For TensorRT (`--backend tensorrt --precision int8`); its fidelity is checked on the
         # QDQ graph with ONNX Runtime's CPU kernels, which TensorRT's own only approximate.
         Target(
-            "onnx-int8-sym",
-            "model.onnx",
-            True,
-            "onnxruntime",
-            "cpu",
-            "int8",
-            "qdq-s8s8-conv-1",
+            "onnx-int8-sym", "model.onnx", True, "onnxruntime", "cpu", "int8", "qdq-s8s8-conv-1"
         ),
         Target("openvino", "model.xml", False, "openvino", "cpu", "fp32", "ir-fp32-2"),
         Target("openvino-int8", "model.xml", True, "openvino", "cpu", "int8", "nncf-mixed-2"),

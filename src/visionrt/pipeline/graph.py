@@ -214,7 +214,9 @@ class Graph:
                     self.decoded.close()
 
     def _count_events(self, source: Source, label: str, seen: dict[str, int]) -> None:
-        """The source's reconnects and worker restarts since the last look, as events."""
+        """The source's reconnects and worker restarts since the last look, as events. Polled
+        per frame (two integer reads): a worker process's counts reach its stats only with the
+        frames it hands over, so no call at the moment of the event could see them."""
         for key, event in SOURCE_EVENTS:
             count = getattr(source.stats, key)
             if count > seen[key]:

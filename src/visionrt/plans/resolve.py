@@ -24,7 +24,7 @@ REFERENCE = "the FP32 reference"
 class PlanRequest:
     """What a run asks of its detector, as far as a plan is concerned. `model` is the file the
     run names (None: the plan's own, or the demo model for a cached plan); `chosen` the settings
-    the user gave that pick a configuration (`chosen_settings`)."""
+    the user gave that pick a configuration (`chosen_settings`, or the keys the CLI was given)."""
 
     model: Path | None = None
     chosen: tuple[str, ...] = ()
@@ -44,13 +44,19 @@ class PlanUse:
     plan: Plan | None = None
 
 
-def chosen_settings(
-    backend: str, inference: Mapping[str, Any], defaults: Mapping[str, Any]
-) -> tuple[str, ...]:
-    """The configuration-picking settings the user set: a backend, or inference values in
-    CHOICES that differ from `defaults`."""
+def chosen_settings(backend: str, options: BackendOptions) -> tuple[str, ...]:
+    """The configuration-picking settings a caller set: a backend, or options in CHOICES that
+    differ from the defaults."""
+    defaults = BackendOptions()
     chosen = ("backend",) if backend else ()
-    return chosen + tuple(k for k in CHOICES if inference.get(k) != defaults.get(k))
+    return chosen + tuple(k for k in CHOICES if getattr(options, k) != getattr(defaults, k))
+
+
+def layered(options: BackendOptions, inference: Mapping[str, Any]) -> BackendOptions:
+    """`options` with a plan's (or a run config's) `inference` section over them."""
+    values = dict(inference)
+    size = values.pop("input_size", None)
+    return replace(options, **values, input_size=tuple(size) if size else None)
 
 
 def use_plan(
@@ -188,23 +194,12 @@ def plan_detector(
     if plan is False or not isinstance(backend, str):
         return model, backend, options, PlanUse(None, "")
     given = options or BackendOptions()
-    request = PlanRequest(
-        model=Path(model),
-        chosen=chosen_settings(
-            backend,
-            {f: getattr(given, f) for f in CHOICES},
-            {f: getattr(BackendOptions(), f) for f in CHOICES},
-        ),
-        batch=given.batch,
-        tile=tile,
-        live=live,
-    )
+    chosen = chosen_settings(backend, given)
+    request = PlanRequest(Path(model), chosen, batch=given.batch, tile=tile, live=live)
     use = use_plan(request, None if plan is None or plan is True else plan)
     if use.sections is None:
         return model, backend, options, use
-    inference = dict(use.sections.get("inference") or {})
-    size = inference.get("input_size")
-    planned = BackendOptions(**{**inference, "input_size": tuple(size) if size else None})
+    planned = layered(BackendOptions(), use.sections.get("inference") or {})
     planned = replace(
         planned,
         batch=given.batch if given.batch != 1 else planned.batch,
@@ -255,15 +250,8 @@ def plan_depth(
     """For the Python API: a depth model's model, backend and options — its plan's
     (`use_depth_plan`) under the caller's threads and batch, or the caller's — and the
     decision."""
-    chosen = chosen_settings(
-        backend,
-        {f: getattr(options, f) for f in CHOICES},
-        {f: getattr(BackendOptions(), f) for f in CHOICES},
-    )
-    use = use_depth_plan(Path(model), chosen, short_side)
+    use = use_depth_plan(Path(model), chosen_settings(backend, options), short_side)
     if use.sections is None:
         return model, backend, options, use
-    inference = dict(use.sections.get("inference") or {})
-    size = inference.pop("input_size", None)
-    planned = replace(options, **inference, input_size=tuple(size) if size else None)
+    planned = layered(options, use.sections.get("inference") or {})
     return str(use.sections["model"]), str(use.sections["backend"]), planned, use

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -14,19 +15,28 @@ def partial_path(final: Path) -> Path:
     return final.with_name(f"{final.stem}.partial{final.suffix}")
 
 
-def check_writable(final: Path) -> None:
-    """Fail now, with a SinkError, when `final` could not be written at the end of the run: its
-    folder cannot be made or written to, or `final` is itself a folder. Makes the folder, leaves
-    no file."""
-    if final.is_dir():
-        raise SinkError(f"cannot write output {final}: it is a folder")
+def check_writable(path: Path, what: str = "output", folder: bool = False) -> None:
+    """Fail now, before any work, with a one-line SinkError when `path` could not be written at
+    the end: a read-only place, a folder where a file goes (or a file where a folder goes,
+    `folder`), a parent that cannot be made. `what` names it in the message (an output, a
+    flag such as "--json"). Makes the missing folders and leaves no file (an existing one is
+    opened to append, not changed)."""
+    path = Path(path)
+    where = path if folder else path.parent
+    if not folder and path.is_dir():
+        raise SinkError(f"cannot write {what} {path}: it is a folder")
+    if folder and path.exists() and not path.is_dir():
+        raise SinkError(f"cannot write {what} {path}: it is a file, not a folder")
     try:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        probe = partial_path(final)
-        probe.touch()
-        probe.unlink()
+        where.mkdir(parents=True, exist_ok=True)
+        if not folder and path.exists():
+            with path.open("ab"):
+                pass
+        else:
+            with tempfile.NamedTemporaryFile(dir=where, prefix=".visionrt-probe-"):
+                pass
     except OSError as err:
-        raise unwritable(final, err) from err
+        raise unwritable(path, err, what) from err
 
 
 def unwritable(path: Path, err: OSError, what: str = "output") -> SinkError:

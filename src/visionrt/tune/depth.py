@@ -9,19 +9,18 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from visionrt import hardware
 from visionrt.backends import BackendOptions
 from visionrt.errors import Interrupted, VisionRTError
 from visionrt.export import export_model
 from visionrt.export.depth import compare_depth_to_reference, depth_export_size
 from visionrt.model import file_sha256, is_architecture_only
 from visionrt.plans import Plan, machine_fingerprint, plan_path
+from visionrt.tune.candidates import Machine
 from visionrt.tune.search import INTERRUPTED
 
 TIMED_CALLS = 8  # model-only runs per candidate after 2 of warm-up: depth calls are long
@@ -65,22 +64,19 @@ class DepthTrial:
     delta1: float = 1.0
     why_out: str = ""
     model: Path | None = None
-    facts: dict[str, Any] = field(default_factory=dict)
 
 
-def depth_candidates(
-    runtimes: frozenset[str], features: frozenset[str], int8: bool
-) -> list[DepthCandidate]:
+def depth_candidates(machine: Machine) -> list[DepthCandidate]:
     """Reference first; OpenVINO FP32 (and BF16 where the CPU has it) on the ONNX model; INT8
     artifacts calibrated on the video where the CPU has VNNI."""
     found = [DepthCandidate("onnxruntime", "fp32", reference=True)]
-    if "openvino" in runtimes:
+    if "openvino" in machine.runtimes:
         found.append(DepthCandidate("openvino", "fp32"))
-        if {"avx512_bf16", "amx_bf16"} & features:
+        if machine.bf16:
             found.append(DepthCandidate("openvino", "bf16"))
-        if int8 and {"avx512_vnni", "avx_vnni", "amx_int8"} & features:
+        if machine.int8_export and machine.int8:
             found.append(DepthCandidate("openvino", "int8", export="openvino-int8"))
-    if {"avx512_vnni", "avx_vnni", "amx_int8"} & features:
+    if machine.int8:
         found.append(DepthCandidate("onnxruntime", "int8", export="onnx-int8"))
     return found
 
@@ -88,9 +84,9 @@ def depth_candidates(
 def _time_model(model: Path, candidate: DepthCandidate, input_hw: tuple[int, int]) -> list[float]:
     from visionrt.tasks.depth import DepthTask
 
-    options = BackendOptions(precision=candidate.precision, input_size=input_hw)
-    if candidate.export:  # artifacts are fixed at their size; precision is theirs
-        options = BackendOptions(precision="int8" if "int8" in candidate.export else "fp32")
+    # An artifact is fixed at the size it was made at; the ONNX model is sized here.
+    size = None if candidate.export else input_hw
+    options = BackendOptions(precision=candidate.precision, input_size=size)
     task = DepthTask(model, candidate.backend, options)
     try:
         blank = np.random.default_rng(0).standard_normal(task.new_buffer().shape)
@@ -126,11 +122,8 @@ def tune_depth(
     limits = limits or DepthLimits()
     video = Path(video)
     input_hw = depth_export_size(model, short_side, video)
-    machine = this_machine()
     trials: list[DepthTrial] = []
-    for candidate in depth_candidates(
-        machine.runtimes, hardware.cpu_features(), machine.int8_export
-    ):
+    for candidate in depth_candidates(this_machine()):
         if stop is not None and stop.is_set():
             raise Interrupted(INTERRUPTED)
         trial = DepthTrial(candidate)
@@ -147,7 +140,6 @@ def tune_depth(
                     depth_size=input_hw,
                 )
                 trial.model = built.path
-                trial.facts = {"export": candidate.export, "report": str(built.path.parent)}
             times = _time_model(trial.model, candidate, input_hw)
             trial.ms, trial.spread = statistics.median(times), (min(times), max(times))
             if not candidate.reference:
@@ -183,8 +175,6 @@ def _depth_plan(
     reference = trials[0]
     candidate = best.candidate
     inference = {"precision": candidate.precision}
-    if candidate.export:
-        inference = {"precision": "int8" if "int8" in candidate.export else "fp32"}
     return Plan(
         run={
             "model": str(best.model or model),
@@ -211,14 +201,13 @@ def _depth_plan(
                 "ms": round(best.ms, 2),
                 "abs_rel": round(best.abs_rel, 4),
                 "delta1": round(best.delta1, 4),
-                "fidelity": round(best.delta1, 4),
-                "fps": round(1e3 / best.ms, 2) if best.ms else 0.0,
             },
             "reference": {"label": reference.candidate.label, "ms": round(reference.ms, 2)},
             "trials": [
                 {
                     "label": t.candidate.label,
                     "ms": round(t.ms, 2),
+                    "ms_range": [round(t.spread[0], 2), round(t.spread[1], 2)],
                     "abs_rel": round(t.abs_rel, 4),
                     "delta1": round(t.delta1, 4),
                     "why_out": t.why_out,

@@ -12,6 +12,7 @@ from visionrt.errors import Interrupted, VisionRTError
 from visionrt.export import export_model
 from visionrt.fidelity import fidelity
 from visionrt.pipeline import Pipeline
+from visionrt.plans.resolve import layered
 from visionrt.postprocess import PostprocessOptions
 from visionrt.sources import SourceOptions
 from visionrt.tune.candidates import Candidate
@@ -25,8 +26,7 @@ LATENCY_STAGES = ("decode", "preprocess", "infer", "postprocess")
 
 def backend_options(inference: dict[str, Any]) -> BackendOptions:
     """A run config's `inference` section (`Candidate.options`) as backend options."""
-    size = inference.get("input_size")
-    return BackendOptions(**{**inference, "input_size": tuple(size) if size else None})
+    return layered(BackendOptions(), inference)
 
 
 class VideoEvaluator:

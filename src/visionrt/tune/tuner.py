@@ -19,7 +19,14 @@ from visionrt.sources import SourceOptions, open_source
 from visionrt.tune.batch import BatchPoint, BatchSearch, batch_throughput, search_batch
 from visionrt.tune.candidates import Candidate, Machine, candidates
 from visionrt.tune.evaluate import VideoEvaluator, backend_options
-from visionrt.tune.search import Evaluate, Limits, SearchResult, Trial, successive_halving
+from visionrt.tune.search import (
+    Evaluate,
+    Limits,
+    Measurement,
+    SearchResult,
+    Trial,
+    successive_halving,
+)
 
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")  # one folder per GPU the driver sees
 
@@ -171,13 +178,7 @@ def tune(
             "objective": limits.objective,
             "limits": {"min_fidelity": limits.min_fidelity, "max_p99_ms": limits.max_p99_ms},
             "input_hw": list(best.candidate.input_size or spec.input_size),
-            "measured": {
-                "fps": round(measured.fps, 2),
-                "p50_ms": round(measured.p50_ms, 2),
-                "p99_ms": round(measured.p99_ms, 2),
-                "fidelity": round(measured.fidelity, 4),
-                "frames": measured.frames,
-            },
+            "measured": _figures(measured),
             "reference": {"label": search.reference.candidate.label, "fps": round(reference.fps, 2)}
             if reference and search.reference
             else {},
@@ -239,16 +240,20 @@ def _differences(chosen: Candidate, twin: Candidate) -> dict[str, object]:
 
 
 def _live_record(trial: Trial) -> dict[str, object]:
-    last = trial.last
     return {
         "label": trial.candidate.label,
         "chosen": not trial.why_out,
         **({"why_not": trial.why_out} if trial.why_out else {}),
-        "measured": {
-            "fps": round(last.fps, 2),
-            "p50_ms": round(last.p50_ms, 2),
-            "p99_ms": round(last.p99_ms, 2),
-            "fidelity": round(last.fidelity, 4),
-            "frames": last.frames,
-        },
+        "measured": _figures(trial.last),
+    }
+
+
+def _figures(measured: Measurement) -> dict[str, float | int]:
+    """A measurement as a plan records it."""
+    return {
+        "fps": round(measured.fps, 2),
+        "p50_ms": round(measured.p50_ms, 2),
+        "p99_ms": round(measured.p99_ms, 2),
+        "fidelity": round(measured.fidelity, 4),
+        "frames": measured.frames,
     }
