@@ -15,8 +15,9 @@ ALLOWED: dict[str, set[str]] = {
     **{stage: SHARED | {stage} for stage in STAGES},
     "telemetry": SHARED | {"telemetry"},
     "tasks": SHARED | STAGES | {"tasks"},
-    # Plans sit under the pipeline that takes them: they name backends' options, nothing above.
-    "plans": SHARED | {"backends", "plans"},
+    # Plans sit under the pipeline that takes them: they name backends' options and the letterbox
+    # geometry they were proven on, nothing above.
+    "plans": SHARED | {"backends", "preprocess", "plans"},
     # Shared values import nothing above them.
     "types": {"errors"},
     "errors": set(),

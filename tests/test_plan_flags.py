@@ -16,6 +16,7 @@ import pytest
 
 from visionrt import plans
 from visionrt.cli.run_config import configure_run, flag_values
+from visionrt.model import DEMO_VIDEO
 from visionrt.plans import Plan, PlanRequest, use_plan
 from visionrt.plans.store import machine_fingerprint, plan_path
 
@@ -51,6 +52,8 @@ def _plan(model: Path, artifact: Path, batch: object = "any") -> Plan:
         },
         tuned={
             "at": "2026-11-24T10:00:00+00:00",
+            # Proven on the demo video: runs on it need no first-frames check (test_geometry).
+            "video": str(DEMO_VIDEO),
             "measured": {"fps": 50.0, "fidelity": 0.98},
             "input_hw": [512, 640],
             "source_model": str(model),

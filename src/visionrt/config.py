@@ -59,6 +59,10 @@ class DepthConfig:
     video: bool = True
     maps: str = ""
     smoothing: float = 0.0  # EMA weight of the previous depth map per source (0: off)
+    # The live audit's FP32 depth reference ("": the depth plan's source model) and its AbsRel
+    # budget (None: the depth plan's, else 0.02).
+    audit_reference: str = ""
+    audit_max_abs_rel: float | None = None
 
     def __post_init__(self) -> None:
         if self.short_side < 14 or self.short_side % 14:
@@ -85,6 +89,10 @@ class DepthConfig:
             )
         if not 0.0 <= self.smoothing < 1.0:
             raise ConfigError(f"depth.smoothing: expected 0 <= alpha < 1, got {self.smoothing}")
+        if self.audit_max_abs_rel is not None and not self.audit_max_abs_rel > 0:
+            raise ConfigError(
+                f"depth.audit_max_abs_rel: expected > 0, got {self.audit_max_abs_rel}"
+            )
         if self.maps not in ("", "png", "npy"):
             raise ConfigError(f"depth.maps: expected png, npy or nothing, got '{self.maps}'")
 

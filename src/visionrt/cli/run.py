@@ -21,11 +21,12 @@ from visionrt.cli.outputs import (
     make_sinks,
     write_summary,
 )
-from visionrt.cli.run_config import configure_run, flag_values
+from visionrt.cli.run_config import configure_with_plan, flag_values
 from visionrt.cli.signals import STARTUP, not_ours, start_up
 from visionrt.config import RunConfig
 from visionrt.errors import ConfigError, Interrupted, SinkError, SourceError, VisionRTError
 from visionrt.pipeline import DepthOptions, Pipeline
+from visionrt.plans import PlanUse
 from visionrt.sinks import Sink
 from visionrt.sinks.lock import OutputLock
 from visionrt.telemetry.report import TelemetryWriter, print_summary
@@ -156,6 +157,13 @@ def run_command(
         int | None,
         Opt(help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics while the run lasts."),
     ] = None,
+    audit: Annotated[
+        float | None,
+        Opt(
+            help="Live accuracy audit: the FP32 reference on this share of frames (0-0.5), in a"
+            " low-priority lane. Default: 0.02 when a plan runs, else off."
+        ),
+    ] = None,
 ) -> None:
     """Run a detector over sources, writing annotated video, JSONL and a telemetry summary."""
     STARTUP.during = " while starting: nothing processed"  # until the run's own handlers
@@ -189,20 +197,24 @@ def run_command(
         slo_ms=slo_ms,
         tile=tile,
         tile_overlap=tile_overlap,
+        audit=audit,
     )
     console = Console(stderr=True, quiet=quiet)
-    cfg, plan_note = configure_run(plan, no_plan, config, set_, values)
+    cfg, plan_note, use = configure_with_plan(plan, no_plan, config, set_, values)
     check_output_names(cfg)  # before anything is made or loaded
     # A second run into the same folder is refused in one line.
     lock = OutputLock(Path(cfg.output.dir)).acquire()
     try:
-        _execute(cfg, plan_note, console, quiet, json_out)
+        _execute(cfg, (plan_note, use), console, quiet, json_out)
     finally:
         lock.release()
 
 
-def _execute(cfg: RunConfig, plan_note: str, console: Console, quiet: bool, json_out: bool) -> None:
+def _execute(
+    cfg: RunConfig, planned: tuple[str, PlanUse], console: Console, quiet: bool, json_out: bool
+) -> None:
     """Build the pipeline and sinks, run, write the summary, raise the error that ended it."""
+    plan_note, use = planned
     if cfg.output.telemetry:
         check_telemetry(Path(cfg.output.telemetry))
     if cfg.backend == "auto":
@@ -225,11 +237,16 @@ def _execute(cfg: RunConfig, plan_note: str, console: Console, quiet: bool, json
     # Which configuration runs (the plan, or why none) and what the pipeline could not honour
     # as asked: said even with --quiet, once the model loaded (a bad model is the one line).
     pipeline.notes[:0] = plan_note.splitlines()
+    pipeline.plan_use = use  # the audit's verdict on a source's size goes back into the plan
     for note in pipeline.notes:
         Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
+    said = len(pipeline.notes)
     metrics: MetricsServer | None = None
     pipeline.on_degrade = lambda change: Console(stderr=True).print(
         f"slo: {change.reason}: → {change.label}", markup=False, highlight=False
+    )
+    pipeline.on_audit = lambda event: Console(stderr=True).print(
+        str(event), markup=False, highlight=False
     )
     try:
         STARTUP.check()  # a signal during start-up that a library swallowed
@@ -253,6 +270,8 @@ def _execute(cfg: RunConfig, plan_note: str, console: Console, quiet: bool, json
     finally:
         if metrics is not None:
             metrics.close()
+    for note in summary.notes[said:]:  # what the run learnt (an audit that refuted the plan)
+        Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
     summary_path = Path(cfg.output.dir) / "summary.json"
     summary.outputs.append(str(summary_path))
     try:
@@ -282,7 +301,8 @@ def _serve_metrics(pipeline: Pipeline, cfg: RunConfig, console: Console) -> Metr
     info = {k: str(described.get(k, "")) for k in ("runtime", "device", "precision")}
     server = MetricsServer(cfg.output.metrics_port, cfg.output.metrics_host, info)
     named = zip(pipeline.names, pipeline.sources, strict=True)
-    server.watch({name: (lambda s=s: s.stats) for name, s in named}, pipeline.queue_depths)
+    figures = pipeline.auditor.figures if pipeline.auditor is not None else None
+    server.watch({name: (lambda s=s: s.stats) for name, s in named}, pipeline.queue_depths, figures)
     pipeline.telemetry.add_listener(server)
     server.start()
     console.print(f"metrics: {server.url}")
@@ -303,6 +323,8 @@ def _depth_options(cfg: RunConfig) -> DepthOptions | None:
         depth.short_side,
         depth.on_nonfinite,
         depth.smoothing,
+        audit_reference=depth.audit_reference,
+        audit_max_abs_rel=depth.audit_max_abs_rel,
     )
 
 

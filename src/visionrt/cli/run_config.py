@@ -3,6 +3,7 @@ under them (when it serves the run), and the demo defaults for what is still uns
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from visionrt.config import RunConfig, given_options, load_config
 from visionrt.errors import ConfigError, SourceError
 from visionrt.model import DEMO_VIDEO, demo_model_path
-from visionrt.plans import PlanRequest, use_depth_plan, use_plan
+from visionrt.plans import PlanRequest, PlanUse, use_depth_plan, use_plan
 from visionrt.plans.resolve import CHOICES, layered
 from visionrt.sources.naming import split_name
 from visionrt.sources.registry import LIVE_KINDS, source_kind
@@ -49,6 +50,7 @@ def flag_values(**flags: Any) -> dict[str, Any]:
         "slo_ms": flags["slo_ms"],
         "tile": flags["tile"],
         "tile_overlap": flags["tile_overlap"],
+        "audit": flags.get("audit"),
     }
     values["output"]["mot"] = True if flags["mot"] else None
     values["output"]["metrics_port"] = flags["metrics_port"]
@@ -103,7 +105,20 @@ def configure_run(
     overrides: list[str] | None,
     values: dict[str, Any],
 ) -> tuple[RunConfig, str]:
-    """The run's configuration and the line saying which plan it uses, and why (or why not).
+    """`configure_with_plan` without the plan decision: the configuration and its lines."""
+    cfg, notes, _ = configure_with_plan(plan, no_plan, config, overrides, values)
+    return cfg, notes
+
+
+def configure_with_plan(
+    plan: Path | None,
+    no_plan: bool,
+    config: Path | None,
+    overrides: list[str] | None,
+    values: dict[str, Any],
+) -> tuple[RunConfig, str, PlanUse]:
+    """The run's configuration, the lines saying which plan it uses and why (or why not), and
+    the plan decision itself (`PlanUse`: what an audit's verdict goes back into).
 
     The user's own settings (defaults < `--config` < `--set` < flags) are read first; the plan
     (`--plan FILE`, or the one cached for the model on this machine when the user chose no
@@ -114,7 +129,7 @@ def configure_run(
         raise ConfigError("--plan and --no-plan: expected one of them")
     own = load_config(config, overrides, values)
     if no_plan:
-        return with_defaults(own), ""
+        return with_defaults(own), "", PlanUse(None, "")
     given = given_options(config, overrides, values)
     request = PlanRequest(
         model=Path(own.model) if own.model else None,
@@ -123,14 +138,39 @@ def configure_run(
         tile=bool(own.pipeline.tile),
         live=_live(own),
     )
-    use = use_plan(request, plan)
+    use = _with_geometry(use_plan(request, plan), own)
     cfg = own
     if use.sections is not None:
         cfg = load_config(config, overrides, values, base=use.sections)
         cfg = replace(cfg, model=str(use.sections["model"]))
     cfg, depth_note = _with_depth_plan(cfg, given.get("depth") or {})
+    cfg = _with_audit(cfg, use)
     notes = "\n".join(n for n in (use.note, depth_note) if n)
-    return with_defaults(cfg), notes
+    return with_defaults(cfg), notes, use
+
+
+def _with_geometry(use: PlanUse, own: RunConfig) -> PlanUse:
+    """The plan as proven on the run's source sizes (`accuracy.geometry.settle`); a check's
+    progress goes to stderr as it happens (it takes seconds)."""
+    if use.sections is None:
+        return use
+    from visionrt.accuracy.geometry import settle
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    specs = list(own.sources) or [str(DEMO_VIDEO)]
+    return settle(use, specs, own.postprocess.conf, say)
+
+
+def _with_audit(cfg: RunConfig, use: PlanUse) -> RunConfig:
+    """The live audit's reference and budget from the detector plan that runs (the model it was
+    tuned from, the fidelity it was tuned to), where the user set none."""
+    if use.sections is None:
+        return cfg
+    from visionrt.accuracy.audit_setup import planned_audit
+
+    return replace(cfg, pipeline=planned_audit(cfg.pipeline, use.plan))
 
 
 def _with_depth_plan(cfg: RunConfig, given: dict[str, Any]) -> tuple[RunConfig, str]:
@@ -147,7 +187,9 @@ def _with_depth_plan(cfg: RunConfig, given: dict[str, Any]) -> tuple[RunConfig, 
         backend=str(use.sections["backend"]),
         inference=layered(cfg.depth.inference, use.sections.get("inference") or {}),
     )
-    return replace(cfg, depth=depth), use.note
+    from visionrt.accuracy.audit_setup import planned_audit  # its reference and budget
+
+    return replace(cfg, depth=planned_audit(depth, use.plan)), use.note
 
 
 def _chosen(section: dict[str, Any]) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ from visionrt.tune.batch import BatchPoint
 from visionrt.tune.search import INTERRUPTED, SearchResult, Trial
 
 Opt = typer.Option
+VIDEO_SUFFIXES = (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".ts", ".mpg", ".mpeg")
 
 
 def _status(trial: Trial, search: SearchResult) -> str:
@@ -82,8 +83,14 @@ def results_table(search: SearchResult, title: str) -> Table:
 
 
 def tune_command(
-    source: Annotated[
-        str | None, typer.Argument(help="Video to tune on (your own). Default: the demo video.")
+    sources: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Videos to tune on (your own; a folder: the videos in it). The search runs on"
+            " the first; the plan is then proven on each other frame size. Default: the demo"
+            " video.",
+            show_default=False,
+        ),
     ] = None,
     model: Annotated[
         str | None, Opt("--model", "-m", help="ONNX detector. Default: the demo model.")
@@ -124,9 +131,10 @@ def tune_command(
     batch, when the best runs on an NVIDIA GPU), within an accuracy budget, and cache the best
     as the plan a plain `visionrt run` uses; with --depth, the depth model's too."""
     model_path = Path(model) if model else demo_model_path()
-    video = source or str(DEMO_VIDEO)
-    if not source and not DEMO_VIDEO.is_file():
+    videos = tune_sources(sources or [])
+    if not videos and not DEMO_VIDEO.is_file():
         raise SourceError(f"no video given and the demo video {DEMO_VIDEO} is missing")
+    video = videos[0] if videos else str(DEMO_VIDEO)
     err = Console(stderr=True, soft_wrap=True)
     limits = _limits(min_fidelity, max_p99_ms, objective, budget_minutes)
     limits_for_depth = depth_limits(depth, depth_size, max_abs_rel, min_delta1)
@@ -146,6 +154,8 @@ def tune_command(
             err.print(f"plan {path.name}: {plan.summary_line()} (cached; `visionrt tune` to redo)")
         else:
             _tune_detector(video, model_path, limits, err, stop, report, plan_out, json_out)
+            if len(videos) > 1:
+                _prove_others(model_path, videos, err)
         if depth is not None and limits_for_depth is not None:
             tune_depth_model(
                 video, Path(depth), depth_size, limits_for_depth, if_missing, err, stop
@@ -157,6 +167,47 @@ def tune_command(
         if stop.is_set() and error.exit_code != 130:
             raise Interrupted(INTERRUPTED) from error
         raise
+
+
+def tune_sources(given: list[str]) -> list[str]:
+    """The videos to tune on: each argument, a folder standing for the videos in it (sorted; an
+    image folder when it holds none)."""
+    found: list[str] = []
+    for arg in given:
+        path = Path(arg)
+        if path.is_dir():
+            videos = sorted(
+                str(p) for p in path.iterdir() if p.is_file() and p.suffix.lower() in VIDEO_SUFFIXES
+            )
+            found.extend(videos or [arg])
+        else:
+            found.append(arg)
+    return found
+
+
+def _prove_others(model: Path, videos: list[str], err: Console) -> None:
+    """Prove the plan just cached on each other frame size among `videos` (its record for each
+    size is what runs there), with the tune's longer check."""
+    from visionrt.accuracy.check import TUNE_CHECK_FRAMES, TUNE_CHECK_SECONDS
+    from visionrt.accuracy.geometry import settle
+    from visionrt.plans import PlanUse
+
+    found = cached_plan(model)
+    if found is None:
+        return
+    plan, path = found
+    sections = {key: plan.run[key] for key in ("model", "backend", "inference") if key in plan.run}
+    use = PlanUse(sections, "", plan, path)
+    with err.status("proving the plan on each frame size"):
+        settled = settle(
+            use,
+            videos,
+            say=lambda line: err.print(f"  {line}", markup=False, highlight=False),
+            frames=TUNE_CHECK_FRAMES,
+            seconds=TUNE_CHECK_SECONDS,
+        )
+    for line in settled.note.splitlines():
+        err.print(line, markup=False, highlight=False)
 
 
 def _tune_detector(

@@ -12,6 +12,9 @@ from typing import Any
 
 import cv2
 
+from visionrt.accuracy.audit_setup import build_auditor, planned_audit
+from visionrt.accuracy.audit_window import AuditEvent
+from visionrt.accuracy.geometry import remember_audit, settle
 from visionrt.backends import Backend, BackendOptions
 from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline.degrade import Change, Degrader, build_ladder
@@ -22,11 +25,9 @@ from visionrt.pipeline.variants import degrade_variants
 from visionrt.plans import Plan, plan_depth, plan_detector
 from visionrt.postprocess import PostprocessOptions
 from visionrt.postprocess.depth import DepthSmoother
-from visionrt.preprocess.tile import tile_count
 from visionrt.sinks import Sink
-from visionrt.sources import Source, SourceOptions, open_source
-from visionrt.sources.naming import default_name, split_name, unique_names
-from visionrt.sources.registry import worker_options
+from visionrt.sources import Source, SourceOptions
+from visionrt.sources.registry import open_sources
 from visionrt.tasks import DetectTask, TiledDetectTask
 from visionrt.tasks.base import Task
 from visionrt.telemetry import RunSummary, Telemetry
@@ -50,7 +51,8 @@ class Pipeline:
     caller chose no backend or configuration-picking option (batch and threads compose with
     it); a path runs that plan; False runs the model as given (the reference). `notes` says
     which plan ran, or why none did (also logged at INFO on the "visionrt" logger and kept in
-    the summary).
+    the summary). A plan that runs is audited live against its FP32 reference
+    (`options.audit`; `auditor`, `on_audit`, summary `audit`: see accuracy.audit).
     """
 
     def __init__(
@@ -70,29 +72,25 @@ class Pipeline:
         self.options = options or PipelineOptions()
         self.postprocess = postprocess or PostprocessOptions()
         source_options = source_options or SourceOptions()
-        named = [split_name(s) if isinstance(s, str) else ("", s) for s in sources]
         # Open sources before loading a model: a bad path fails fast.
-        specs = [spec if isinstance(spec, str) else "" for _, spec in named]
-        per_source = worker_options(specs, source_options)
-        self.sources: list[Source] = [
-            spec if isinstance(spec, Source) else open_source(spec, i, per_source[i])
-            for i, (_, spec) in enumerate(named)
-        ]
-        self.named = [bool(name) for name, _ in named]
-        self.names = unique_names(
-            [
-                name or default_name(s.name, i)
-                for i, ((name, _), s) in enumerate(zip(named, self.sources, strict=True))
-            ],
-            self.named,
-        )
+        self.sources, self.names, self.named, specs = open_sources(sources, source_options)
         self.live = any(s.live for s in self.sources)
         self.notes: list[str] = []
         model, backend, backend_options, use = plan_detector(
-            plan, model, backend, backend_options, bool(self.options.tile), self.live
+            plan,
+            model,
+            backend,
+            backend_options,
+            bool(self.options.tile),
+            self.live,
+            settle=lambda use: settle(use, [s for s in specs if s], self.postprocess.conf),
         )
-        # The plan whose configuration runs (None: the model as given).
+        # The plan whose configuration runs (None: the model as given), and how it was taken
+        # (the CLI, which settles the plan itself, sets `plan_use`: the audit's verdict on a
+        # source's size goes back into the cached plan).
         self.plan: Plan | None = use.plan if use.sections is not None else None
+        self.plan_use = use
+        self.options = planned_audit(self.options, self.plan)  # its reference and budget
         if use.note:
             self.notes.append(use.note)
             log.info("%s", use.note)
@@ -103,13 +101,21 @@ class Pipeline:
         if self.options.track:
             self.postprocess = replace(self.postprocess, conf=self.tracker_low)
         self.task: DetectTask | TiledDetectTask = (
-            self._tiled(model, backend, backend_options)
+            TiledDetectTask.for_sources(
+                model,
+                backend,
+                backend_options,
+                self.postprocess,
+                self.options.tiling(),
+                [s.size for s in self.sources if getattr(s, "size", None)],
+            )
             if self.options.tile
             else DetectTask(model, backend, backend_options, self.postprocess)
         )
         self.tasks: list[Task] = [self.task]
         self.schedule: list[list[int]] = [[0] for _ in self.sources]
         self.depth_smoother: DepthSmoother | None = None
+        self.depth_options: DepthOptions | None = None  # as it runs (plan applied)
         if depth is not None:
             self._add_depth(depth if plan is False else self._planned_depth(depth))
         self.variants: list[Task] = []
@@ -128,6 +134,13 @@ class Pipeline:
         self._interrupted = False
         self._started = self._closed = False
         self._errors: list[BaseException] = []
+        # The live accuracy audit (None: off); `on_audit` is told of each event (the CLI
+        # prints it), on the audit's thread.
+        self.on_audit: Callable[[AuditEvent], None] | None = None
+        self.auditor, notes = build_auditor(self, model)
+        self.notes.extend(notes)
+        if self.auditor is not None:
+            self.telemetry.add_figures(self.auditor.figures)
         for task in [*self.tasks, *self.variants]:
             task.warm_up(self.options.warmup)
 
@@ -160,19 +173,6 @@ class Pipeline:
         if self.on_degrade is not None:
             self.on_degrade(change)
 
-    def _tiled(
-        self, model: str | Path, backend: str | Backend, options: BackendOptions | None
-    ) -> TiledDetectTask:
-        """The detector on tiles; its buffers are sized for the source needing most tiles."""
-        tiling = self.options.tiling()
-        sizes = [s.size for s in self.sources if getattr(s, "size", None)]
-        if not sizes:
-            raise ConfigError("--tile: no source reports its frame size before the run")
-        largest = max(sizes, key=lambda hw: tile_count(hw, tiling))
-        return TiledDetectTask(
-            model, backend, options, self.postprocess, tiling=tiling, source_hw=largest
-        )
-
     def _planned_depth(self, depth: DepthOptions) -> DepthOptions:
         """The depth model's cached plan (`tune --depth`) unless the caller chose its runtime."""
         model, backend, options, use = plan_depth(
@@ -181,7 +181,8 @@ class Pipeline:
         if use.note:
             self.notes.append(use.note)
             log.info("%s", use.note)
-        return replace(depth, model=model, backend=backend, backend_options=options)
+        depth = replace(depth, model=model, backend=backend, backend_options=options)
+        return planned_audit(depth, use.plan if use.sections is not None else None)
 
     def _add_depth(self, depth: DepthOptions) -> None:
         from visionrt.tasks.depth import DepthTask
@@ -191,6 +192,7 @@ class Pipeline:
             raise ConfigError(
                 f"--depth-on: no source named '{unknown[0]}' (sources: {', '.join(self.names)})"
             )
+        self.depth_options = depth
         on = [i for i, name in enumerate(self.names) if not depth.on or name in depth.on]
         first = self.sources[on[0]]
         size = getattr(first, "size", None)
@@ -311,6 +313,8 @@ class Pipeline:
         ]
         if self.degrader is not None:
             summary.slo = self.degrader.report()
+        if self.auditor is not None:
+            summary.audit = self.auditor.report()
         summary.notes = list(self.notes)
         summary.interrupted = self._interrupted
         errors = [str(e) for e in self._errors[:1] if not isinstance(e, KeyboardInterrupt)]
@@ -333,6 +337,8 @@ class Pipeline:
             source.close()
         for task in [*self.tasks, *self.variants]:
             task.close()
+        if self.auditor is not None:
+            self.auditor.close()
 
     # -- the run ---------------------------------------------------------------------------
     def _results(self) -> Iterator[FrameResult]:
@@ -357,8 +363,15 @@ class Pipeline:
         for name, read in graph.depths().items():
             self.telemetry.register_gauge(name, read)
         self.telemetry.start()
+        auditor, completed = self.auditor, False
+        if auditor is not None:
+            auditor.start()
         try:
-            yield from graph.run()
+            for result in graph.run():
+                if auditor is not None:
+                    auditor.offer(result)  # before the sinks: the frame's buffer is reused after
+                yield result
+            completed = True
         except BaseException:  # Ctrl-C, or the consumer failed: nothing in flight is wanted
             self._flow.aborting.set()
             self._halt()
@@ -367,6 +380,14 @@ class Pipeline:
             self._halt()
             self.telemetry.stop()
             graph.finish()
+            if auditor is not None:  # file mode waits for queued samples; nothing else does
+                done = completed and not (self.live or self._interrupted or self._errors)
+                auditor.finish(drain=done)
+                files = zip(self.names, self.sources, strict=True)
+                sizes = {n: s.size for n, s in files if not s.live and getattr(s, "size", None)}
+                for line in remember_audit(self.plan_use, sizes, auditor.report()):
+                    self.notes.append(line)
+                    log.info("%s", line)
         if self._errors:
             raise self._errors[0]
 

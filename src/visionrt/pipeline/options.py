@@ -60,6 +60,15 @@ class PipelineOptions:
     tile_overlap: float = 0.2
     tile_full_frame: bool = True
     tile_merge: float = 0.5
+    # The live accuracy audit: the FP32 reference `audit_reference` (an ONNX detector; "": the
+    # plan's source model) runs on a share `audit` of each source's frames (None: 0.02 when a
+    # reference is known and the run is not the reference itself, else off) in a low-priority
+    # lane; an event when mAP50 over the last `audit_window` audited frames falls below
+    # `audit_min_fidelity` (None: the plan's budget, else 0.95).
+    audit: float | None = None
+    audit_reference: str = ""
+    audit_min_fidelity: float | None = None
+    audit_window: int = 30
 
     def tiling(self) -> TileOptions:
         return TileOptions(self.tile, self.tile_overlap, self.tile_full_frame, self.tile_merge)
@@ -108,6 +117,17 @@ class PipelineOptions:
             raise ConfigError(f"pipeline.slo_sizes: expected sides >= 32, got {self.slo_sizes}")
         if self.tile:
             self.tiling()  # its own checks, with the flags' names
+        if self.audit is not None and not 0 <= self.audit <= 0.5:
+            raise ConfigError(
+                "pipeline.audit (--audit): expected a share of frames from 0 to 0.5 (0.02: one"
+                f" frame in 50), got {self.audit:g}"
+            )
+        if self.audit_min_fidelity is not None and not 0 <= self.audit_min_fidelity <= 1:
+            raise ConfigError(
+                f"pipeline.audit_min_fidelity: expected 0 to 1, got {self.audit_min_fidelity}"
+            )
+        if self.audit_window < 1:
+            raise ConfigError(f"pipeline.audit_window: expected >= 1, got {self.audit_window}")
         if self.opencv_threads < 0:
             raise ConfigError(f"pipeline.opencv_threads: expected >= 0, got {self.opencv_threads}")
 
@@ -127,3 +147,7 @@ class DepthOptions:
     on_nonfinite: str = "recompute"
     # Temporal smoothing of each source's depth (EMA weight of the previous map; 0: off).
     smoothing: float = 0.0
+    # The audit's FP32 depth reference ("": the depth plan's source model) and its AbsRel budget
+    # (None: the depth plan's, else 0.02); how often is PipelineOptions.audit.
+    audit_reference: str | Path = ""
+    audit_max_abs_rel: float | None = None

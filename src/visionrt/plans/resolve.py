@@ -4,7 +4,7 @@ always with one line saying which and why. The CLI, `profile` and the Python API
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ class PlanUse:
     sections: dict[str, Any] | None
     note: str
     plan: Plan | None = None
+    path: Path | None = None  # the cached plan file (None: the user's --plan file, not ours)
 
 
 def chosen_settings(backend: str, options: BackendOptions) -> tuple[str, ...]:
@@ -67,7 +68,7 @@ def use_plan(
     configuration. A plan tuned for another model, or whose artifact cannot serve the run, is
     set aside with the reason — never an error."""
     if plan_file is not None:
-        plan, where = Plan.load(plan_file), f"plan {plan_file}"
+        plan, where, path = Plan.load(plan_file), f"plan {plan_file}", None
         warnings = "".join(
             f"\nwarning: this machine differs from the plan's: {difference}"
             for difference in fingerprint_differences(plan)
@@ -109,7 +110,8 @@ def use_plan(
     elif plan.run.get(LIVE_KEY):
         mode = " · file mode: throughput settings"
     tail = "" if plan_file is not None else " (--no-plan: the reference)"
-    return PlanUse(sections, f"{where}: {plan.summary_line()}{mode}{tail}{warnings}", plan)
+    note = f"{where}: {plan.summary_line()}{mode}{tail}{warnings}"
+    return PlanUse(sections, note, plan, path)
 
 
 def _demo_model() -> Path | None:
@@ -186,17 +188,21 @@ def plan_detector(
     options: BackendOptions | None,
     tile: bool,
     live: bool,
+    settle: Callable[[PlanUse], PlanUse] | None = None,
 ) -> tuple[str | Path, str | Backend, BackendOptions | None, PlanUse]:
     """For the Python API: the model, backend and options to load — the plan's, under the
     caller's batch, threads and cache folder, when a plan serves this run (`use_plan`), the
     caller's otherwise — and the decision (its note says which). `plan` None or True: the
-    cached plan; a path: that plan; False: none."""
+    cached plan; a path: that plan; False: none. `settle` may change the plan's decision for
+    the run's sources (`accuracy.geometry.settle`: what was proven on their sizes)."""
     if plan is False or not isinstance(backend, str):
         return model, backend, options, PlanUse(None, "")
     given = options or BackendOptions()
     chosen = chosen_settings(backend, given)
     request = PlanRequest(Path(model), chosen, batch=given.batch, tile=tile, live=live)
     use = use_plan(request, None if plan is None or plan is True else plan)
+    if settle is not None:
+        use = settle(use)
     if use.sections is None:
         return model, backend, options, use
     planned = layered(BackendOptions(), use.sections.get("inference") or {})

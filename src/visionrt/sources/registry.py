@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from visionrt.errors import SourceNotFoundError
 from visionrt.sources.base import IMAGE_SUFFIXES, STREAM_SCHEMES, Source, SourceOptions
 from visionrt.sources.images import ImageSource
+from visionrt.sources.naming import default_name, split_name, unique_names
 from visionrt.sources.process import ProcessSource
 from visionrt.sources.synthetic import SyntheticSource
 from visionrt.sources.video import VideoSource
@@ -89,3 +90,27 @@ def open_source(spec: str, source_id: int = 0, options: SourceOptions | None = N
         return ProcessSource(spec, source_id, options)
     row = next(r for r in ROWS if r.matches(spec))
     return row.open(spec, source_id, options)
+
+
+def open_sources(
+    given: Sequence[str | Source], options: SourceOptions
+) -> tuple[list[Source], list[str], list[bool], list[str]]:
+    """Open each source (`rgb=cam0.mp4` names one; a Source is taken as it is): the sources, their
+    unique names, whether each name was given, and each spec without its name ("" for a
+    Source)."""
+    named = [split_name(s) if isinstance(s, str) else ("", s) for s in given]
+    specs = [spec if isinstance(spec, str) else "" for _, spec in named]
+    per_source = worker_options(specs, options)
+    sources = [
+        spec if isinstance(spec, Source) else open_source(spec, i, per_source[i])
+        for i, (_, spec) in enumerate(named)
+    ]
+    was_named = [bool(name) for name, _ in named]
+    names = unique_names(
+        [
+            name or default_name(s.name, i)
+            for i, ((name, _), s) in enumerate(zip(named, sources, strict=True))
+        ],
+        was_named,
+    )
+    return sources, names, was_named, specs

@@ -79,3 +79,10 @@ class Task(Protocol):
         """What ran, for the run summary."""
 
     def close(self) -> None: ...
+
+
+def run_one(task: Task, image: npt.NDArray[Any], buffer: npt.NDArray[Any]) -> Any:
+    """One frame through a task outside the pipeline (the audit's and the geometry check's
+    reference): prepare into `buffer`, infer a batch of one, decode."""
+    geometry = task.prepare(image, buffer, None)
+    return task.decode(task.infer([buffer])[0], geometry)

@@ -184,6 +184,23 @@ class TiledDetectTask:
         self._grids: dict[tuple[int, int], TileGrid] = {}
         self.grid(self.source_hw)  # sizes the buffers: fails now, not on the first frame
 
+    @classmethod
+    def for_sources(
+        cls,
+        model: str | Path,
+        backend: str | Backend,
+        backend_options: BackendOptions | None,
+        postprocess: PostprocessOptions,
+        tiling: TileOptions,
+        sizes: list[tuple[int, int]],
+    ) -> TiledDetectTask:
+        """The tiled detector for sources of these frame sizes: buffers sized for the one
+        needing most tiles."""
+        if not sizes:
+            raise ConfigError("--tile: no source reports its frame size before the run")
+        largest = max(sizes, key=lambda hw: tile_count(hw, tiling))
+        return cls(model, backend, backend_options, postprocess, tiling=tiling, source_hw=largest)
+
     @staticmethod
     def _known_input_hw(model: str | Path, options: BackendOptions) -> tuple[int, int] | None:
         """The detector's input (height, width) as far as it is known before loading."""

@@ -1,7 +1,7 @@
 """Serves a run's telemetry as Prometheus metrics over HTTP (prometheus-client), on localhost by
 default: frames in/out, drops by stage and reason, events, reconnects and restarts per source,
-stage and glass-to-result latency histograms, queue depths, CPU/RSS, and NVIDIA GPU use where
-nvidia-ml-py finds a GPU."""
+stage and glass-to-result latency histograms, queue depths, the live audit's fidelity per source,
+CPU/RSS, and NVIDIA GPU use where nvidia-ml-py finds a GPU."""
 
 from __future__ import annotations
 
@@ -10,6 +10,13 @@ from typing import Any
 
 from visionrt.errors import ConfigError, SinkError
 
+# The live audit's window figures per source, as gauges: key in `figures()` → (name, help).
+FIGURES = {
+    "fidelity": ("visionrt_fidelity", "Audit: mAP50 against the FP32 reference, last window"),
+    "fidelity_frames": ("visionrt_fidelity_frames", "Audit: audited frames in that window"),
+    "depth_abs_rel": ("visionrt_depth_abs_rel", "Audit: depth AbsRel against FP32, window"),
+    "depth_delta1": ("visionrt_depth_delta1", "Audit: depth δ<1.25 against FP32, window"),
+}
 # Glass-to-result and stage latencies on CPU run from ~1 ms (decode) to seconds (depth at 518).
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -54,7 +61,7 @@ class MetricsServer:
         )
         self.events = make(
             prom.Counter, "events",
-            "Counted events (reconnects, worker restarts, recomputed depth, degrade steps)",
+            "Counted events (reconnects, worker restarts, recomputed depth, degrade steps, audit)",
             "source", "event",
         )  # fmt: skip
         self.latency = make(
@@ -72,6 +79,7 @@ class MetricsServer:
         prom.ProcessCollector(namespace="visionrt", registry=self.registry)
         self._sources: dict[str, Callable[[], Any]] = {}
         self._gauges: Callable[[], dict[str, float | None]] = dict
+        self._figures: Callable[[], dict[str, dict[str, float]]] = dict
         self.registry.register(_ScrapeCollector(self))
         self._server: Any = None
         self._thread: Any = None
@@ -83,9 +91,12 @@ class MetricsServer:
         self,
         sources: dict[str, Callable[[], Any]],
         gauges: Callable[[], dict[str, float | None]],
+        figures: Callable[[], dict[str, dict[str, float]]] | None = None,
     ) -> None:
-        """Readers used at scrape time: each source's stats by name, and the queue depths."""
+        """Readers used at scrape time: each source's stats by name, the queue depths, and the
+        audit's figures per source (FIGURES)."""
         self._sources, self._gauges = dict(sources), gauges
+        self._figures = figures or dict
 
     def start(self) -> MetricsServer:
         """Listen now (a SinkError when the port is taken or not allowed)."""
@@ -162,7 +173,21 @@ class _ScrapeCollector:
             for key, family in families.items():
                 family.add_metric([name], float(getattr(stats, key, 0)))
         yield from families.values()
+        yield from self._audit()
         yield from self._gpu.collect()
+
+    def _audit(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        gauges = {
+            key: GaugeMetricFamily(name, doc, labels=["source"])
+            for key, (name, doc) in FIGURES.items()
+        }
+        for source, values in self.server._figures().items():
+            for key, value in values.items():
+                if key in gauges:
+                    gauges[key].add_metric([source], float(value))
+        yield from (gauge for gauge in gauges.values() if gauge.samples)
 
 
 class _Gpu:

@@ -62,6 +62,8 @@ def print_summary(summary: RunSummary, console: Console | None = None) -> None:
         console.print(f"  dropped {count}: {reason}")
     for event, count in summary.events.items():
         console.print(f"  {event}: {count}")
+    for line in audit_lines(summary.audit):
+        console.print(line, markup=False, highlight=False)
     if len(summary.sources) > 1:
         console.print(source_table(summary))
     for source in summary.sources:
@@ -80,6 +82,35 @@ def print_summary(summary: RunSummary, console: Console | None = None) -> None:
             console.print(f"  {source['name']}: {', '.join(troubles)}{gap}")
         for warning in source.get("warnings", []):
             console.print(f"  [yellow]warning:[/] {warning}")
+
+
+def audit_lines(audit: dict[str, Any]) -> list[str]:
+    """One line per source of the live audit's summary (none without an audit)."""
+    if not audit:
+        return []
+    share = f"{100 / audit['period']:.3g} %"
+    caveat = ""
+    if audit.get("architecture_only") or audit.get("depth_architecture_only"):
+        caveat = " (architecture-only reference: random weights, not a trained model's accuracy)"
+    lines = []
+    for name, entry in audit["sources"].items():
+        found = []
+        if "fidelity" in entry:
+            figure = entry["fidelity"]
+            found.append(f"fidelity {figure['map50']:.3f} over {figure['frames']} frames")
+        if "depth" in entry:
+            depth = entry["depth"]
+            found.append(
+                f"depth AbsRel {depth['abs_rel']:.4f}, δ<1.25 {depth['delta1']:.3f} over"
+                f" {depth['frames']} frames"
+            )
+        lines.append(
+            f"audit: {name} {'; '.join(found) or 'nothing audited'} ({share} sampled,"
+            f" {entry['skipped']} of {entry['sampled']} skipped){caveat}"
+        )
+    if audit.get("error"):
+        lines.append(f"audit: {audit['error']}")
+    return lines
 
 
 class TelemetryWriter:

@@ -85,6 +85,9 @@ class RunSummary:
     sources: list[dict[str, Any]] = field(default_factory=list)
     # The SLO degrade path, when one ran: target, ladder, final level, every step with its reason.
     slo: dict[str, Any] = field(default_factory=dict)
+    # The live accuracy audit, when one ran: rate, reference, budget, per source the frames
+    # sampled, audited and skipped and the fidelity found, and the events.
+    audit: dict[str, Any] = field(default_factory=dict)
     # What the run says about its configuration: the plan it used or set aside and why, the
     # parts of a flag it could not honour with that plan.
     notes: list[str] = field(default_factory=list)
@@ -132,6 +135,7 @@ class Telemetry:
         # Latencies since the last snapshot; bounded, since without --telemetry none is taken.
         self._window = Samples()
         self._gauges: dict[str, Callable[[], float]] = {}
+        self._figures: Callable[[], dict[str, dict[str, Any]]] = dict
         self.frames_in = 0
         self.frames_out = 0
         self.dropped: Counter[str] = Counter()
@@ -170,6 +174,11 @@ class Telemetry:
         name again replaces its reader. Called from any thread, also while snapshots are taken."""
         with self._lock:
             self._gauges = {**self._gauges, name: read}
+
+    def add_figures(self, read: Callable[[], dict[str, dict[str, Any]]]) -> None:
+        """Figures per source name read at each snapshot (the audit's window fidelity), added
+        to that source's entry under "sources"."""
+        self._figures = read
 
     def frame_in(self, source: str = "") -> None:
         with self._lock:
@@ -264,6 +273,8 @@ class Telemetry:
                     "latency_ms": _rounded(percentiles(recent)),
                 }
         latency = percentiles(window)  # glass to result, over the frames since the last one
+        for name, values in _read(self._figures, {}).items():
+            sources.setdefault(name, {}).update(values)
         return {
             "t": round(self.elapsed(), 3),
             "frames_in": frames_in,
@@ -300,9 +311,9 @@ def _rounded(latency: dict[str, float]) -> dict[str, float]:
     return {k: round(latency[k], 2) for k in ("p50", "p95", "p99")}
 
 
-def _read(gauge: Callable[[], float]) -> float | None:
-    """A gauge's value; None when reading it failed (telemetry must not end the run)."""
+def _read(gauge: Callable[[], Any], failed: Any = None) -> Any:
+    """A gauge's value; `failed` when reading it failed (telemetry must not end the run)."""
     try:
         return gauge()
     except Exception:
-        return None
+        return failed

@@ -3,12 +3,11 @@ pruned by what the hardware and the installed runtimes support."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from visionrt.preprocess import compute_letterbox
+from visionrt.preprocess.letterbox import aligned_sizes
 
 GPU_DEVICES = ("cuda", "tensorrt")
 
@@ -71,29 +70,6 @@ class Machine:
     def int8(self) -> bool:
         # VNNI (or AMX) makes INT8 pay; without it INT8 convolutions are barely faster.
         return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & self.cpu_features)
-
-
-def aligned_sizes(
-    source_hw: tuple[int, int], model_hw: tuple[int, int], stride: int = 32
-) -> list[tuple[int, int]]:
-    """Smaller inputs that keep the letterboxed content where the model's own size puts it,
-    modulo the stride: the detection grid then falls on the same pixels, so results match the
-    reference far better than a tight crop does (MEASUREMENTS.md: 0.99 vs 0.94 for 768×576).
-
-    Only the padded axis shrinks; the first size whose padding keeps the phase is returned."""
-    box = compute_letterbox(source_hw, model_hw)
-    (new_h, new_w), (in_h, in_w) = box.new_hw, model_hw
-    sizes = []
-    for axis, content, full, offset in ((0, new_h, in_h, box.top), (1, new_w, in_w, box.left)):
-        if full - content < 2 * stride:
-            continue  # no padding worth removing on this axis
-        phase = offset % stride
-        start = math.ceil(content / stride) * stride
-        for size in range(start, full, stride):
-            if round((size - content) / 2 - 0.1) % stride == phase:
-                sizes.append((size, in_w) if axis == 0 else (in_h, size))
-                break
-    return sizes
 
 
 def candidates(

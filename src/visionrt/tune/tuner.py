@@ -14,6 +14,7 @@ from visionrt.backends.registry import find_row, unavailable_reason
 from visionrt.errors import ConfigError, ModelLoadError
 from visionrt.model import file_sha256, read_model_spec
 from visionrt.plans import Plan, machine_fingerprint, plan_path
+from visionrt.plans.proof import record, tune_proof
 from visionrt.plans.store import LIVE_KEY
 from visionrt.sources import SourceOptions, open_source
 from visionrt.tune.batch import BatchPoint, BatchSearch, batch_throughput, search_batch
@@ -139,7 +140,8 @@ def tune(
     if not 0 <= limits.min_fidelity <= 1:
         raise ConfigError(f"--min-fidelity: expected 0 to 1, got {limits.min_fidelity}")
     spec = read_model_spec(model)
-    space = candidates(this_machine(), spec.input_size, _source_hw(str(video)), limits.objective)
+    source_hw = _source_hw(str(video))
+    space = candidates(this_machine(), spec.input_size, source_hw, limits.objective)
     evaluator = VideoEvaluator(video, model, fidelity_frames=min(60, rounds[0]), progress=progress)
     if stop is not None:
         evaluator.stop = stop
@@ -187,6 +189,15 @@ def tune(
             **({"batch_search": batching.to_json()} if batching else {}),
             "fingerprint": fingerprint,
         },
+    )
+    # What it was proven on: this video's frame size (a run on another size checks first).
+    proven_hw = tuple(plan.tuned["input_hw"])
+    record(
+        plan,
+        source_hw,
+        tune_proof(
+            Path(video).name, source_hw, proven_hw, plan.tuned["measured"], plan.tuned["at"]
+        ),
     )
     path = plan.save(plan_path(model, fingerprint, plans_root))
     return TuneOutcome(plan, path, search, batching)

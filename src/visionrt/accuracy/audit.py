@@ -1,0 +1,342 @@
+"""The live audit's lane: the FP32 reference run on a sample of a run's frames on one low-priority
+thread beside the pipeline, never in its way, and the rolling fidelity per source of what the run
+delivered on those frames (mAP50 through `fidelity.fidelity`; depth AbsRel and δ<1.25 through
+`postprocess.depth.depth_fidelity`), with an event when it falls below the budget."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from visionrt import fidelity as coco  # the one COCO-style implementation, called by module
+from visionrt.accuracy.audit_window import (
+    AuditEvent,
+    AuditSettings,
+    Sample,
+    SourceAudit,
+    mean_of,
+    surely_below,
+)
+from visionrt.postprocess.depth import depth_fidelity
+from visionrt.tasks.base import Task, run_one
+from visionrt.telemetry import Telemetry
+from visionrt.types import DepthMap, FrameResult
+
+log = logging.getLogger("visionrt")
+
+# Frames waiting for the reference. Live: a few (a full queue means no headroom now: the sample
+# is skipped, counted, rather than the run slowed; an old frame says little of now). File mode
+# keeps every sample up to a memory budget: the pipeline saturates the cores, so the low-priority
+# lane audits mostly after the last result, and skipping there would leave a few frames of the
+# run's start (measured: 10 of 16 samples audited over vtest.avi, a figure 0.02 off the truth).
+QUEUE_FRAMES = 8
+FILE_QUEUE_BYTES = 256 << 20  # ~190 frames of 768×576, ~40 of 1080p
+# How long the end of a run waits for samples still queued (leftovers are skipped, counted):
+# live runs do not wait; a file run waits at most this long after its last result.
+DRAIN_SECONDS = 30.0
+# An event needs this many audited frames in the window (or the whole window, when smaller).
+MIN_EVENT_FRAMES = 10
+
+SAMPLED, AUDITED, BELOW = "audit: sampled", "audit: audited", "audit: below budget"
+BUSY, ENDED = "audit: skipped (busy)", "audit: skipped (run ended)"
+FAILED = "audit: skipped (reference failed)"
+
+
+class Auditor:
+    """The audit lane of one run. `detect`/`depth` build the reference tasks (None: that task
+    is not audited); they are called on the lane's thread after it lowered its priority, so the
+    runtime's worker threads inherit it. `offer` is called on the pipeline's consumer thread for
+    every result; `finish` at the end of the run, `close` when the pipeline closes.
+    `on_event` is told of each crossing of the budget (on the lane's thread)."""
+
+    def __init__(
+        self,
+        settings: AuditSettings,
+        names: Sequence[str],
+        telemetry: Telemetry,
+        detect: Callable[[], Task] | None = None,
+        depth: Callable[[], Task] | None = None,
+        on_event: Callable[[AuditEvent], None] | None = None,
+        live: bool = True,
+    ) -> None:
+        self.settings, self.names, self.telemetry = settings, list(names), telemetry
+        self.live = live
+        self._builders = (detect, depth)
+        self.on_event = on_event
+        self.events: list[AuditEvent] = []
+        self.error = ""  # the first failure of the reference, for the summary
+        self._dead = False  # the reference did not load: every sample is skipped
+        self._queue: queue.Queue[Sample | None] = queue.Queue()
+        self._queued = [0, 0]  # samples and bytes waiting (bounded: see QUEUE_FRAMES)
+        self._counts = [0] * len(self.names)  # results seen per source (the consumer's)
+        self._sources = {name: SourceAudit(settings.window) for name in dict.fromkeys(names)}
+        self._lock = threading.Lock()
+        self._busy: Sample | None = None
+        self._ended = False
+        self._thread = threading.Thread(target=self._lane, name="audit", daemon=True)
+
+    # -- the pipeline's side ---------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def offer(self, result: FrameResult) -> None:
+        """Queue `result` for the reference when it is its source's turn; never blocks."""
+        source_id = result.frame.source_id
+        count = self._counts[source_id]
+        self._counts[source_id] = count + 1
+        if count % self.settings.period:
+            return
+        name = self.names[source_id]
+        with self._lock:
+            self._sources[name].sampled += 1
+        self.telemetry.count(SAMPLED, name)
+        if self._dead:  # nothing to compare with
+            self._skip(name, FAILED)
+            return
+        frame = result.frame
+        size = frame.image.nbytes
+        with self._lock:
+            frames, held = self._queued
+            full = (
+                frames >= QUEUE_FRAMES if self.live else frames and held + size > FILE_QUEUE_BYTES
+            )
+            if not full:
+                self._queued = [frames + 1, held + size]
+        if full:
+            self._skip(name, BUSY)
+            return
+        sample = Sample(name, frame.index, frame.image.copy(), result.detections, result.depth)
+        self._queue.put_nowait(sample)
+
+    def finish(self, drain: bool) -> None:
+        """The run ended: with `drain`, wait up to DRAIN_SECONDS for the queued samples; then
+        skip (and count) what is left."""
+        deadline = time.monotonic() + (DRAIN_SECONDS if drain else 0.0)
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            if not self._thread.is_alive():
+                break
+            time.sleep(0.01)
+        with self._lock:
+            self._ended = True
+            left = [self._busy] if self._busy is not None else []
+            self._busy = None
+        while True:
+            try:
+                sample = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            self._queue.task_done()
+            if sample is not None:
+                left.append(sample)
+        for sample in left:
+            self._skip(sample.source, ENDED)
+
+    def close(self) -> None:
+        """Stop the lane (what is queued is skipped); it closes the reference tasks itself."""
+        if not self._ended:
+            self.finish(drain=False)
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout=2.0)  # a daemon: one reference call may still be running
+
+    def _skip(self, name: str, reason: str) -> None:
+        with self._lock:
+            self._sources[name].skipped += 1
+        self.telemetry.count(reason, name)
+
+    # -- the lane --------------------------------------------------------------------------
+    def _lane(self) -> None:
+        # Linux threads have their own niceness, and the threads they start inherit it; not
+        # Linux, or not allowed: the lane runs at normal priority, still off the hot path.
+        with contextlib.suppress(AttributeError, OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        tasks: list[Task | None] = []
+        try:
+            for build in self._builders:
+                tasks.append(build() if build is not None else None)
+        except Exception as err:
+            self.error = f"the audit's reference did not load: {_first_line(err)}"
+            self._dead = True
+            log.warning("%s; the run goes on without an audit", self.error)
+        buffers = [task.new_buffer() if task is not None else None for task in tasks]
+        try:
+            while (sample := self._queue.get()) is not None:
+                with self._lock:  # taken after `finish` looked: this lane counts it
+                    self._queued = [self._queued[0] - 1, self._queued[1] - sample.image.nbytes]
+                    late = self._ended
+                    self._busy = None if late else sample
+                if late:
+                    self._skip(sample.source, ENDED)
+                else:
+                    self._audit(sample, tasks, buffers)
+                self._queue.task_done()
+        finally:
+            for task in tasks:
+                if task is not None:
+                    task.close()
+
+    def _audit(
+        self, sample: Sample, tasks: list[Task | None], buffers: list[npt.NDArray[Any] | None]
+    ) -> None:
+        try:
+            if self._dead:
+                raise RuntimeError(self.error)
+            detect, depth = tasks
+            reference = run_one(detect, sample.image, buffers[0]) if detect is not None else None
+            depth_score = None
+            if depth is not None and sample.depth is not None:
+                truth: DepthMap = run_one(depth, sample.image, buffers[1])
+                depth_score = depth_fidelity(
+                    sample.depth.values, truth.values, inverse=not truth.metric
+                )
+        except Exception as err:
+            with self._lock:
+                mine = self._busy is sample
+                self._busy = None
+            if mine:
+                if not self.error:
+                    self.error = f"the audit's reference failed: {_first_line(err)}"
+                    log.warning("%s (frame %d of %s)", self.error, sample.frame, sample.source)
+                self._skip(sample.source, FAILED)
+            return
+        with self._lock:
+            if self._busy is not sample:  # the run ended meanwhile: counted as skipped there
+                return
+            self._busy = None
+            state = self._sources[sample.source]
+            state.audited += 1
+            if reference is not None:
+                state.pairs.append((reference, sample.detections))
+                state.whole.append((sample.frame, reference, sample.detections))
+                pairs = list(state.pairs)
+            if depth_score is not None and math.isfinite(depth_score.abs_rel):
+                state.depth.append(depth_score)
+                state.depth_sum[0] += depth_score.abs_rel
+                state.depth_sum[1] += depth_score.delta1
+                state.depth_sum[2] += 1
+        self.telemetry.count(AUDITED, sample.source)
+        if reference is not None:
+            report = coco.fidelity([r for r, _ in pairs], [c for _, c in pairs])
+            with self._lock:
+                state.map50 = report.map50
+            self._check(state, sample, "fidelity", report.map50, len(pairs))
+        if depth_score is not None and state.depth:
+            abs_rel = float(np.mean([d.abs_rel for d in state.depth]))
+            self._check(state, sample, "depth", abs_rel, len(state.depth))
+
+    def _check(
+        self, state: SourceAudit, sample: Sample, kind: str, value: float, frames: int
+    ) -> None:
+        """An event when the window's figure crosses the budget; re-armed once it recovers."""
+        settings = self.settings
+        below = (
+            value < settings.min_fidelity if kind == "fidelity" else value > settings.max_abs_rel
+        )
+        if not below:
+            state.armed[kind] = True
+            return
+        if not state.armed[kind] or frames < min(settings.window, MIN_EVENT_FRAMES):
+            return
+        if not surely_below(state, kind, self.settings):
+            return  # a few unlucky frames, not yet a drift: stays armed
+        state.armed[kind] = False
+        budget = settings.min_fidelity if kind == "fidelity" else settings.max_abs_rel
+        metric = "fidelity" if kind == "fidelity" else "depth AbsRel"
+        event = AuditEvent(
+            self.telemetry.elapsed(), sample.source, metric, value, budget, frames, sample.frame
+        )
+        self.events.append(event)
+        self.telemetry.count(BELOW, sample.source)
+        if self.on_event is None:  # no one to tell: the logger says it (once, not twice)
+            log.warning("%s", event)
+        else:
+            try:
+                self.on_event(event)
+            except Exception as err:  # the caller's callback: it must not stop the audit
+                self.error = self.error or f"on_audit failed: {_first_line(err)}"
+
+    # -- what it found ---------------------------------------------------------------------
+    def audited_frames(self, source: str) -> list[int]:
+        """Frame indices of `source`'s audited frames kept for the whole-run figure, in order."""
+        with self._lock:
+            return [frame for frame, _, _ in self._sources[source].whole]
+
+    def figures(self) -> dict[str, dict[str, float]]:
+        """The window's figures per source with audited frames: `fidelity` (mAP50) and its
+        `fidelity_frames`, `depth_abs_rel` and `depth_delta1` (for the per-second telemetry and
+        Prometheus)."""
+        out: dict[str, dict[str, float]] = {}
+        with self._lock:
+            for name, state in self._sources.items():
+                values: dict[str, float] = {}
+                if state.map50 is not None:
+                    values["fidelity"] = round(state.map50, 4)
+                    values["fidelity_frames"] = len(state.pairs)
+                if state.depth:
+                    values["depth_abs_rel"] = round(mean_of(state.depth, "abs_rel"), 5)
+                    values["depth_delta1"] = round(mean_of(state.depth, "delta1"), 4)
+                if values:
+                    out[name] = values
+        return out
+
+    def report(self) -> dict[str, Any]:
+        """For the run summary: settings, per source the counts, the whole-run and window
+        figures (mAP50 with its frames and reference boxes; depth AbsRel and δ<1.25), events."""
+        settings = self.settings
+        sources: dict[str, Any] = {}
+        with self._lock:
+            states = {
+                name: (s.sampled, s.audited, s.skipped, list(s.whole), s.map50, len(s.pairs),
+                       list(s.depth), list(s.depth_sum))
+                for name, s in self._sources.items()
+            }  # fmt: skip
+        for name, (sampled, audited, skipped, whole, map50, window, depth, sums) in states.items():
+            entry: dict[str, Any] = {"sampled": sampled, "audited": audited, "skipped": skipped}
+            if whole:
+                run = coco.fidelity([r for _, r, _ in whole], [c for _, _, c in whole])
+                entry["fidelity"] = {
+                    "map50": round(run.map50, 4),
+                    "map50_95": round(run.map50_95, 4),
+                    "frames": run.frames,
+                    "reference_boxes": run.reference_boxes,
+                    "candidate_boxes": run.candidate_boxes,
+                }
+                entry["window"] = {"map50": round(map50 or 0.0, 4), "frames": window}
+            if sums[2]:
+                entry["depth"] = {
+                    "abs_rel": round(sums[0] / sums[2], 5),
+                    "delta1": round(sums[1] / sums[2], 4),
+                    "frames": int(sums[2]),
+                    "window_abs_rel": round(mean_of(depth, "abs_rel"), 5),
+                }
+            sources[name] = entry
+        return {
+            "rate": settings.rate,
+            "period": settings.period,
+            "reference": settings.reference,
+            "depth_reference": settings.depth_reference,
+            "budget": {
+                **({"min_fidelity": settings.min_fidelity} if settings.reference else {}),
+                **({"max_abs_rel": settings.max_abs_rel} if settings.depth_reference else {}),
+            },
+            "window": settings.window,
+            "architecture_only": settings.architecture_only,
+            "depth_architecture_only": settings.depth_architecture_only,
+            "sources": sources,
+            "events": [event.to_json() for event in self.events],
+            "error": self.error,
+        }
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]

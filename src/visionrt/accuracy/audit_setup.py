@@ -1,0 +1,232 @@
+"""What a run audits against and how often: the references and budgets a plan gives, the rate
+(on by default when a reference is known), and the reference tasks the lane builds."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from visionrt.accuracy.audit import Auditor
+from visionrt.accuracy.audit_window import AuditEvent, AuditSettings, sample_period
+from visionrt.backends import BackendOptions
+from visionrt.errors import ConfigError, ModelLoadError
+from visionrt.fidelity import REFERENCE_BACKEND
+from visionrt.model import is_architecture_only
+from visionrt.tasks.base import Task
+
+if TYPE_CHECKING:
+    from visionrt.pipeline import DepthOptions, Pipeline
+    from visionrt.plans import Plan
+
+DEFAULT_RATE = 0.02  # cost measured in docs/results/audit_cost.json (scripts/bench_audit.py)
+DEFAULT_MIN_FIDELITY = 0.95  # tune's own default budget
+DEFAULT_MAX_ABS_REL = 0.02  # tune --depth's own default budget
+# The reference's idle workers must not spin: at nice 19 they would only take idle cycles, but
+# spinning keeps cores awake that the run's own runtime wants. Results are the same.
+REFERENCE_OPTIONS = BackendOptions(settings={"spin": "0"})
+
+Options = TypeVar("Options")
+
+log = logging.getLogger("visionrt")
+
+
+def planned_audit(options: Options, plan: Plan | None) -> Options:
+    """`options` (PipelineOptions, DepthOptions or DepthConfig) with the audit's reference and
+    budget taken from `plan` where the caller left them unset: the model the plan was tuned from
+    (its FP32 reference) and the limit it was tuned under."""
+    if plan is None:
+        return options
+    limits = plan.tuned.get("limits") or {}
+    changes: dict[str, Any] = {}
+    source = plan.tuned.get("source_model")
+    if not getattr(options, "audit_reference", "") and source:
+        changes["audit_reference"] = str(source)
+    for name, key in (("audit_min_fidelity", "min_fidelity"), ("audit_max_abs_rel", "max_abs_rel")):
+        if hasattr(options, name) and getattr(options, name) is None and key in limits:
+            changes[name] = float(limits[key])
+    return replace(options, **changes) if changes else options  # type: ignore[type-var]
+
+
+def build_auditor(pipeline: Pipeline, model: str | Path) -> tuple[Auditor | None, list[str]]:
+    """The run's audit lane (None: no audit) and the lines saying what it audits, for a
+    pipeline whose tasks are loaded; `model` is the detector file it runs. A ConfigError when
+    an audit was asked for (`pipeline.audit` given) that cannot run."""
+    options = pipeline.options
+    if options.audit == 0:
+        return None, []
+    explicit = options.audit is not None
+    notes: list[str] = []
+    detect = _reference(options.audit_reference, model, explicit, "detector", notes)
+    if detect is None and explicit and not options.audit_reference:
+        raise ConfigError(
+            f"--audit: no FP32 reference for {Path(model).name}: set pipeline.audit_reference"
+            " to the ONNX model it was made from"
+        )
+    if detect is not None and _detector_is(pipeline, model, detect[0]):
+        detect = _as_itself(detect, "detector", explicit, notes)
+    depth_options, depth = pipeline.depth_options, None
+    if depth_options is not None:
+        given, model = depth_options.audit_reference, depth_options.model
+        depth = _reference(given, model, explicit, "depth model", notes)
+        if depth is not None and _depth_is(pipeline, depth_options, depth[0]):
+            depth = _as_itself(depth, "depth model", explicit, notes)
+    if detect is None and depth is None:
+        return None, notes
+    rate = options.audit if options.audit is not None else DEFAULT_RATE
+    avoid = max(options.detect_every, options.slo_max_every if options.slo_ms else 1)
+    settings = AuditSettings(
+        rate=rate,
+        period=sample_period(rate, avoid),
+        reference=str(detect[0]) if detect else "",
+        depth_reference=str(depth[0]) if depth else "",
+        min_fidelity=_or(options.audit_min_fidelity, DEFAULT_MIN_FIDELITY),
+        max_abs_rel=_or(depth_options and depth_options.audit_max_abs_rel, DEFAULT_MAX_ABS_REL),
+        window=options.audit_window,
+        architecture_only=bool(detect and detect[1]),
+        depth_architecture_only=bool(depth and depth[1]),
+    )
+    auditor = Auditor(
+        settings,
+        pipeline.names,
+        pipeline.telemetry,
+        detect=_detect_builder(pipeline, detect[0]) if detect else None,
+        depth=_depth_builder(pipeline, depth_options, depth[0])
+        if depth_options and depth
+        else None,
+        on_event=lambda event: _tell(pipeline, event),
+        live=pipeline.live,
+    )
+    against = " and ".join(
+        found[0].name + (" (architecture-only: random weights)" if found[1] else "")
+        for found in (detect, depth)
+        if found
+    )
+    budgets = [f"mAP50 ≥ {settings.min_fidelity:g}"] if detect else []
+    budgets += [f"depth AbsRel ≤ {settings.max_abs_rel:g}"] if depth else []
+    notes.append(
+        f"audit: 1 frame in {settings.period} per source against {against} (ONNX Runtime FP32)"
+        f" in a low-priority lane; budget {', '.join(budgets)} over the last {settings.window}"
+        " audited frames (--audit 0: off)"
+    )
+    return auditor, notes
+
+
+Reference = tuple[Path, bool]  # the file, and whether it says it is architecture-only
+
+
+def _reference(
+    given: str | Path, model: str | Path, explicit: bool, what: str, notes: list[str]
+) -> Reference | None:
+    """The FP32 reference of the detector or depth model (`what`): the one given, else (when
+    the audit was asked for) the run's own ONNX model. One that is not there or not readable is
+    a ConfigError when the audit was asked for, else a note and no audit of that model."""
+    key = "pipeline.audit_reference" if what == "detector" else "depth.audit_reference"
+    if not given:
+        if explicit and Path(model).suffix == ".onnx":
+            given = model
+        elif explicit and what != "detector":
+            notes.append(
+                f"audit: the {what} {Path(model).name} is not audited: set {key} to the ONNX"
+                " model it was made from"
+            )
+            return None
+        else:
+            return None
+    path = Path(given)
+    problem = "not found" if not path.is_file() else ""
+    problem = problem or ("not an ONNX model" if path.suffix != ".onnx" else "")
+    architecture_only = False
+    if not problem:
+        try:
+            architecture_only = is_architecture_only(path)
+        except ModelLoadError as err:
+            problem = f"not readable ({err})"
+    if not problem:
+        return path, architecture_only
+    if explicit:
+        raise ConfigError(f"{key}: {path}: {problem}")
+    notes.append(f"audit: the {what} is not audited: its reference {path} is {problem}")
+    return None
+
+
+def _as_itself(
+    reference: Reference, what: str, explicit: bool, notes: list[str]
+) -> Reference | None:
+    """The run is its own reference: pointless by default; audited when asked, with a note."""
+    if not explicit:
+        return None
+    notes.append(
+        f"audit: the {what} runs as its own FP32 reference ({reference[0].name}, ONNX Runtime"
+        " FP32): its fidelity is 1 by construction; the audit measures only its cost"
+    )
+    return reference
+
+
+def _same(a: str | Path, b: str | Path) -> bool:
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def _plain(task: Task) -> bool:
+    info = task.backend.info
+    return (info.runtime, info.precision, info.device) == (REFERENCE_BACKEND, "fp32", "cpu")
+
+
+def _detector_is(pipeline: Pipeline, model: str | Path, reference: Path) -> bool:
+    """The run delivers what the reference sees: the same file in ONNX Runtime FP32 at its own
+    input size, no tiles, tracking or latency ladder."""
+    options, task = pipeline.options, pipeline.task
+    return (
+        _same(model, reference)
+        and _plain(task)
+        and task.input_hw == task.spec.input_size
+        and not (options.track or options.tile or options.slo_ms)
+    )
+
+
+def _depth_is(pipeline: Pipeline, depth: DepthOptions, reference: Path) -> bool:
+    task = pipeline.tasks[1]
+    return _same(depth.model, reference) and _plain(task) and not depth.smoothing
+
+
+def _detect_builder(pipeline: Pipeline, reference: Path) -> Callable[[], Task]:
+    from visionrt.tasks import DetectTask, TiledDetectTask
+
+    # The user's threshold: tracking lowers the detector's for ByteTrack's second stage only.
+    post = replace(pipeline.postprocess, conf=pipeline.tracker_high)
+    options = pipeline.options
+    if options.tile:
+        source_hw = pipeline.task.source_hw  # type: ignore[union-attr]
+        return lambda: TiledDetectTask(
+            reference, REFERENCE_BACKEND, REFERENCE_OPTIONS, post,
+            tiling=options.tiling(), source_hw=source_hw,
+        )  # fmt: skip
+    return lambda: DetectTask(reference, REFERENCE_BACKEND, REFERENCE_OPTIONS, post)
+
+
+def _depth_builder(pipeline: Pipeline, depth: DepthOptions, reference: Path) -> Callable[[], Task]:
+    from visionrt.tasks.depth import DepthTask
+
+    first = pipeline.sources[pipeline.depth_sources()[0]]
+    size = getattr(first, "size", None)
+    return lambda: DepthTask(
+        reference,
+        REFERENCE_BACKEND,
+        REFERENCE_OPTIONS,
+        short_side=depth.short_side,
+        on_nonfinite="fail",  # FP32 already: NaN is the model's, and the sample is skipped
+        source_hw=size,
+    )
+
+
+def _tell(pipeline: Pipeline, event: AuditEvent) -> None:
+    if pipeline.on_audit is not None:  # read at the event: the caller sets it after building
+        pipeline.on_audit(event)
+    else:  # no one to tell: the logger says it
+        log.warning("%s", event)
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else float(value)

@@ -1,0 +1,308 @@
+"""The live accuracy audit: its lane never holds results back, sampling is deterministic and
+counted, its fidelity is `fidelity.fidelity` of the reference against what the run delivered,
+events, Prometheus and the per-second file, configuration, and depth."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import write_tiny_detector, write_video
+from test_cli import assert_one_line_error, visionrt
+
+from visionrt import Pipeline, PipelineOptions, SourceOptions
+from visionrt import fidelity as coco
+from visionrt.accuracy import AuditEvent, planned_audit, sample_period
+from visionrt.accuracy import audit as lane
+from visionrt.config import load_config
+from visionrt.errors import ConfigError
+from visionrt.pipeline import DepthOptions
+from visionrt.plans import Plan
+from visionrt.tasks import DetectTask
+from visionrt.types import FrameResult
+
+PERSON = (32, 32, 20, 10, 0.9, 0.0)  # the tiny model's box, in 64×64 input pixels
+
+
+@pytest.fixture(scope="module")
+def wider(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 'reference' that sees the tiny model's person and one more: fidelity 0.5."""
+    path = tmp_path_factory.mktemp("ref") / "wider.onnx"
+    return write_tiny_detector(path, [PERSON, (10, 10, 8, 8, 0.8, 0.0)])
+
+
+@pytest.fixture(scope="module")
+def elsewhere(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 'reference' whose one person is nowhere near the tiny model's: fidelity 0."""
+    path = tmp_path_factory.mktemp("ref") / "elsewhere.onnx"
+    return write_tiny_detector(path, [(52, 52, 8, 8, 0.9, 0.0)])
+
+
+def _pipeline(video: Path, model: Path, mode: str = "file", **options: object) -> Pipeline:
+    return Pipeline(
+        [str(video)],
+        model,
+        "onnxruntime",
+        source_options=SourceOptions(mode=mode),
+        options=PipelineOptions(warmup=0, **options),  # type: ignore[arg-type]
+    )
+
+
+def test_a_slow_reference_never_delays_results(
+    small_video: Path, tiny_model: Path, wider: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lane, "DRAIN_SECONDS", 1.0)
+    infer = DetectTask.infer
+
+    def slow(self: DetectTask, rows: list) -> object:
+        if threading.current_thread().name == "audit":
+            time.sleep(0.5)
+        return infer(self, rows)
+
+    monkeypatch.setattr(DetectTask, "infer", slow)
+
+    def deliver(rate: float, mode: str = "file") -> tuple[float, float, Pipeline]:
+        pipeline = _pipeline(small_video, tiny_model, mode, audit=rate, audit_reference=str(wider))
+        started = last = time.perf_counter()
+        for _ in pipeline:
+            last = time.perf_counter()
+        ended = time.perf_counter()
+        pipeline.close()
+        return last - started, ended - last, pipeline
+
+    without, _, _ = deliver(0.0)
+    took, drained, pipeline = deliver(0.5)
+    # 20 samples at 0.5 s each: a lane in the way would hold the 40 results ~10 s (the margins
+    # leave room for a loaded machine and still tell the two apart).
+    assert took < without + 4.0
+    assert drained < 1.0 + 3.0  # file mode waits for the queue, boundedly (10 s queued)
+    summary = pipeline.summary()
+    counts = summary.audit["sources"]["small"]
+    assert counts["sampled"] == 20 == counts["audited"] + counts["skipped"]
+    assert summary.events["audit: sampled"] == 20
+    # File mode queues every sample (memory allows): what the drain could not finish is skipped.
+    assert "audit: skipped (busy)" not in summary.events
+    assert summary.events["audit: skipped (run ended)"] >= 1
+    assert counts["skipped"] == summary.events["audit: skipped (run ended)"]
+    assert summary.frames_out == 40
+    assert summary.accounted
+    # Live mode keeps a few samples: the rest are skipped as they come, and nothing waits.
+    took, drained, live = deliver(0.5, "live")
+    events = live.summary().events
+    assert took < without + 4.0
+    assert drained < 1.0
+    assert events["audit: skipped (busy)"] >= 1
+    assert live.summary().audit["sources"]["small"]["sampled"] == events["audit: sampled"]
+
+
+@pytest.mark.parametrize(
+    ("rate", "avoid", "period"),
+    [(0.02, 1, 50), (0.1, 1, 10), (0.5, 1, 2), (0.02, 2, 51), (0.1, 3, 11), (0.5, 2, 3)],
+)
+def test_sample_period_avoids_the_detect_every_phase(rate: float, avoid: int, period: int) -> None:
+    assert sample_period(rate, avoid) == period
+
+
+def test_sampling_is_deterministic_per_source(tmp_path: Path, tiny_model: Path, wider: Path):
+    video = write_video(tmp_path / "fifty.mp4", frames=50)
+    pipeline = _pipeline(video, tiny_model, audit=0.1, audit_reference=str(wider))
+    summary = pipeline.run()
+    pipeline.close()
+    assert pipeline.auditor is not None
+    assert pipeline.auditor.audited_frames("fifty") == [0, 10, 20, 30, 40]
+    assert summary.audit["sources"]["fifty"]["sampled"] == 5
+    assert summary.audit["period"] == 10
+
+
+def test_audited_fidelity_is_fidelity_of_what_the_run_delivered(
+    small_video: Path, tiny_model: Path, wider: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    shared = coco.fidelity
+
+    def spy(reference: list, candidate: list) -> coco.FidelityReport:
+        calls.append(len(reference))
+        return shared(reference, candidate)
+
+    monkeypatch.setattr(coco, "fidelity", spy)
+    # Tracking, detect every 2nd frame: the boxes the user got are the tracker's.
+    pipeline = _pipeline(
+        small_video, tiny_model, audit=0.125, audit_reference=str(wider),
+        track=True, detect_every=2,
+    )  # fmt: skip
+    delivered = {r.frame.index: r.detections for r in pipeline}
+    pipeline.close()
+    assert pipeline.auditor is not None
+    frames = pipeline.auditor.audited_frames("small")
+    assert frames == [0, 9, 18, 27, 36]  # 1 in 8 → 9: odd, both kinds of frame
+    reference = coco.collect_detections(small_video, wider, frames=40)
+    expected = shared([reference[i] for i in frames], [delivered[i] for i in frames])
+    found = pipeline.summary().audit["sources"]["small"]
+    assert found["fidelity"]["map50"] == round(expected.map50, 4)
+    assert found["fidelity"]["reference_boxes"] == expected.reference_boxes == 10
+    assert found["fidelity"]["frames"] == 5
+    assert calls, "the audit scores through fidelity.fidelity"
+
+
+def test_the_reference_audited_against_itself_scores_one(
+    small_video: Path, tiny_model: Path
+) -> None:
+    pipeline = _pipeline(small_video, tiny_model, audit=0.25)
+    summary = pipeline.run()
+    pipeline.close()
+    assert any("its own FP32 reference" in note for note in summary.notes)
+    assert summary.audit["sources"]["small"]["fidelity"]["map50"] == 1.0
+    # Left to its default, an audit of the run against itself is not made at all.
+    plain = _pipeline(small_video, tiny_model, audit_reference=str(tiny_model))
+    assert plain.auditor is None
+    plain.close()
+
+
+def test_fidelity_below_budget_raises_one_event(
+    small_video: Path, tiny_model: Path, elsewhere: Path
+) -> None:
+    pipeline = _pipeline(
+        small_video, tiny_model, audit=0.5, audit_reference=str(elsewhere), audit_window=5
+    )
+    told: list[AuditEvent] = []
+    pipeline.on_audit = told.append
+    summary = pipeline.run()
+    pipeline.close()
+    assert len(told) == 1  # once per crossing: it never recovers
+    event = told[0]
+    assert (event.source, event.metric, event.value, event.frames) == ("small", "fidelity", 0, 5)
+    assert re.fullmatch(
+        r"audit: small fidelity 0\.000 < 0\.95 over the last 5 audited frames \(frame \d+\)",
+        str(event),
+    )
+    assert summary.events["audit: below budget"] == 1
+    assert summary.audit["events"][0]["source"] == "small"
+
+
+def test_a_reference_that_does_not_load_leaves_the_run_alone(
+    tmp_path: Path,
+    small_video: Path,
+    tiny_model: Path,
+    wider: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    with pytest.raises(ConfigError, match=r"pipeline\.audit_reference: .*broken\.onnx: not read"):
+        _pipeline(small_video, tiny_model, audit=0.25, audit_reference=str(broken))
+    # Not asked for (a plan's reference that was moved, say): no audit, and a line says why.
+    quiet = _pipeline(small_video, tiny_model, audit_reference=str(tmp_path / "gone.onnx"))
+    quiet.close()
+    assert quiet.auditor is None
+    assert any(note.endswith("gone.onnx is not found") for note in quiet.notes)
+    load = DetectTask.__init__
+
+    def no_memory(self: DetectTask, *args: object, **kwargs: object) -> None:
+        if threading.current_thread().name == "audit":
+            raise MemoryError("std::bad_alloc")
+        load(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(DetectTask, "__init__", no_memory)
+    pipeline = _pipeline(small_video, tiny_model, audit=0.25, audit_reference=str(wider))
+    summary = pipeline.run()
+    pipeline.close()
+    assert summary.frames_out == 40
+    assert not summary.error
+    counts = summary.audit["sources"]["small"]
+    assert counts["sampled"] == 10 == counts["skipped"]
+    assert summary.audit["error"] == "the audit's reference did not load: std::bad_alloc"
+
+
+def _sample(text: str, name: str, source: str) -> float:
+    match = re.search(rf'^{name}\{{source="{source}"\}} (\S+)$', text, re.MULTILINE)
+    assert match is not None, f"{name}{{source={source}}} not in the scrape"
+    return float(match.group(1))
+
+
+def test_prometheus_and_the_telemetry_file_carry_the_fidelity(
+    tmp_path: Path, small_video: Path, tiny_model: Path, wider: Path
+) -> None:
+    from visionrt.telemetry.metrics import MetricsServer, scrape
+    from visionrt.telemetry.report import TelemetryWriter
+
+    pipeline = _pipeline(small_video, tiny_model, audit=0.25, audit_reference=str(wider))
+    assert pipeline.auditor is not None
+    server = MetricsServer(0)
+    server.watch({}, pipeline.queue_depths, pipeline.auditor.figures)
+    pipeline.telemetry.add_listener(server)
+    server.start()
+    path = tmp_path / "telemetry.jsonl"
+    try:
+        with TelemetryWriter(pipeline.telemetry, path, interval=0.2):
+            summary = pipeline.run()
+        text = scrape(server.url)
+    finally:
+        server.close()
+        pipeline.close()
+    window = summary.audit["sources"]["small"]["window"]
+    assert _sample(text, "visionrt_fidelity", "small") == window["map50"] == 0.505
+    assert _sample(text, "visionrt_fidelity_frames", "small") == window["frames"] == 10
+    assert 'visionrt_events_total{event="audit: sampled",source="small"} 10.0' in text
+    last = json.loads(path.read_text().splitlines()[-1])
+    assert last["sources"]["small"]["fidelity"] == 0.505
+
+
+def test_audit_options_from_flags_yaml_and_plans(tmp_path: Path) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text("pipeline:\n  audit: 0.05\n  audit_window: 12\n", encoding="utf-8")
+    assert load_config(config).pipeline.audit == 0.05
+    assert load_config(config).pipeline.audit_window == 12
+    with pytest.raises(ConfigError, match=r"pipeline.audit \(--audit\): expected a share"):
+        load_config(overrides=["pipeline.audit=0.7"])
+    plan = Plan(run={}, tuned={"source_model": "/m/yolo.onnx", "limits": {"min_fidelity": 0.9}})
+    planned = planned_audit(PipelineOptions(), plan)
+    assert (planned.audit_reference, planned.audit_min_fidelity) == ("/m/yolo.onnx", 0.9)
+    mine = planned_audit(PipelineOptions(audit_reference="/m/mine.onnx"), plan)
+    assert mine.audit_reference == "/m/mine.onnx"  # the user's own stays
+    depth = Plan(run={}, tuned={"source_model": "/m/da.onnx", "limits": {"max_abs_rel": 0.05}})
+    depth_options = planned_audit(DepthOptions("/m/da-int8.xml"), depth)
+    assert (depth_options.audit_reference, depth_options.audit_max_abs_rel) == ("/m/da.onnx", 0.05)
+
+
+def test_cli_audit_flag(tmp_path: Path, small_video: Path, tiny_model: Path, wider: Path) -> None:
+    proc = visionrt("run", str(small_video), "-m", str(tiny_model), "--audit", "2")
+    assert_one_line_error(proc, 2, "pipeline.audit (--audit): expected a share of frames")
+    out = tmp_path / "out"
+    proc = visionrt(
+        "run", str(small_video), "-m", str(tiny_model), "--audit", "0.25", "-o", str(out),
+        "--set", f"pipeline.audit_reference={wider}", "--no-video", "--no-jsonl",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "audit: small fidelity 0.505 over 10 frames (25 % sampled, 0 of 10 skipped)" in (
+        proc.stderr
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["audit"]["sources"]["small"]["audited"] == 10
+
+
+def test_depth_is_audited_after_alignment(
+    small_video: Path, tiny_model: Path, depth_model: Path
+) -> None:
+    pipeline = Pipeline(
+        [str(small_video)],
+        tiny_model,
+        "onnxruntime",
+        source_options=SourceOptions(mode="file", max_frames=4),
+        options=PipelineOptions(warmup=0, audit=0.5, audit_reference=str(tiny_model)),
+        # Smoothed: what the user gets is no longer the reference's own map.
+        depth=DepthOptions(depth_model, short_side=266, smoothing=0.5),
+    )
+    results: list[FrameResult] = list(pipeline)
+    pipeline.close()
+    assert all(r.depth is not None for r in results)
+    audit = pipeline.summary().audit
+    depth = audit["sources"]["small"]["depth"]
+    assert depth["frames"] == 2
+    assert 0 <= depth["abs_rel"] < 1
+    assert 0 <= depth["delta1"] <= 1
+    assert audit["depth_reference"] == str(depth_model)
+    assert audit["depth_architecture_only"] is True
