@@ -306,3 +306,18 @@ def test_depth_is_audited_after_alignment(
     assert 0 <= depth["delta1"] <= 1
     assert audit["depth_reference"] == str(depth_model)
     assert audit["depth_architecture_only"] is True
+
+
+def test_the_printed_summary_says_a_figure_below_the_budget() -> None:
+    from visionrt.telemetry.report import audit_lines
+
+    def line(map50: float) -> str:
+        entry = {"fidelity": {"map50": map50, "frames": 16}, "sampled": 16, "skipped": 0}
+        audit = {"period": 50, "budget": {"min_fidelity": 0.95}, "sources": {"pan": entry}}
+        return audit_lines(audit)[0]
+
+    assert line(0.909) == (
+        "audit: pan fidelity 0.909 over 16 frames, below the 0.95 budget (2 % sampled, 0 of 16"
+        " skipped)"
+    )
+    assert "below" not in line(0.97)

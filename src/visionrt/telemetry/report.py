@@ -97,7 +97,10 @@ def audit_lines(audit: dict[str, Any]) -> list[str]:
         found = []
         if "fidelity" in entry:
             figure = entry["fidelity"]
-            found.append(f"fidelity {figure['map50']:.3f} over {figure['frames']} frames")
+            least = (audit.get("budget") or {}).get("min_fidelity")
+            # Below the budget without an event: too few frames to be sure, said all the same.
+            below = f", below the {least:g} budget" if least and figure["map50"] < least else ""
+            found.append(f"fidelity {figure['map50']:.3f} over {figure['frames']} frames{below}")
         if "depth" in entry:
             depth = entry["depth"]
             found.append(
