@@ -29,14 +29,14 @@ from visionrt.accuracy.geometry import settle
 from visionrt.backends import BackendOptions
 from visionrt.fidelity import fidelity
 from visionrt.hardware import cpu_model
-from visionrt.model import DEMO_VIDEO, demo_model_path
+from visionrt.model import DEMO_VIDEO, cache_root, demo_model_path
 from visionrt.plans import PlanUse, cached_plan
 from visionrt.plans.resolve import layered
 from visionrt.plans.store import RUN_KEYS
 from visionrt.postprocess import PostprocessOptions
 from visionrt.sources import SourceOptions
 
-CLIPS = Path.home() / ".cache" / "visionrt" / "clips"
+CLIPS = cache_root() / "clips"
 DATA = DEMO_VIDEO.parent
 
 

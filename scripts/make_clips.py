@@ -19,10 +19,10 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from visionrt.model import DEMO_VIDEO
+from visionrt.model import DEMO_VIDEO, cache_root
 
 Image = npt.NDArray[np.uint8]
-CLIPS = Path.home() / ".cache" / "visionrt" / "clips"
+CLIPS = cache_root() / "clips"
 
 
 def frames(video: Path = DEMO_VIDEO) -> Iterator[Image]:

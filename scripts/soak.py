@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from visionrt.hardware import cpu_model
-from visionrt.model import DEMO_VIDEO
+from visionrt.model import DEMO_VIDEO, cache_root
 from visionrt.telemetry.metrics import scrape
 
 VISIONRT = str(Path(sys.executable).parent / "visionrt")
-CACHE = Path.home() / ".cache" / "visionrt" / "soak"
+CACHE = cache_root() / "soak"
 RSS_DRIFT_LIMIT = 0.05
 WARMUP_WINDOWS = 1  # the first minute holds model loading and allocator growth
 # Checks judge the full minutes between the first and the last.

@@ -222,11 +222,16 @@ def read_model_spec(path: str | Path) -> ModelSpec:
 DEPTH_MODEL_NAME = "depth_anything_v2_small_arch_only.onnx"
 
 
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    """Where visionrt keeps what it builds (reshaped and rebatched models, the depth model,
+    export artifacts, plans, TensorRT engines): `cache_dir`, or ~/.cache/visionrt."""
+    return Path(cache_dir) if cache_dir else Path.home() / ".cache" / "visionrt"
+
+
 def depth_model_target(cache_dir: Path | None = None) -> Path:
     """Where the architecture-only depth model is built: `<cache>/models/DEPTH_MODEL_NAME`,
     the cache being `cache_dir` or ~/.cache/visionrt. Not checked to exist."""
-    root = Path(cache_dir) if cache_dir else Path.home() / ".cache" / "visionrt"
-    return root / "models" / DEPTH_MODEL_NAME
+    return cache_root(cache_dir) / "models" / DEPTH_MODEL_NAME
 
 
 def depth_model_path(cache_dir: Path | None = None) -> Path:

@@ -282,9 +282,9 @@ def rebatch_onnx(src: Path, dst: Path, batch: int | None = None) -> Path:
 def batched_model(model: Path, cache_dir: Path | None) -> Path:
     """A cached copy of the ONNX `model` (batch axis fixed at 1) rewritten for any batch; the
     copy is made once per model content. Raises ModelLoadError when it cannot be rewritten."""
-    from visionrt.model import file_sha256
+    from visionrt.model import cache_root, file_sha256
 
-    root = Path(cache_dir or Path.home() / ".cache" / "visionrt")
+    root = cache_root(cache_dir)
     target = root / "rebatched" / f"{model.stem}-{file_sha256(model)[:16]}-anybatch.onnx"
     if not target.is_file():
         rebatch_onnx(model, target)

@@ -192,13 +192,13 @@ def sized_model(model: Path, input_size: tuple[int, int] | None, cache_dir: Path
     differs from the model's own static size. Any runtime that reads ONNX can run the copy."""
     if input_size is None or model.suffix != ".onnx":
         return model
-    from visionrt.model import file_sha256, read_model_spec
+    from visionrt.model import cache_root, file_sha256, read_model_spec
 
     spec = read_model_spec(model)
     if spec.dynamic_hw or spec.input_size == input_size:
         return model
     height, width = input_size
-    root = Path(cache_dir or Path.home() / ".cache" / "visionrt")
+    root = cache_root(cache_dir)
     target = root / "reshaped" / f"{model.stem}-{file_sha256(model)[:16]}-{height}x{width}.onnx"
     if not target.is_file():
         reshape_detector_onnx(model, height, width, target)

@@ -8,6 +8,7 @@ from typing import Any
 
 from visionrt.backends.base import Array, Backend, BackendOptions, flag_setting
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
+from visionrt.model import cache_root
 from visionrt.model_reshape import sized_model
 from visionrt.types import BackendInfo, TensorSpec
 
@@ -26,7 +27,7 @@ def _specs(args: list[Any]) -> tuple[TensorSpec, ...]:
 def _providers(options: BackendOptions, available: list[str]) -> list[Any]:
     device = options.device.split(":")[0]
     device_id = int(options.device.split(":")[1]) if ":" in options.device else 0
-    cache = str(options.cache_dir or Path.home() / ".cache" / "visionrt" / "trt")
+    cache = str(options.cache_dir or cache_root() / "trt")
     cuda = (
         "CUDAExecutionProvider",
         {

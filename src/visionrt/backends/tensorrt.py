@@ -18,7 +18,7 @@ import numpy as np
 
 from visionrt.backends.base import Array, Backend, BackendOptions
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
-from visionrt.model import file_sha256, read_model_spec
+from visionrt.model import cache_root, file_sha256, read_model_spec
 from visionrt.types import BackendInfo, TensorSpec
 
 DEFAULT_WORKSPACE_MB = 4096
@@ -26,7 +26,7 @@ _HINT = "pip install 'visionrt[tensorrt]'"
 
 
 def cache_dir(options: BackendOptions) -> Path:
-    return options.cache_dir or Path.home() / ".cache" / "visionrt" / "trt"
+    return options.cache_dir or cache_root() / "trt"
 
 
 def engine_key(model_sha256: str, trt_version: str, gpu: str, options: BackendOptions) -> str:

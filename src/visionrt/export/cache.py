@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from visionrt.model import file_sha256
+from visionrt.model import cache_root, file_sha256
 
 REPORT = "report.json"
 # Enough of a video to tell files apart without reading gigabytes.
@@ -20,7 +20,7 @@ _VIDEO_HASH_BYTES = 4 << 20
 
 
 def default_root() -> Path:
-    return Path.home() / ".cache" / "visionrt" / "artifacts"
+    return cache_root() / "artifacts"
 
 
 def settings_hash(settings: Mapping[str, Any]) -> str:

@@ -17,7 +17,7 @@ import yaml
 
 from visionrt import hardware
 from visionrt.errors import ConfigError, SinkError
-from visionrt.model import file_sha256
+from visionrt.model import cache_root, file_sha256
 
 # CPU features that change which configuration is fastest; other flags do not matter here.
 RELEVANT_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16",
@@ -55,7 +55,7 @@ def fingerprint_key(fingerprint: dict[str, Any]) -> str:
 
 def default_root() -> Path:
     """~/.cache/visionrt/plans, or $VISIONRT_PLANS (tests point it at an empty folder)."""
-    default = Path.home() / ".cache" / "visionrt" / "plans"
+    default = cache_root() / "plans"
     return Path(os.environ.get("VISIONRT_PLANS") or default)
 
 

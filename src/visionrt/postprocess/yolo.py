@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from visionrt.errors import ConfigError, OutputLayoutError
+from visionrt.model_reshape import anchor_count
 from visionrt.postprocess.nms import nms
 from visionrt.types import Detections, Letterbox, boxes_to_source
 
@@ -50,15 +51,7 @@ class PostprocessOptions:
             )
 
 
-STRIDES = (8, 16, 32)
 _LAYOUTS = "[B, 4+nc, N], [B, N, 4+nc], [B, N, 5+nc] or [B, K, 6]"
-
-
-def anchor_count(input_hw: tuple[int, int], strides: Sequence[int] = STRIDES) -> int:
-    """Grid cells over the strides of an anchor-free head (8400 at 640×640); YOLOv5 has 3 per
-    cell."""
-    height, width = input_hw
-    return sum((height // s) * (width // s) for s in strides)
 
 
 def detect_layout(
@@ -80,7 +73,8 @@ def detect_layout(
             f"unknown detector output layout {list(shape)}: expected 3 axes ({_LAYOUTS})"
         )
     _, rows, cols = shape
-    anchors = anchor_count(input_hw) if input_hw else 0
+    # Grid cells of an anchor-free head (8400 at 640×640); YOLOv5 has 3 per cell.
+    anchors = anchor_count(*input_hw) if input_hw else 0
     if end2end and cols == 6:
         return HeadLayout.END2END
     fits: list[HeadLayout] = []
