@@ -230,3 +230,20 @@ def _tell(pipeline: Pipeline, event: AuditEvent) -> None:
 
 def _or(value: float | None, default: float) -> float:
     return default if value is None else float(value)
+
+
+def finish_audit(pipeline: Pipeline, drain: bool) -> None:
+    """The run ended: let the lane finish (`drain`: file mode waits for what is queued), and
+    give its verdict on each file source's frame size back to the cached plan
+    (`geometry.remember_audit`), with a note line for each size it refuted."""
+    from visionrt.accuracy.geometry import remember_audit
+
+    auditor = pipeline.auditor
+    if auditor is None:
+        return
+    auditor.finish(drain=drain)
+    files = zip(pipeline.names, pipeline.sources, strict=True)
+    sizes = {n: s.size for n, s in files if not s.live and getattr(s, "size", None)}
+    for line in remember_audit(pipeline.plan_use, sizes, auditor.report()):
+        pipeline.notes.append(line)
+        log.info("%s", line)

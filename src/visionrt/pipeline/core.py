@@ -12,9 +12,9 @@ from typing import Any
 
 import cv2
 
-from visionrt.accuracy.audit_setup import build_auditor, planned_audit
+from visionrt.accuracy.audit_setup import build_auditor, finish_audit, planned_audit
 from visionrt.accuracy.audit_window import AuditEvent
-from visionrt.accuracy.geometry import remember_audit, settle
+from visionrt.accuracy.geometry import settle
 from visionrt.backends import Backend, BackendOptions
 from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline.degrade import Change, Degrader, build_ladder
@@ -380,14 +380,8 @@ class Pipeline:
             self._halt()
             self.telemetry.stop()
             graph.finish()
-            if auditor is not None:  # file mode waits for queued samples; nothing else does
-                done = completed and not (self.live or self._interrupted or self._errors)
-                auditor.finish(drain=done)
-                files = zip(self.names, self.sources, strict=True)
-                sizes = {n: s.size for n, s in files if not s.live and getattr(s, "size", None)}
-                for line in remember_audit(self.plan_use, sizes, auditor.report()):
-                    self.notes.append(line)
-                    log.info("%s", line)
+            # The audit: a file run that completed waits for queued samples; nothing else does.
+            finish_audit(self, completed and not (self.live or self._interrupted or self._errors))
         if self._errors:
             raise self._errors[0]
 
