@@ -23,8 +23,10 @@ from typing import Any
 
 from visionrt import Pipeline, PipelineOptions, SourceOptions
 from visionrt import fidelity as coco
+from visionrt.bench.reference import collect_detections
 from visionrt.hardware import cpu_model
-from visionrt.model import DEMO_VIDEO, demo_model_path
+from visionrt.models import demo_model_path
+from visionrt.paths import DEMO_VIDEO
 from visionrt.plans import cached_plan
 from visionrt.postprocess import PostprocessOptions
 from visionrt.types import Detections
@@ -109,7 +111,7 @@ def main() -> None:
     conf = PostprocessOptions().conf
     total = len(checked[0]["delivered"]) if checked else 0
     print(f"reference: ONNX Runtime FP32 on all {total} frames", file=sys.stderr)
-    reference = coco.collect_detections(DEMO_VIDEO, model, frames=total, conf=conf)
+    reference = collect_detections(DEMO_VIDEO, model, frames=total, conf=conf)
     honesty = []
     for run in checked:
         full = coco.fidelity(reference, run["delivered"])

@@ -1,5 +1,5 @@
 """Model-only ms per frame at batch 1, 2 and 4 of the demo detector (its batch axis fixed at 1,
-run at batch N from the copy `visionrt.model_batch` rewrites), ONNX Runtime and OpenVINO fp32.
+run at batch N from the copy `visionrt.models.batch` rewrites), ONNX Runtime and OpenVINO fp32.
 
 Usage: .venv/bin/python scripts/bench_batch.py [--rounds 5] [--calls 3] [--batches 1,2,4] [--json]
 Every configuration is loaded first; then each round runs `--calls` timed calls of every
@@ -25,8 +25,8 @@ from visionrt.backends import Backend, BackendOptions, load_backend
 from visionrt.backends.registry import find_row, unavailable_reason
 from visionrt.bench import prepared_inputs
 from visionrt.hardware import cpu_model
-from visionrt.model import DEMO_VIDEO, demo_model_path
-from visionrt.model_batch import batched_model
+from visionrt.models import batched_model, demo_model_path
+from visionrt.paths import DEMO_VIDEO
 from visionrt.preprocess import InputLayout
 
 

@@ -38,9 +38,11 @@ from visionrt.backends import BackendOptions
 from visionrt.backends.registry import find_row, unavailable_reason
 from visionrt.bench.measure import Spread
 from visionrt.errors import VisionRTError
+from visionrt.fidelity.depth import depth_flicker
+from visionrt.fuse.depth import DepthSmoother
 from visionrt.hardware import cpu_has_bf16, cpu_model
-from visionrt.model import DEMO_VIDEO, depth_model_path, is_architecture_only
-from visionrt.postprocess.depth import DepthSmoother, depth_flicker
+from visionrt.models import depth_model_path, is_architecture_only
+from visionrt.paths import DEMO_VIDEO
 from visionrt.tasks.depth import DepthTask
 from visionrt.types import DepthMap
 

@@ -29,7 +29,8 @@ from visionrt.accuracy.geometry import settle
 from visionrt.backends import BackendOptions
 from visionrt.fidelity import fidelity
 from visionrt.hardware import cpu_model
-from visionrt.model import DEMO_VIDEO, cache_root, demo_model_path
+from visionrt.models import demo_model_path
+from visionrt.paths import DEMO_VIDEO, cache_root
 from visionrt.plans import PlanUse, cached_plan
 from visionrt.plans.resolve import layered
 from visionrt.plans.store import RUN_KEYS

@@ -27,7 +27,8 @@ from typing import Any
 from visionrt.bench.measure import measure_model_only, prepared_inputs
 from visionrt.config import load_config
 from visionrt.hardware import cpu_model
-from visionrt.model import DEMO_VIDEO, demo_model_path
+from visionrt.models import demo_model_path
+from visionrt.paths import DEMO_VIDEO
 from visionrt.tasks import DetectTask
 from visionrt.tune import cached_plan
 

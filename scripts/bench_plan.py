@@ -30,7 +30,8 @@ from bench_vs_peer import run_peer  # scripts/ is on the path of a script run fr
 
 from visionrt import hardware
 from visionrt.hardware import cpu_model
-from visionrt.model import DEMO_VIDEO, demo_model_path
+from visionrt.models import demo_model_path
+from visionrt.paths import DEMO_VIDEO
 from visionrt.tune import cached_plan
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,7 +24,8 @@ from pathlib import Path
 from bench_plan import spread  # scripts/ is on the path of a script run from it
 
 from visionrt.hardware import cpu_model
-from visionrt.model import DEMO_VIDEO, demo_model_path, depth_model_path
+from visionrt.models import demo_model_path, depth_model_path
+from visionrt.paths import DEMO_VIDEO
 from visionrt.plans import cached_plan
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -35,7 +35,8 @@ import numpy.typing as npt
 
 from visionrt.backends import BackendOptions
 from visionrt.hardware import cpu_model
-from visionrt.model import DEMO_VIDEO, demo_model_path
+from visionrt.models import demo_model_path
+from visionrt.paths import DEMO_VIDEO
 from visionrt.preprocess.tile import TileGrid, TileOptions
 from visionrt.tasks.detect import DetectTask
 from visionrt.tasks.tiled import TiledDetectTask

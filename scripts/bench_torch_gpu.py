@@ -49,7 +49,8 @@ def main() -> int:
 
     from visionrt.backends import BackendOptions, load_backend
     from visionrt.bench import prepared_inputs
-    from visionrt.model import DEMO_VIDEO, demo_model_path
+    from visionrt.models import demo_model_path
+    from visionrt.paths import DEMO_VIDEO
     from visionrt.preprocess import InputLayout
 
     model = args.model or demo_model_path()

@@ -34,12 +34,13 @@ import numpy as np
 
 from visionrt.backends import BackendOptions
 from visionrt.fidelity import REFERENCE_BACKEND, tracking_fidelity
+from visionrt.fuse.bytetrack import Tracker
+from visionrt.fuse.ocsort import OcSortTracker
 from visionrt.hardware import cpu_model
-from visionrt.model import DEMO_VIDEO, demo_model_path
+from visionrt.models import demo_model_path
+from visionrt.paths import DEMO_VIDEO
 from visionrt.pipeline import Pipeline, PipelineOptions
 from visionrt.postprocess import PostprocessOptions
-from visionrt.postprocess.ocsort import OcSortTracker
-from visionrt.postprocess.track import Tracker
 from visionrt.sources import SourceOptions
 from visionrt.types import Detections, TrackedDetections
 
@@ -80,7 +81,7 @@ def run_pipeline(
     if len(boxes) != frames:
         raise SystemExit(f"expected {frames} frames from {video}, got {len(boxes)}")
     fps = (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
-    return Run(boxes, stamps, fps, pipeline.tracker_high, pipeline.tracker_low)
+    return Run(boxes, stamps, fps, pipeline.parts.tracker_high, pipeline.parts.tracker_low)
 
 
 def replay(

@@ -20,10 +20,13 @@ from pathlib import Path
 from rich.console import Console
 
 from visionrt.backends import BackendOptions
-from visionrt.cli.bench import parse_variant, run_bench
+from visionrt.bench import run_bench
+from visionrt.bench.reference import collect_detections
+from visionrt.cli.bench import parse_variant
 from visionrt.export import export_model
-from visionrt.fidelity import collect_detections, fidelity
-from visionrt.model import DEMO_VIDEO, demo_model_path
+from visionrt.fidelity import fidelity
+from visionrt.models import demo_model_path
+from visionrt.paths import DEMO_VIDEO
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -120,7 +123,7 @@ def main() -> None:
         console.print(f"round {index + 1}/{args.runs}")
         if peer_ok and (fps := run_peer(args.peer_python, "openvino")) is not None:
             peer_fps.append(fps)
-        rounds.append(run_bench(chosen, video, 1, args.calls, 0, console))
+        rounds.append(run_bench(chosen, video, 1, args.calls, 0))
 
     table = [
         "| variant | fidelity mAP50 | mAP50-95 | model-only ms p50 | end-to-end FPS"

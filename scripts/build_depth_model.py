@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from visionrt.model import depth_model_target
+from visionrt.models import depth_model_target
 
 OPSET = 18
 PATCH = 14

@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from visionrt.model import DEMO_VIDEO, cache_root
+from visionrt.paths import DEMO_VIDEO, cache_root
 
 Image = npt.NDArray[np.uint8]
 CLIPS = cache_root() / "clips"

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from visionrt.hardware import cpu_model
-from visionrt.model import DEMO_VIDEO, cache_root
+from visionrt.paths import DEMO_VIDEO, cache_root
 from visionrt.telemetry.metrics import scrape
 
 VISIONRT = str(Path(sys.executable).parent / "visionrt")

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from visionrt.errors import ModelLoadError
-from visionrt.model import DEMO_VIDEO, demo_model_path, depth_model_path
+from visionrt.models import demo_model_path, depth_model_path
+from visionrt.paths import DEMO_VIDEO
 
 # A plan tuned on this machine would change what a plain `visionrt run` does: tests see none
 # unless they make one.
@@ -86,6 +87,74 @@ def write_tiny_detector(
     for key, value in {"names": names, "imgsz": f"[{size}, {size}]", "stride": "32"}.items():
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
+    onnx.save(model, str(path))
+    return path
+
+
+def write_toy_head(
+    path: Path, height: int, width: int, pixels: bool = False, classes: int = 0
+) -> Path:
+    """A detector-shaped toy: three strided convs, flatten, a reshape to [1, 2, N], then
+    `(zeros + anchors) * strides`, so its output is the anchor centres times the strides.
+    `pixels` stores the anchor centres in pixels instead of grid units (both exports exist).
+    With `classes`, zero rows for box sizes and class scores follow: an anchor-free head
+    [1, 4 + classes, N] with class names, that the size rewrite understands."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from visionrt.models import make_anchors
+    from visionrt.types import anchor_count
+
+    count = anchor_count(height, width)
+    points, strides = make_anchors(height, width)
+    nodes, inits = [], []
+    heads = {"": 2, "rest": 2 + classes} if classes else {"": 2}
+    for head, channels in heads.items():
+        parts = []
+        for stride in (8, 16, 32):
+            weight = np.zeros((channels, 3, stride, stride), np.float32)
+            inits.append(numpy_helper.from_array(weight, f"w{head}{stride}"))
+            conv = helper.make_node(
+                "Conv", ["x", f"w{head}{stride}"], [f"c{head}{stride}"], strides=[stride] * 2
+            )
+            flat = helper.make_node(
+                "Reshape", [f"c{head}{stride}", f"flat{head}"], [f"r{head}{stride}"]
+            )
+            nodes += [conv, flat]
+            parts.append(f"r{head}{stride}")
+        inits.append(numpy_helper.from_array(np.array([1, channels, -1], np.int64), f"flat{head}"))
+        nodes.append(helper.make_node("Concat", parts, [f"cat{head}"], axis=2))
+    inits += [
+        numpy_helper.from_array(np.array([1, 2, count], np.int64), "shape"),
+        numpy_helper.from_array((points * strides if pixels else points)[None], "anchors"),
+        numpy_helper.from_array(strides, "strides"),
+    ]
+    centres = "y" if not classes else "xy"
+    nodes += [
+        helper.make_node("Reshape", ["cat", "shape"], ["grid"]),
+        helper.make_node("Add", ["grid", "anchors"], ["centres"]),
+        helper.make_node("Mul", ["centres", "strides"], [centres]),
+    ]
+    if classes:
+        nodes.append(helper.make_node("Concat", ["xy", "catrest"], ["y"], axis=1))
+    graph = helper.make_graph(
+        nodes,
+        "toy",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, height, width])],
+        [
+            helper.make_tensor_value_info(
+                "y", TensorProto.FLOAT, [1, 4 + classes if classes else 2, count]
+            )
+        ],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    if classes:
+        names = {i: f"class{i}" for i in range(classes)}
+        for key, value in {"names": repr(names), "imgsz": f"[{height}, {width}]"}.items():
+            entry = model.metadata_props.add()
+            entry.key, entry.value = key, value
     onnx.save(model, str(path))
     return path
 

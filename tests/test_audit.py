@@ -16,11 +16,13 @@ from test_cli import assert_one_line_error, visionrt
 
 from visionrt import Pipeline, PipelineOptions, SourceOptions
 from visionrt import fidelity as coco
-from visionrt.accuracy import AuditEvent, planned_audit, sample_period
+from visionrt.accuracy import AuditEvent, sample_period
 from visionrt.accuracy import audit as lane
+from visionrt.bench.reference import collect_detections
 from visionrt.config import load_config
 from visionrt.errors import ConfigError
 from visionrt.pipeline import DepthOptions
+from visionrt.pipeline.audit import planned_audit
 from visionrt.plans import Plan
 from visionrt.tasks import DetectTask
 from visionrt.types import FrameResult
@@ -139,7 +141,7 @@ def test_audited_fidelity_is_fidelity_of_what_the_run_delivered(
     assert pipeline.auditor is not None
     frames = pipeline.auditor.audited_frames("small")
     assert frames == [0, 9, 18, 27, 36]  # 1 in 8 → 9: odd, both kinds of frame
-    reference = coco.collect_detections(small_video, wider, frames=40)
+    reference = collect_detections(small_video, wider, frames=40)
     expected = shared([reference[i] for i in frames], [delivered[i] for i in frames])
     found = pipeline.summary().audit["sources"]["small"]
     assert found["fidelity"]["map50"] == round(expected.map50, 4)

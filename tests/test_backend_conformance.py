@@ -17,8 +17,9 @@ from visionrt import hardware
 from visionrt.backends import BackendOptions, load_backend
 from visionrt.backends.registry import find_row, unavailable_reason
 from visionrt.bench import prepared_inputs
+from visionrt.bench.reference import collect_detections
 from visionrt.errors import BackendUnavailable
-from visionrt.fidelity import collect_detections, fidelity
+from visionrt.fidelity import fidelity
 from visionrt.preprocess import InputLayout
 
 FIDELITY_FRAMES = 50

@@ -54,7 +54,7 @@ def test_run_writes_outputs_and_summary(
     telemetry = [json.loads(line) for line in (tmp_path / "tele.jsonl").read_text().splitlines()]
     assert telemetry[-1]["frames_out"] == 40
     assert set(telemetry[-1]["latency_ms"]) == {"p50", "p95", "p99"}
-    assert set(telemetry[-1]["queues"]) == {"decoded", "prepared", "inferred"}
+    assert set(telemetry[-1]["queues"]) == {"decoded", "prepared", "inferred", "fused"}
     assert "wrote" in proc.stderr
     assert not list(tmp_path.glob("*.partial*"))
 
@@ -272,3 +272,47 @@ def test_bench_variants_parse_every_part() -> None:
         parse_variant("torch:fp16+device=quantum", base, "d.onnx")
     with pytest.raises(ConfigError, match="is not fold or key=value"):
         parse_variant("onnxruntime+spin", base, "d.onnx")
+
+
+@pytest.mark.parametrize(
+    ("flags", "values"),
+    [
+        ({"conf": 0.4}, {"postprocess": {"conf": 0.4}}),  # named as its key: found by name
+        ({"threads": 0}, {"inference": {"threads": 0}}),  # 0 is a value, not unset
+        ({"model": "m.onnx"}, {"model": "m.onnx"}),  # the top-level key, not depth.model
+        ({"depth_smoothing": 0.5}, {"depth": {"smoothing": 0.5}}),  # section_key
+        ({"track": False, "sources": []}, {"pipeline": {"track": None}, "sources": None}),
+        ({"track": True, "sources": ("a",)}, {"pipeline": {"track": True}, "sources": ["a"]}),
+        (
+            {"no_video": True, "imgsz": "512x640"},
+            {"output": {"video": False}, "inference": {"input_size": [512, 640]}},
+        ),
+        (
+            {"out": "o", "depth": "d.onnx", "depth_on": "a, b", "depth_size": 364},
+            {
+                "output": {"dir": "o"},
+                "depth": {"model": "d.onnx", "on": ["a", "b"], "short_side": 364},
+            },
+        ),
+    ],
+)
+def test_run_flags_map_to_config_keys(flags: dict[str, object], values: dict[str, object]) -> None:
+    from visionrt.cli.run_config import flag_values
+
+    assert flag_values(**flags) == values
+
+
+def test_every_run_flag_has_one_config_key() -> None:
+    import inspect
+
+    from visionrt.cli.run import _NOT_CONFIG, run_command
+    from visionrt.cli.run_config import flag_values
+    from visionrt.config import given_options
+
+    names = [n for n in inspect.signature(run_command).parameters if n not in _NOT_CONFIG]
+    assert given_options(values=flag_values(**dict.fromkeys(names))) == {}  # unset: nothing set
+    # A flag named after no key, or after a key two sections share, is refused by name.
+    with pytest.raises(TypeError, match=r"output\.video, depth\.video"):
+        flag_values(video=True)
+    with pytest.raises(TypeError, match="'bogus'"):
+        flag_values(bogus=1)

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import write_toy_head
 
 from visionrt import BackendOptions, Pipeline, PipelineOptions, SourceOptions
 from visionrt.errors import ConfigError
@@ -80,15 +81,16 @@ def test_slo_needs_live_sources(tiny_model: Path) -> None:
         Pipeline(["synthetic:64x48:5"], tiny_model, "null", options=PipelineOptions(slo_ms=50))
 
 
-def test_live_run_degrades_under_load_and_recovers(tiny_model: Path) -> None:
+def test_live_run_degrades_under_load_and_recovers(tmp_path: Path) -> None:
     """A model that slows from 5 ms to 120 ms per frame mid-run, then recovers: the run steps
     down (detect every N, then the smaller-input variant), logs why, and steps back up; every
     frame is accounted for and every delivered frame has boxes from the detector or tracker."""
+    detector = write_toy_head(tmp_path / "toy.onnx", 64, 64, classes=2)  # resizable to 32×32
     pipeline = Pipeline(
         ["cam=synthetic:96x96:330"],
-        tiny_model,
+        detector,
         "null",
-        BackendOptions(input_size=(64, 64), settings={"delay_ms": "5"}),
+        BackendOptions(input_size=(64, 64), cache_dir=tmp_path, settings={"delay_ms": "5"}),
         source_options=SourceOptions(mode="live"),
         options=PipelineOptions(
             warmup=0, track=True, slo_ms=60, slo_window=0.5, slo_max_every=2, slo_sizes=(32,)

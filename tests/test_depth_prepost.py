@@ -9,15 +9,9 @@ import numpy as np
 import pytest
 
 from visionrt.errors import ConfigError
-from visionrt.postprocess.depth import (
-    DepthSmoother,
-    align_scale_shift,
-    box_distance,
-    depth_fidelity,
-    depth_flicker,
-    depth_to_source,
-    nonfinite_rows,
-)
+from visionrt.fidelity.depth import depth_fidelity, depth_flicker
+from visionrt.fuse.depth import DepthSmoother, box_distance
+from visionrt.postprocess.depth import align_scale_shift, depth_to_source, nonfinite_rows
 from visionrt.preprocess.depth import IMAGENET_MEAN, IMAGENET_STD, depth_input_size, depth_into
 from visionrt.types import DepthMap
 

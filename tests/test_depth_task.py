@@ -14,9 +14,9 @@ import pytest
 
 from visionrt.backends import Backend, BackendOptions, load_backend
 from visionrt.errors import ConfigError, ModelLoadError, NonFiniteDepthError, VisionRTError
+from visionrt.fidelity.depth import depth_fidelity
 from visionrt.hardware import cpu_has_bf16
-from visionrt.model import is_architecture_only
-from visionrt.postprocess.depth import depth_fidelity
+from visionrt.models import is_architecture_only
 from visionrt.tasks.depth import RECOMPUTED_EVENT, DepthRow, DepthTask
 from visionrt.types import BackendInfo, DepthMap
 
@@ -303,8 +303,8 @@ def test_pipeline_smooths_depth_per_source_in_order(tiny_depth: Path, tiny_model
     """`DepthOptions.smoothing` blends each source's maps in frame order: the first map is the
     model's own, later ones flicker less than without smoothing; distances use the smoothed map."""
     from visionrt import Pipeline, PipelineOptions
+    from visionrt.fidelity.depth import depth_flicker
     from visionrt.pipeline import DepthOptions
-    from visionrt.postprocess.depth import depth_flicker
 
     def maps(alpha: float) -> list[np.ndarray]:
         pipeline = Pipeline(

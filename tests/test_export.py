@@ -352,7 +352,7 @@ def test_openvino_int8_keeps_head_float_and_fidelity(
     assert fed_by_quantizer == []
     assert sum(op.get_type_name() == "FakeQuantize" for op in model.get_ops()) > 50
 
-    from visionrt.model import read_model_spec
+    from visionrt.models import read_model_spec
 
     assert read_model_spec(result.path).input_size == (640, 640)  # the pipeline reads the IR
     report = compare_to_reference(
@@ -382,7 +382,7 @@ def test_openvino_int8_keeps_head_float_and_fidelity(
 
 @pytest.mark.slow
 def test_imgsz_reshapes_the_model_first(demo_model: Path, artifacts: Path) -> None:
-    from visionrt.model import read_model_spec
+    from visionrt.models import read_model_spec
 
     result = export_model(
         demo_model, "onnx-fp16", imgsz=(512, 640), out=artifacts, progress=False, fidelity_frames=0

@@ -23,7 +23,7 @@ from visionrt.export.depth import (
     depth_export_size,
     is_depth_model,
 )
-from visionrt.postprocess.depth import depth_fidelity
+from visionrt.fidelity.depth import depth_fidelity
 from visionrt.preprocess.depth import depth_into
 from visionrt.tasks.depth import DepthTask
 

@@ -5,8 +5,9 @@ accounting and batches that mix cameras."""
 from __future__ import annotations
 
 import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from conftest import write_video
 
 from visionrt import BackendOptions, Pipeline, PipelineOptions, SourceOptions
 from visionrt.errors import ConfigError
+from visionrt.pipeline import inbox
 from visionrt.pipeline.inbox import Inboxes
 from visionrt.sources.naming import default_name, split_name, unique_names
 
@@ -45,8 +47,44 @@ def test_live_eviction_never_touches_another_source() -> None:
     assert sorted(box.take(8)) == ["fast4", "slow0"]
 
 
+class _WatchedCondition(threading.Condition):
+    """The inbox's condition, telling the test when a thread waits on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waiting.set()
+        return super().wait(timeout)
+
+
+class _FakeWaits(threading.Condition):
+    """The inbox's condition on a fake clock: a wait takes no real time, advances the clock
+    by its timeout (or to the next scripted arrival, which it then makes) and returns."""
+
+    def __init__(self, arrivals: dict[float, Callable[[], object]]) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.arrivals = dict(arrivals)
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert timeout is not None, "an inbox wait without a timeout would hang the test"
+        due = min((t for t in self.arrivals if t <= self.now + timeout), default=None)
+        if due is None:
+            self.now += timeout
+            return False
+        self.now = due
+        self.arrivals.pop(due)()  # the lock is re-entrant: the arrival's put takes it too
+        return True
+
+
 def test_file_mode_put_waits_for_room_and_nothing_is_lost() -> None:
     box = _inboxes(capacity=2)
+    box._lock = watched = _WatchedCondition()
     put: list[int] = []
 
     def produce() -> None:
@@ -57,24 +95,29 @@ def test_file_mode_put_waits_for_room_and_nothing_is_lost() -> None:
 
     producer = threading.Thread(target=produce)
     producer.start()
-    time.sleep(0.2)
-    assert len(put) == 2  # blocked on the full inbox
+    # The first wait is the producer's, on the third item: nothing has been taken yet.
+    assert watched.waiting.wait(timeout=30), "the producer never waited for room"
+    assert put == [0, 1]  # blocked on the full inbox
     taken: list[str] = []
     while batch := box.take(3):
         taken += batch
-    producer.join(2)
+    producer.join(30)
+    assert not producer.is_alive()
     assert taken == [str(i) for i in range(6)]
 
 
-def test_take_waits_up_to_the_batch_wait_then_goes_with_what_is_there() -> None:
+def test_take_waits_up_to_the_batch_wait_then_goes_with_what_is_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     box = _inboxes()
+    box._lock = clock = _FakeWaits({0.05: lambda: box.put(1, "b", live=False)})
+    monkeypatch.setattr(inbox, "time", SimpleNamespace(monotonic=clock.monotonic))
     box.put(0, "a", live=False)
-    threading.Timer(0.05, lambda: box.put(1, "b", live=False)).start()
-    started = time.monotonic()
     assert box.take(3, wait=0.3) == ["a", "b"]  # b arrived in time; c never comes
-    assert 0.25 < time.monotonic() - started < 1.0
+    assert clock.now == pytest.approx(0.3)  # waited the whole batch wait for a third, no longer
     box.put(0, "c", live=False)
     assert box.take(3, wait=0.0) == ["c"]  # no wait: a stalled camera holds nobody up
+    assert clock.now == pytest.approx(0.3)
 
 
 def test_take_ends_on_close_and_on_abort() -> None:
@@ -192,7 +235,7 @@ def test_live_sources_each_keep_getting_frames_through(tiny_model: Path) -> None
 def test_depth_runs_only_where_asked_and_gives_each_detection_a_distance(
     tmp_path: Path, tiny_model: Path
 ) -> None:
-    from visionrt.model import depth_model_target
+    from visionrt.models import depth_model_target
     from visionrt.pipeline import DepthOptions
 
     depth_model = depth_model_target()

@@ -47,7 +47,13 @@ def test_metrics_during_and_after_a_run_match_the_summary(tiny_model: Path) -> N
     pipeline = _pipeline(tiny_model, "cam=synthetic:64x48:12", "aux=synthetic:64x48:8")
     server = MetricsServer(0, info={"runtime": "null"})
     named = zip(pipeline.names, pipeline.sources, strict=True)
-    server.watch({n: (lambda s=s: s.stats) for n, s in named}, pipeline.queue_depths)
+    read: list[dict[str, int]] = []  # the pipeline's queue depths as each scrape read them
+
+    def depths() -> dict[str, int]:
+        read.append(pipeline.queue_depths())
+        return read[-1]
+
+    server.watch({n: (lambda s=s: s.stats) for n, s in named}, depths)
     pipeline.telemetry.add_listener(server)
     server.start()
     during: list[str] = []
@@ -62,7 +68,11 @@ def test_metrics_during_and_after_a_run_match_the_summary(tiny_model: Path) -> N
         pipeline.close()
     # Mid-run the endpoint already answers, with fewer frames out than in the end.
     assert _value(during[0], "visionrt_frames_out_total", source="cam") >= 1
-    assert _value(during[0], "visionrt_queue_depth", queue="decoded") >= 0
+    # Each scrape shows the depths the pipeline had when it was read: every queue, as it was.
+    assert "decoded" in read[0]
+    assert _queues(during[0]) == read[0]
+    assert _queues(after) == read[-1]
+    assert len(read) == 2
     assert _value(after, "visionrt_frames_in_total", source="cam") == 12
     assert _value(after, "visionrt_frames_out_total", source="aux") == 8
     out = sum(_value(after, "visionrt_frames_out_total", source=s) for s in ("cam", "aux"))
@@ -74,6 +84,28 @@ def test_metrics_during_and_after_a_run_match_the_summary(tiny_model: Path) -> N
     assert _value(after, "visionrt_source_reconnects_total", source="aux") == 0
     assert _value(after, "visionrt_build_info", runtime="null") == 1
     assert _value(after, "visionrt_process_resident_memory_bytes") > 0
+
+
+def _queues(text: str) -> dict[str, float]:
+    """Every visionrt_queue_depth sample in a scrape, by queue."""
+    found = re.findall(r'^visionrt_queue_depth\{queue="([^"]*)"\} (\S+)$', text, re.MULTILINE)
+    return {name: float(value) for name, value in found}
+
+
+def test_queue_depths_are_read_at_each_scrape() -> None:
+    depths: dict[str, int | None] = {"decoded": 3, "inferred": 0, "sink": None}
+    server = MetricsServer(0)
+    server.watch({}, lambda: dict(depths))
+    server.start()
+    try:
+        first = scrape(server.url)
+        depths["decoded"], depths["sink"] = 1, 7
+        second = scrape(server.url)
+    finally:
+        server.close()
+    # A queue that reads None (not built in this run) is left out, not shown as 0.
+    assert _queues(first) == {"decoded": 3, "inferred": 0}
+    assert _queues(second) == {"decoded": 1, "inferred": 0, "sink": 7}
 
 
 def test_drops_are_exported_by_stage_and_reason(tiny_model: Path) -> None:

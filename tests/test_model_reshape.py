@@ -7,9 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import write_toy_head
 
 from visionrt.errors import ConfigError, ModelLoadError
-from visionrt.model_reshape import anchor_count, make_anchors, reshape_detector_onnx
+from visionrt.models import make_anchors, reshape_detector_onnx
+from visionrt.types import anchor_count
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -19,46 +21,6 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 def _run(path: Path, image: np.ndarray) -> np.ndarray:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return session.run(None, {session.get_inputs()[0].name: image})[0]
-
-
-def _toy_head(path: Path, height: int, width: int, pixels: bool = False) -> Path:
-    """A detector-shaped toy: three strided convs, flatten, a reshape to [1, 2, N], then
-    `(zeros + anchors) * strides`, so its output is the anchor centres times the strides.
-    `pixels` stores the anchor centres in pixels instead of grid units (both exports exist)."""
-    count = anchor_count(height, width)
-    points, strides = make_anchors(height, width)
-    nodes, inits, parts = [], [], []
-    for stride in (8, 16, 32):
-        weight = np.zeros((2, 3, stride, stride), np.float32)
-        inits.append(numpy_helper.from_array(weight, f"w{stride}"))
-        nodes.append(
-            helper.make_node("Conv", ["x", f"w{stride}"], [f"c{stride}"], strides=[stride] * 2)
-        )
-        nodes.append(helper.make_node("Reshape", [f"c{stride}", "flat"], [f"r{stride}"]))
-        parts.append(f"r{stride}")
-    inits += [
-        numpy_helper.from_array(np.array([1, 2, -1], np.int64), "flat"),
-        numpy_helper.from_array(np.array([1, 2, count], np.int64), "shape"),
-        numpy_helper.from_array((points * strides if pixels else points)[None], "anchors"),
-        numpy_helper.from_array(strides, "strides"),
-    ]
-    nodes += [
-        helper.make_node("Concat", parts, ["cat"], axis=2),
-        helper.make_node("Reshape", ["cat", "shape"], ["grid"]),
-        helper.make_node("Add", ["grid", "anchors"], ["centres"]),
-        helper.make_node("Mul", ["centres", "strides"], ["y"]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "toy",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, height, width])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, count])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
 
 
 def test_make_anchors_reproduces_the_exported_640_constants(demo_model: Path) -> None:
@@ -81,7 +43,7 @@ def test_make_anchors_reproduces_the_exported_640_constants(demo_model: Path) ->
 def test_toy_head_outputs_the_new_anchor_centres(
     tmp_path: Path, height: int, width: int, pixels: bool
 ) -> None:
-    src = _toy_head(tmp_path / "toy.onnx", 64, 64, pixels)
+    src = write_toy_head(tmp_path / "toy.onnx", 64, 64, pixels)
     dst = reshape_detector_onnx(src, height, width, tmp_path / "toy-new.onnx")
     output = _run(dst, np.zeros((1, 3, height, width), np.float32))
     points, strides = make_anchors(height, width)
@@ -107,13 +69,13 @@ def test_other_heights_run(demo_model: Path, tmp_path: Path, height: int, width:
 
 @pytest.mark.parametrize(("height", "width"), [(500, 640), (640, 16), (0, 640)])
 def test_sizes_not_multiple_of_32_are_refused(tmp_path: Path, height: int, width: int) -> None:
-    src = _toy_head(tmp_path / "toy.onnx", 64, 64)
+    src = write_toy_head(tmp_path / "toy.onnx", 64, 64)
     with pytest.raises(ConfigError, match="multiples of 32"):
         reshape_detector_onnx(src, height, width, tmp_path / "out.onnx")
 
 
 def test_unknown_anchor_dependent_constant_is_named(tmp_path: Path) -> None:
-    src = _toy_head(tmp_path / "toy.onnx", 64, 64)
+    src = write_toy_head(tmp_path / "toy.onnx", 64, 64)
     model = onnx.load(str(src))
     strange = np.ones((3, anchor_count(64, 64)), np.float32)
     model.graph.initializer.append(numpy_helper.from_array(strange, "mystery"))
@@ -168,7 +130,7 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def any_batch_demo(demo_model: Path, model_cache: Path) -> Path:
-    from visionrt.model_batch import batched_model
+    from visionrt.models import batched_model
 
     return batched_model(demo_model, model_cache)
 
@@ -214,7 +176,7 @@ def test_rebatched_demo_through_openvino(
 def test_rebatch_composes_with_the_size_rewrite(
     demo_model: Path, demo_video: Path, any_batch_demo: Path, model_cache: Path
 ) -> None:
-    from visionrt.model_reshape import sized_model
+    from visionrt.models import sized_model
 
     rows = _spread_frames(demo_video, (512, 640))[:2]
     sized = sized_model(demo_model, (512, 640), model_cache)
@@ -303,7 +265,7 @@ REWRITABLE = {
 
 @pytest.mark.parametrize("case", sorted(REWRITABLE))
 def test_toy_rebatched_at_3_equals_single_runs(tmp_path: Path, case: str) -> None:
-    from visionrt.model_batch import rebatch_onnx
+    from visionrt.models import rebatch_onnx
 
     nodes, inits, out_shape, opset, rewritten = REWRITABLE[case]
     src = _toy(tmp_path / "toy.onnx", nodes, inits, out_shape, opset)
@@ -368,7 +330,7 @@ UNREWRITABLE = {
 
 @pytest.mark.parametrize("case", sorted(UNREWRITABLE))
 def test_unrewritable_batch_is_a_one_line_error(tmp_path: Path, case: str) -> None:
-    from visionrt.model_batch import rebatch_onnx
+    from visionrt.models import rebatch_onnx
 
     nodes, inits, out_shape, batch, message = UNREWRITABLE[case]
     src = _toy(tmp_path / "toy.onnx", nodes, inits, out_shape)

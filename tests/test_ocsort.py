@@ -11,8 +11,9 @@ import numpy.typing as npt
 import pytest
 
 from visionrt.errors import ConfigError
-from visionrt.postprocess.ocsort import OcSortTracker, direction_consistency
-from visionrt.postprocess.track import TRACKERS, Tracker, make_tracker
+from visionrt.fuse.bytetrack import Tracker
+from visionrt.fuse.ocsort import OcSortTracker, direction_consistency
+from visionrt.fuse.tracking import TRACKERS, make_tracker
 from visionrt.types import Detections
 
 FPS = 30.0

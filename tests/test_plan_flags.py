@@ -16,7 +16,7 @@ import pytest
 
 from visionrt import plans
 from visionrt.cli.run_config import configure_run, flag_values
-from visionrt.model import DEMO_VIDEO
+from visionrt.paths import DEMO_VIDEO
 from visionrt.plans import Plan, PlanRequest, use_plan
 from visionrt.plans.store import machine_fingerprint, plan_path
 

@@ -4,7 +4,9 @@ file written by --telemetry."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,15 +53,29 @@ def test_writer_fails_early_on_a_folder(tmp_path: Path) -> None:
 def test_writer_writes_a_line_per_interval(tmp_path: Path) -> None:
     telemetry = Telemetry()
     telemetry.start()
-    path = tmp_path / "t.jsonl"
-    with TelemetryWriter(telemetry, path, interval=0.05):
-        telemetry.frame_out(0.01)
-        import time
+    telemetry.frame_out(0.01)
+    snapshot, taken = telemetry.snapshot, threading.Semaphore(0)
+    snapshots: list[dict[str, Any]] = []
 
-        time.sleep(0.2)
+    def counted() -> dict[str, Any]:
+        snapshots.append(snapshot())
+        taken.release()
+        return snapshots[-1]
+
+    telemetry.snapshot = counted  # type: ignore[method-assign]
+    path = tmp_path / "t.jsonl"
+    with TelemetryWriter(telemetry, path, interval=0.01):
+        for _ in range(3):  # three interval lines while open, however loaded the machine
+            assert taken.acquire(timeout=30), "the writer wrote no line in its interval"
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert len(lines) >= 3
+    # One line per snapshot: those of the intervals, and the last one written on close.
+    assert len(lines) == len(snapshots) >= 4
+    assert [line["t"] for line in lines] == [s["t"] for s in snapshots]
     assert {"frames_out", "latency_ms", "queues", "fps"} <= set(lines[-1])
+    # The one frame counts once: in the first line's rate, in none after.
+    assert all(line["frames_out"] == 1 for line in lines)
+    assert lines[0]["fps"] > 0
+    assert all(line["fps"] == 0.0 for line in lines[1:])
 
 
 def test_samples_ring_keeps_the_most_recent_within_its_cap() -> None:

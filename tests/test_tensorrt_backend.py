@@ -82,7 +82,8 @@ def test_engine_agrees_with_onnxruntime(
     demo_model: Path, demo_video: Path, tmp_path: Path, precision: str
 ) -> None:
     from visionrt.bench import prepared_inputs
-    from visionrt.fidelity import collect_detections, fidelity
+    from visionrt.bench.reference import collect_detections
+    from visionrt.fidelity import fidelity
     from visionrt.preprocess import InputLayout
 
     options = BackendOptions(device="cuda", precision=precision, cache_dir=tmp_path)

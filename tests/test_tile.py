@@ -11,6 +11,7 @@ import pytest
 
 from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError
+from visionrt.postprocess.tiles import cut_sides, merge_tiles, seen_better
 from visionrt.preprocess import InputLayout, letterbox_into
 from visionrt.preprocess.tile import (
     TileOptions,
@@ -19,7 +20,7 @@ from visionrt.preprocess.tile import (
     tile_count,
     tile_windows,
 )
-from visionrt.tasks.tiled import TiledDetectTask, cut_sides, merge_tiles, seen_better
+from visionrt.tasks.tiled import TiledDetectTask
 from visionrt.types import Detections
 
 # -- the grid ----------------------------------------------------------------------------------

@@ -285,9 +285,10 @@ def test_settings_refused_on_cpu(tiny_model: Path, options: BackendOptions, matc
         load_backend("torch", tiny_model, options)
 
 
-def test_input_size_of_a_model_that_cannot_be_reshaped(tiny_model: Path) -> None:
-    # The tiny detector's output has no anchor grid to regenerate for another size.
-    with pytest.raises(ModelLoadError, match="anchor"):
+def test_input_size_other_than_the_files_is_refused(tiny_model: Path) -> None:
+    # The task resolves a file of the size asked for (test_model_resolve); the backend reshapes
+    # nothing.
+    with pytest.raises(ConfigError, match=r"input_size \[128, 128\]: tiny.onnx runs at 64x64"):
         load_backend("torch", tiny_model, BackendOptions(input_size=(128, 128)))
 
 
@@ -412,7 +413,7 @@ def test_pt_loads_with_its_class_names_in_id_order(tmp_path: Path, fake_ultralyt
     checkpoint = tmp_path / "best.pt"
     torch.save({"model": net, "train_args": {"imgsz": 64}}, checkpoint)
 
-    from visionrt.model import spec_from_backend
+    from visionrt.models import spec_from_backend
 
     backend = load_backend("torch", checkpoint, BackendOptions(threads=1))
     assert backend.info.details["class_names"] == ["person", "bicycle", "car"]

@@ -13,9 +13,11 @@ import numpy.typing as npt
 import pytest
 
 from visionrt.errors import ConfigError, SinkError
-from visionrt.postprocess import track
-from visionrt.postprocess.ocsort import OcSortTracker
-from visionrt.postprocess.track import Tracker, box_iou, match_boxes
+from visionrt.fuse import tracks as track
+from visionrt.fuse.bytetrack import Tracker
+from visionrt.fuse.ocsort import OcSortTracker
+from visionrt.fuse.tracks import match_boxes
+from visionrt.postprocess.nms import box_iou
 from visionrt.sinks.base import partial_path
 from visionrt.sinks.mot import MotSink
 from visionrt.types import Detections, Frame, FrameResult, TrackedDetections
@@ -373,16 +375,15 @@ def test_mot_sink_without_tracked_results_leaves_nothing(tmp_path: Path) -> None
 
 def test_pipeline_tracker_options_reach_the_trackers(tiny_model: Path) -> None:
     from visionrt import Pipeline, PipelineOptions
-    from visionrt.pipeline.graph import Graph
+    from visionrt.fuse import TrackFuser
+    from visionrt.pipeline.build import build_fusers
 
     options = PipelineOptions(track=True, track_match_iou=0.15, track_lost_seconds=2.5)
     pipeline = Pipeline(["a=synthetic:32x32:2", "b=synthetic:32x32:2"], tiny_model, "null",
                         options=replace(options, warmup=0))  # fmt: skip
-    graph = Graph(
-        pipeline.sources, pipeline.names, pipeline.named, pipeline.tasks, pipeline.schedule,
-        pipeline.options, pipeline.telemetry, pipeline._flow, lambda err: None,
-    )  # fmt: skip
+    fusers = build_fusers(pipeline.parts, pipeline.options)
     pipeline.close()
-    assert [(t.match_iou, t.lost_seconds) for t in graph.trackers] == [(0.15, 2.5)] * 2
+    trackers = [step.tracker for steps in fusers for step in steps if isinstance(step, TrackFuser)]
+    assert [(t.match_iou, t.lost_seconds) for t in trackers] == [(0.15, 2.5)] * 2
     with pytest.raises(ConfigError, match="track_match_iou: expected 0 < IoU <= 1"):
         PipelineOptions(track=True, track_match_iou=0)

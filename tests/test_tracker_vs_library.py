@@ -15,29 +15,29 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from visionrt.fidelity import identity_errors
-from visionrt.postprocess.track import Tracker
-from visionrt.types import Detections
+# Collecting this file (skipped outside a dev machine) costs no imports beyond conftest's:
+# visionrt's tracker and fidelity code (scipy) load when the test runs.
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER_PYTHON = ROOT / ".peer-venv" / "bin" / "python"
 FPS = 30.0
 
 
-def _library_available() -> bool:
+@pytest.fixture(scope="module")
+def peer_python() -> Path:
+    """The peer's Python with `trackers`; the probe runs when the test does, not at collection."""
+    reason = (
+        "dev-only: needs the `trackers` package in .peer-venv (scripts/peer/setup.sh, then"
+        " .peer-venv/bin/python -m pip install trackers)"
+    )
     if not PEER_PYTHON.exists():
-        return False
+        pytest.skip(reason)
     probe = subprocess.run(
         [str(PEER_PYTHON), "-c", "import trackers, supervision"], capture_output=True, timeout=120
     )
-    return probe.returncode == 0
-
-
-pytestmark = pytest.mark.skipif(
-    not _library_available(),
-    reason="dev-only: needs the `trackers` package in .peer-venv (scripts/peer/setup.sh, then"
-    " .peer-venv/bin/python -m pip install trackers)",
-)
+    if probe.returncode != 0:
+        pytest.skip(reason)
+    return PEER_PYTHON
 
 
 def _scene(seed: int = 3, frames: int = 150) -> tuple[list[dict[str, object]], list[list[int]]]:
@@ -79,6 +79,9 @@ def _scene(seed: int = 3, frames: int = 150) -> tuple[list[dict[str, object]], l
 
 
 def _ours(scene: list[dict[str, object]]) -> list[list[int]]:
+    from visionrt.fuse.bytetrack import Tracker
+    from visionrt.types import Detections
+
     tracker = Tracker(high=0.5, low=0.1)
     out = []
     for frame in scene:
@@ -94,9 +97,9 @@ def _ours(scene: list[dict[str, object]]) -> list[list[int]]:
     return out
 
 
-def _library(scene: list[dict[str, object]]) -> list[list[int]]:
+def _library(python: Path, scene: list[dict[str, object]]) -> list[list[int]]:
     run = subprocess.run(
-        [str(PEER_PYTHON), str(ROOT / "scripts" / "dev" / "library_tracker.py")],
+        [str(python), str(ROOT / "scripts" / "dev" / "library_tracker.py")],
         input=json.dumps({"fps": FPS, "frames": scene}),
         capture_output=True,
         text=True,
@@ -107,9 +110,11 @@ def _library(scene: list[dict[str, object]]) -> list[list[int]]:
     return result
 
 
-def test_clean_room_bytetrack_keeps_identities_like_the_library() -> None:
+def test_clean_room_bytetrack_keeps_identities_like_the_library(peer_python: Path) -> None:
+    from visionrt.fidelity import identity_errors
+
     scene, truth = _scene()
-    ours, theirs = _ours(scene), _library(scene)
+    ours, theirs = _ours(scene), _library(peer_python, scene)
     mine, library = identity_errors(truth, ours), identity_errors(truth, theirs)
     assert mine.switches <= library.switches + 1
     assert mine.coverage >= library.coverage - 0.02

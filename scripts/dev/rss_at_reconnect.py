@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from soak import free_port, long_clip, serve
 
 from visionrt.backends import BackendOptions
-from visionrt.model import demo_model_path
+from visionrt.models import demo_model_path
 from visionrt.pipeline import Pipeline, PipelineOptions
 from visionrt.sources import SourceOptions
 from visionrt.tune import cached_plan

@@ -17,7 +17,7 @@ import argparse
 import numpy as np
 
 from visionrt.fidelity import IdentityErrors, identity_errors
-from visionrt.postprocess.track import make_tracker
+from visionrt.fuse.tracking import make_tracker
 from visionrt.types import Detections
 
 

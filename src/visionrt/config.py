@@ -14,10 +14,9 @@ import yaml
 
 from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError
-from visionrt.pipeline.options import PipelineOptions
+from visionrt.pipeline.options import DepthOptions, PipelineOptions
 from visionrt.postprocess import PostprocessOptions
 from visionrt.sources import SourceOptions
-from visionrt.tasks.depth import MAX_SHORT_SIDE
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,56 +42,16 @@ class OutputOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class DepthConfig:
-    """A depth model beside the detector (`model` "": none), on the sources named in `on`
-    (empty: every source). `short_side` is its input's short side in pixels (a multiple of 14:
-    266, 364 or 518); `on_nonfinite` is what a NaN/Inf depth map does: recompute the frame in
-    FP32, or fail the run. `video` writes a colourised depth MP4 per source; `maps` writes
-    every depth map as `png` (16-bit) or `npy` files ("" none)."""
+class DepthConfig(DepthOptions):
+    """The depth model as the pipeline runs it (DepthOptions), and its outputs: `video` writes a
+    colourised depth MP4 per source; `maps` writes every depth map as `png` (16-bit) or `npy`
+    files ("" none)."""
 
-    model: str = ""
-    on: tuple[str, ...] = ()
-    backend: str = ""
-    inference: BackendOptions = field(default_factory=BackendOptions)
-    short_side: int = 518
-    on_nonfinite: str = "recompute"
     video: bool = True
     maps: str = ""
-    smoothing: float = 0.0  # EMA weight of the previous depth map per source (0: off)
-    # The live audit's FP32 depth reference ("": the depth plan's source model) and its AbsRel
-    # budget (None: the depth plan's, else 0.02).
-    audit_reference: str = ""
-    audit_max_abs_rel: float | None = None
 
     def __post_init__(self) -> None:
-        if self.short_side < 14 or self.short_side % 14:
-            raise ConfigError(
-                f"depth.short_side: expected a multiple of 14 (266, 364, 518), got"
-                f" {self.short_side}"
-            )
-        # The ViT's memory grows with the 4th power of the side: 3.8 GB at 1036 on the CPU,
-        # ~190 GB at 2800 (measured and extrapolated in visionrt.tasks.depth).
-        if self.short_side > MAX_SHORT_SIDE:
-            raise ConfigError(
-                f"depth.short_side (--depth-size): expected at most {MAX_SHORT_SIDE} (the"
-                f" model's memory grows with the 4th power of the side: ~4 GB at"
-                f" {MAX_SHORT_SIDE}), got {self.short_side}"
-            )
-        if not all(name.strip() for name in self.on):
-            raise ConfigError(
-                f"depth.on (--depth-on): expected source names separated by commas, e.g."
-                f" rgb,slam1; got an empty name in {','.join(self.on)!r}"
-            )
-        if self.on_nonfinite not in ("recompute", "fail"):
-            raise ConfigError(
-                f"depth.on_nonfinite: expected recompute or fail, got '{self.on_nonfinite}'"
-            )
-        if not 0.0 <= self.smoothing < 1.0:
-            raise ConfigError(f"depth.smoothing: expected 0 <= alpha < 1, got {self.smoothing}")
-        if self.audit_max_abs_rel is not None and not self.audit_max_abs_rel > 0:
-            raise ConfigError(
-                f"depth.audit_max_abs_rel: expected > 0, got {self.audit_max_abs_rel}"
-            )
+        super(DepthConfig, self).__post_init__()
         if self.maps not in ("", "png", "npy"):
             raise ConfigError(f"depth.maps: expected png, npy or nothing, got '{self.maps}'")
 

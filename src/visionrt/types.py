@@ -1,8 +1,9 @@
-"""Values passed between stages: frames, letterbox and depth-resize geometry, detections, depth
-maps, tensor specs and backend facts."""
+"""Values passed between stages: frames, letterbox and depth-resize geometry, a detector head's
+anchor count, detections, depth maps, tensor specs and backend facts."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +91,16 @@ def boxes_to_input(xyxy: npt.NDArray[np.float32], box: Letterbox) -> npt.NDArray
     out[:, 0::2] += box.left
     out[:, 1::2] += box.top
     return out
+
+
+# The strides of an anchor-free YOLO head's three levels (Ultralytics v8/9/11/12), in pixels.
+DEFAULT_STRIDES = (8, 16, 32)
+
+
+def anchor_count(height: int, width: int, strides: Sequence[int] = DEFAULT_STRIDES) -> int:
+    """Number of anchor points a detector head has at an input of `height` × `width` pixels:
+    what decoding tells head layouts apart by and what a resize rewrites."""
+    return sum((height // s) * (width // s) for s in strides)
 
 
 def _check(condition: bool, message: str) -> None:

@@ -2,14 +2,11 @@
 the live audit against the FP32 reference (audit)."""
 
 from visionrt.accuracy.audit import Auditor
-from visionrt.accuracy.audit_setup import build_auditor, planned_audit
 from visionrt.accuracy.audit_window import AuditEvent, AuditSettings, sample_period
 
 __all__ = [
     "AuditEvent",
     "AuditSettings",
     "Auditor",
-    "build_auditor",
-    "planned_audit",
     "sample_period",
 ]

@@ -27,7 +27,7 @@ from visionrt.accuracy.audit_window import (
     mean_of,
     surely_below,
 )
-from visionrt.postprocess.depth import depth_fidelity
+from visionrt.fidelity.depth import depth_fidelity
 from visionrt.tasks.base import Task, run_one
 from visionrt.telemetry import Telemetry
 from visionrt.types import DepthMap, FrameResult

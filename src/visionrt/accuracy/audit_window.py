@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from visionrt import fidelity as coco  # the one COCO-style implementation, called by module
-from visionrt.postprocess.depth import DepthFidelity
+from visionrt.fidelity.depth import DepthFidelity
 from visionrt.types import DepthMap, Detections
 
 # Audited frames kept for the whole-run figure (~1 KB each): 5 h at 1 frame in 50 of 27 FPS;

@@ -18,7 +18,7 @@ from visionrt import hardware
 from visionrt.backends import BackendOptions
 from visionrt.errors import VisionRTError
 from visionrt.fidelity import REFERENCE_BACKEND, fidelity
-from visionrt.model import read_model_spec
+from visionrt.models import read_model_spec
 from visionrt.plans import Plan
 from visionrt.plans.proof import budget, input_hw, letterbox_facts, sections_for
 from visionrt.plans.resolve import layered

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from visionrt.errors import ConfigError
-from visionrt.types import BackendInfo
+from visionrt.types import BackendInfo, TensorSpec
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 DEVICES = ("cpu", "cuda", "tensorrt", "gpu", "npu")
@@ -24,9 +24,10 @@ Array = npt.NDArray[np.generic]
 class BackendOptions:
     """What the caller asks of a runtime; `info` says what it actually got.
 
-    `threads` 0 means the runtime's default. `input_size` (height, width) asks a runtime that can
-    reshape the model to run at another size. `settings` holds runtime-specific knobs as strings
-    (e.g. OpenVINO's `hint=throughput`), validated by the backend that reads them.
+    `threads` 0 means the runtime's default. `input_size` (height, width) is the size to run at:
+    a model file static in H and W must already have it (the task resolves such a file before
+    loading), one dynamic in H and W is fixed to it. `settings` holds runtime-specific knobs as
+    strings (e.g. OpenVINO's `hint=throughput`), validated by the backend that reads them.
     """
 
     device: str = "cpu"
@@ -70,6 +71,20 @@ def flag_setting(settings: Mapping[str, str], key: str, default: bool) -> bool:
     if value not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
         raise ConfigError(f"inference.settings.{key}: expected true or false, got '{value}'")
     return value in ("true", "1", "yes", "on")
+
+
+def check_input_size(model: Path, image: TensorSpec, options: BackendOptions) -> None:
+    """ConfigError when `options.input_size` differs from the static size of `model`'s image
+    input (NCHW, or NHWC uint8 when preprocessing is folded in): backends load a file of the
+    right shape and reshape nothing."""
+    hw = image.shape[1:3] if image.dtype == "uint8" else image.shape[2:4]
+    if options.input_size is None or not all(isinstance(d, int) and d > 0 for d in hw):
+        return
+    if tuple(hw) != tuple(options.input_size):
+        raise ConfigError(
+            f"inference.input_size {list(options.input_size)}: {model.name} runs at"
+            f" {hw[0]}x{hw[1]}; load a file of that size (a task rewrites a detector for it)"
+        )
 
 
 class Backend(ABC):

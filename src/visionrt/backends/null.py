@@ -1,4 +1,5 @@
-"""A backend that runs nothing: zero outputs of the right shape, for plumbing and overhead."""
+"""A backend that runs nothing: zero outputs shaped as the model file declares, for plumbing and
+overhead."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from visionrt.backends.base import Array, Backend, BackendOptions
-from visionrt.errors import ConfigError
-from visionrt.model import read_model_spec
+from visionrt.backends.base import Array, Backend, BackendOptions, check_input_size
+from visionrt.errors import ConfigError, ModelLoadError
 from visionrt.types import BackendInfo, TensorSpec
 
 
@@ -29,16 +30,53 @@ def _number(settings: Mapping[str, str], key: str, integer: bool = False) -> flo
     return value
 
 
+def _declared(model: Path) -> tuple[TensorSpec, TensorSpec]:
+    """The image input and first output an ONNX file declares (dynamic axes None): the tensor
+    specs the null backend answers with."""
+    import onnx
+
+    try:
+        graph = onnx.load(str(model), load_external_data=False).graph
+    except Exception as err:
+        raise ModelLoadError(f"{model} is not a readable ONNX model ({err})") from err
+    weights = {init.name for init in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in weights]
+    if len(inputs) != 1 or not graph.output:
+        raise ModelLoadError(
+            f"{model}: expected one image input and an output, got {len(inputs)} inputs and"
+            f" {len(graph.output)} outputs"
+        )
+
+    def spec(value: Any) -> TensorSpec:
+        dims = value.type.tensor_type.shape.dim
+        shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in dims)
+        return TensorSpec(value.name, shape, "float32")
+
+    return spec(inputs[0]), spec(graph.output[0])
+
+
 class NullBackend(Backend):
-    """Zeros shaped like the model's output; settings `delay_ms` and `fail_after` (see load)."""
+    """Zeros shaped like the model's output; settings `delay_ms` and `fail_after` (see load).
+
+    The input is [batch, 3, H, W] with the file's H and W, or `options.input_size` where the
+    file leaves them dynamic; dynamic output axes are 1."""
 
     name = "null"
     concurrency = 1
 
     def load(self, model: Path, options: BackendOptions) -> None:
-        spec = read_model_spec(model)
-        height, width = options.input_size or spec.input_size
-        out_shape = tuple(max(d, 1) for d in spec.output_shape)
+        image, output = _declared(model)
+        if len(image.shape) != 4 or image.shape[1] not in (3, None):
+            raise ModelLoadError(
+                f"{model}: expected an image input shaped [N, 3, H, W], got {list(image.shape)}"
+            )
+        check_input_size(model, image, options)
+        static = [d for d in image.shape[2:] if isinstance(d, int) and d > 0]
+        size = (static[0], static[1]) if len(static) == 2 else options.input_size
+        if size is None:
+            raise ConfigError(f"null: {model.name} is dynamic in H and W; set inference.input_size")
+        height, width = size
+        out_shape = tuple(d if isinstance(d, int) and d > 0 else 1 for d in output.shape)
         unknown = set(options.settings) - {"delay_ms", "fail_after"}
         if unknown:
             raise ConfigError(
@@ -57,8 +95,8 @@ class NullBackend(Backend):
             version="0",
             device="cpu",
             precision="none",
-            inputs=(TensorSpec(spec.input_name, (options.batch, 3, height, width), "float32"),),
-            outputs=(TensorSpec(spec.output_name, out_shape, "float32"),),
+            inputs=(TensorSpec(image.name, (options.batch, 3, height, width), "float32"),),
+            outputs=(TensorSpec(output.name, out_shape, "float32"),),
         )
 
     def infer(self, inputs: Mapping[str, Array]) -> list[Array]:

@@ -6,10 +6,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from visionrt.backends.base import Array, Backend, BackendOptions, flag_setting
+from visionrt.backends.base import Array, Backend, BackendOptions, check_input_size, flag_setting
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
-from visionrt.model import cache_root
-from visionrt.model_reshape import sized_model
+from visionrt.paths import cache_root
 from visionrt.types import BackendInfo, TensorSpec
 
 _DTYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(uint8)": "uint8"}
@@ -95,13 +94,12 @@ class OnnxRuntimeBackend(Backend):
             spin = "1" if flag_setting(options.settings, "spin", True) else "0"
             session_options.add_session_config_entry("session.intra_op.allow_spinning", spin)
         providers = _providers(options, ort.get_available_providers())
-        # A detector can run at another input size: a rewritten copy (cached) is loaded instead.
-        source = sized_model(model, options.input_size, options.cache_dir)
         try:
-            self.session = ort.InferenceSession(str(source), session_options, providers=providers)
+            self.session = ort.InferenceSession(str(model), session_options, providers=providers)
         except Exception as err:
             raise ModelLoadError(f"ONNX Runtime cannot load {model}: {err}") from err
         inputs = _specs(self.session.get_inputs())
+        check_input_size(model, inputs[0], options)
         used = self.session.get_providers()
         self.info = BackendInfo(
             runtime="onnxruntime",
@@ -113,7 +111,7 @@ class OnnxRuntimeBackend(Backend):
             details={
                 "providers": used,
                 "threads": options.threads or "default",
-                "model": str(source),
+                "model": str(model),
             },
         )
         self._output_names = [o.name for o in self.info.outputs]

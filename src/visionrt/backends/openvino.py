@@ -10,9 +10,8 @@ from typing import Any
 import numpy as np
 
 from visionrt import hardware
-from visionrt.backends.base import Array, Backend, BackendOptions
+from visionrt.backends.base import Array, Backend, BackendOptions, check_input_size
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
-from visionrt.model_reshape import sized_model
 from visionrt.types import BackendInfo, TensorSpec
 
 _HINTS = ("latency", "throughput")
@@ -105,12 +104,7 @@ class OpenVINOBackend(Backend):
         if cache:
             config["CACHE_DIR"] = str(Path(cache).expanduser())
 
-        if options.input_size is not None and Path(model).suffix != ".onnx":
-            raise ConfigError(
-                f"openvino input_size {list(options.input_size)}: only ONNX models can be"
-                f" reshaped here, got {Path(model).name}; export the IR at that size"
-            )
-        source = sized_model(Path(model), options.input_size, options.cache_dir)
+        source = Path(model)
         try:
             graph = core.read_model(str(source))
         except Exception as err:
@@ -190,9 +184,13 @@ def _first_line(err: BaseException) -> str:
 
 
 def _make_static(graph: Any, source: Path, options: BackendOptions) -> None:
-    """Fix a dynamic input to [batch, 3, H, W] (the CPU plugin is faster on static shapes);
-    refuse a batch that a static model cannot take."""
+    """Fix a dynamic input to [batch, 3, H, W] (the CPU plugin is faster on static shapes), H
+    and W being the file's own or, where it leaves them dynamic, `options.input_size`; refuse a
+    batch that a static model cannot take and a size that a static one does not have."""
     shape = graph.inputs[0].get_partial_shape()
+    dims = [d.get_length() if d.is_static else 0 for d in shape]
+    if len(dims) == 4:  # NCHW here: preprocessing is folded in after this
+        check_input_size(source, TensorSpec("", tuple(dims), "float32"), options)
     if shape.is_static:
         if options.batch > 1 and shape[0].get_length() != options.batch:
             raise ConfigError(
@@ -200,15 +198,11 @@ def _make_static(graph: Any, source: Path, options: BackendOptions) -> None:
                 f" {shape[0].get_length()}; export it with a dynamic batch axis"
             )
         return
-    dims = [d.get_length() if d.is_static else 0 for d in shape]
-    if options.input_size is None and source.suffix != ".onnx":
-        if len(dims) != 4 or not (dims[2] and dims[3]):
-            return  # an IR dynamic in H and W without metadata: leave it dynamic
-        height, width = dims[2], dims[3]  # an artifact exported for any batch: fix the batch
-    else:
-        from visionrt.model import read_model_spec
-
-        height, width = options.input_size or read_model_spec(source).input_size
+    if len(dims) != 4:
+        return
+    height, width = (dims[2], dims[3]) if dims[2] and dims[3] else options.input_size or (0, 0)
+    if not (height and width):
+        return  # dynamic in H and W and no size asked for: left dynamic
     try:
         graph.reshape([options.batch, 3, height, width])
     except Exception as err:

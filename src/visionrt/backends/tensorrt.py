@@ -18,7 +18,7 @@ import numpy as np
 
 from visionrt.backends.base import Array, Backend, BackendOptions
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
-from visionrt.model import cache_root, file_sha256, read_model_spec
+from visionrt.paths import cache_root, file_sha256
 from visionrt.types import BackendInfo, TensorSpec
 
 DEFAULT_WORKSPACE_MB = 4096
@@ -126,10 +126,16 @@ def build_engine(model: Path, options: BackendOptions) -> Path:
     timing_path = folder / f"timing-trt{trt.__version__}-{gpu.replace(' ', '_')}.cache"
     timing = config.create_timing_cache(timing_path.read_bytes() if timing_path.is_file() else b"")
     config.set_timing_cache(timing, ignore_mismatch=False)
-    spec = read_model_spec(model)
-    height, width = options.input_size or spec.input_size
     tensor = network.get_input(0)
     if any(d < 0 for d in tensor.shape):
+        dims = tuple(tensor.shape)
+        static = len(dims) == 4 and min(dims[2:4]) > 0
+        height, width = dims[2:4] if static else options.input_size or (-1, -1)
+        if height < 0:
+            raise ConfigError(
+                f"tensorrt: {model.name} is dynamic in H and W; set inference.input_size to"
+                " build an engine for one size"
+            )
         profile = builder.create_optimization_profile()
         fixed = (options.batch, tensor.shape[1] if tensor.shape[1] > 0 else 3, height, width)
         smallest = (1, *fixed[1:]) if tensor.shape[0] < 0 else fixed

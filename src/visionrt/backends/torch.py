@@ -14,9 +14,8 @@ import torch
 from torch import Tensor, nn
 
 from visionrt import hardware
-from visionrt.backends.base import Array, Backend, BackendOptions, flag_setting
+from visionrt.backends.base import Array, Backend, BackendOptions, check_input_size, flag_setting
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
-from visionrt.model_reshape import sized_model
 from visionrt.types import BackendInfo, TensorSpec
 
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
@@ -55,14 +54,9 @@ def _load_onnx(path: Path, options: BackendOptions) -> tuple[nn.Module, TensorSp
         for v in [*proto.graph.input, *proto.graph.output]
     }
     in_dims, out_dims = dims[module.input_names[0]], dims[module.output_names[0]]
-    static_hw = tuple(in_dims[2:4])
-    if None in static_hw and options.input_size:
+    check_input_size(path, TensorSpec(module.input_names[0], tuple(in_dims), "float32"), options)
+    if None in in_dims[2:4] and options.input_size:
         in_dims[2:4] = options.input_size  # a dynamic-size export runs at the size asked for
-    elif options.input_size and static_hw != options.input_size:
-        raise ConfigError(
-            f"torch cannot reshape {path.name} from {list(static_hw)} to"
-            f" {list(options.input_size)}: export the ONNX at that size (or use the .pt)"
-        )
     # The converter runs a static-batch export at any batch: report the batch asked for.
     return (
         module,
@@ -263,9 +257,8 @@ class TorchBackend(Backend):
         if model.suffix == ".pt":
             # The model facts of a .pt (class names) are known only once it is loaded.
             module, input_spec, output_spec, details["class_names"] = _load_pt(model, options)
-        else:  # an ONNX detector at another input size: load a rewritten copy (cached)
-            sized = sized_model(model, options.input_size, options.cache_dir)
-            module, input_spec, output_spec = _load_onnx(sized, options)
+        else:
+            module, input_spec, output_spec = _load_onnx(model, options)
         # bf16 through autocast: convolutions run in bf16 while the box decoding keeps its fp32
         # constants (anchors, strides); a plain .to(bfloat16) moved boxes by several pixels.
         self._autocast = options.precision == "bf16"

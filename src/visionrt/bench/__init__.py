@@ -9,13 +9,16 @@ from visionrt.bench.measure import (
     plain_session,
     prepared_inputs,
 )
+from visionrt.bench.run import Variant, run_bench
 
 __all__ = [
     "BenchResult",
     "Spread",
+    "Variant",
     "measure_end_to_end",
     "measure_interleaved",
     "measure_model_only",
     "plain_session",
     "prepared_inputs",
+    "run_bench",
 ]

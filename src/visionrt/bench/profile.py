@@ -16,9 +16,10 @@ import psutil
 from visionrt.pipeline import Pipeline
 from visionrt.sinks import Sink
 
-# Which thread does which stages (postprocess and sinks run on the caller's thread).
-THREADS = {"decode": ("decode",), "preprocess": ("preprocess",), "infer": ("infer",),
-           "postprocess+sink": ("postprocess", "sink")}  # fmt: skip
+# Which thread does which stages: inference workers decode their own results, the caller's
+# thread joins and fuses frames, the sink thread writes them.
+THREADS = {"decode": ("decode",), "preprocess": ("preprocess",),
+           "infer": ("infer", "postprocess"), "fuse": ("fuse",), "sink": ("sink",)}  # fmt: skip
 # Overhead-bound: inference is mostly idle while two or more host threads are each busy this
 # share of the time — small work per frame, contended for (the GIL, queues, wake-ups), rather than
 # one stage's work. A share, not milliseconds: it holds on fast and slow CPUs alike.
@@ -26,6 +27,9 @@ CONTENDED_SHARE = 0.3
 # Or: its busiest thread spends less than this per frame — Python's own per-frame costs, not the
 # stage's work (decoding a 128×96 frame takes ~1 ms here, mostly that; a 4K one ~10 ms).
 OVERHEAD_MS = 3.0
+# Sink-bound: the queue in front of the sink thread holds at least this share of its room on
+# average (it is empty when the sinks keep up: measured 0 with x264 veryfast on the demo).
+SINK_BACKLOG = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,17 +68,24 @@ def verdict(
     fps: float,
     concurrency: int,
     planned: str = "",
+    sink_backlog: float = 0.0,
 ) -> tuple[str, str]:
     """The bottleneck (a thread group, or "overhead") and one sentence: why, what to try, and
     the Amdahl what-if for the main suggestion. `planned` names the tuned plan that ran ("":
-    none), so a run already on it is not told to tune."""
+    none), so a run already on it is not told to tune. `sink_backlog` is the mean share of the
+    sink queue held: from SINK_BACKLOG on, results wait for the sinks, whatever else is busy
+    (on a machine with few cores the encoder also slows inference down)."""
     group = max(busy, key=lambda g: busy[g]) if busy else "overhead"
+    backlogged = sink_backlog >= SINK_BACKLOG and "sink" in busy
+    if backlogged:
+        group = "sink"
     per_frame = {g: sum(stage_ms.get(s, 0.0) for s in stages) for g, stages in THREADS.items()}
-    per_frame["infer"] = stage_ms.get("infer", 0.0) / max(1, concurrency)
+    per_frame["infer"] = sum(stage_ms.get(s, 0.0) for s in THREADS["infer"]) / max(1, concurrency)
     period = 1e3 / fps if fps else 0.0
     share = busy.get(group, 0.0)
     host_busy = [g for g, b in busy.items() if g != "infer" and b >= CONTENDED_SHARE]
-    if group != "infer" and (per_frame.get(group, 0.0) < OVERHEAD_MS or len(host_busy) >= 2):
+    overhead = per_frame.get(group, 0.0) < OVERHEAD_MS or len(host_busy) >= 2
+    if group != "infer" and not backlogged and overhead:
         why = (
             f"{' and '.join(host_busy)} are all busy with little work each"
             if len(host_busy) >= 2
@@ -109,8 +120,13 @@ def verdict(
             f"preprocess-bound, {share:.0%}: fold preprocessing into the model"
             f" (inference.fold_preprocess, OpenVINO) or a smaller source; {gain}"
         )
+    if group == "fuse":
+        return group, (
+            f"fuse-bound, {share:.0%} of the consumer thread (tracking, distances, depth"
+            f" smoothing): fewer sources per pipeline, or depth smoothing off; {gain}"
+        )
     return group, (
-        f"sink-bound, {share:.0%} of the output thread: x264 preset ultrafast"
+        f"sink-bound, {share:.0%} of the sink thread: x264 preset ultrafast"
         f" (--set output.preset=ultrafast), or --no-video; {gain}"
     )
 
@@ -175,7 +191,9 @@ def profile_pipeline(
     for name, seconds in sampler.cpu.values():
         cpu[name] = round(cpu.get(name, 0.0) + seconds, 3)
     planned = pipeline.plan.summary_line() if pipeline.plan is not None else ""
-    bottleneck, text = verdict(stage_ms, busy, summary.fps, concurrency, planned)
+    held = [sample.get("fused", 0.0) for sample in sampler.queues]
+    backlog = sum(held) / len(held) / max(1, pipeline.options.queue_size) if held else 0.0
+    bottleneck, text = verdict(stage_ms, busy, summary.fps, concurrency, planned, backlog)
     return Profile(
         fps=summary.fps,
         frames=summary.frames_out,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -14,43 +14,20 @@ from rich.progress import Progress
 from rich.table import Table
 
 from visionrt.backends import BackendOptions
-from visionrt.bench import (
-    BenchResult,
-    Spread,
-    measure_end_to_end,
-    measure_interleaved,
-    measure_model_only,
-    plain_session,
-    prepared_inputs,
-)
+from visionrt.bench import Spread, Variant, run_bench
 from visionrt.bench.report import ReportPoint, write_report
 from visionrt.cli.run_config import parse_size
 from visionrt.errors import ConfigError
-from visionrt.model import DEMO_VIDEO, demo_model_path
-from visionrt.pipeline import Pipeline
-from visionrt.postprocess import PostprocessOptions
+from visionrt.models import demo_model_path
+from visionrt.paths import DEMO_VIDEO
 from visionrt.sinks.base import check_writable
-from visionrt.sources import SourceOptions
 from visionrt.tune.evaluate import LATENCY_STAGES
 
 
-@dataclass(frozen=True, slots=True)
-class Variant:
+def parse_variant(text: str, base: BackendOptions, model: str) -> Variant:
     """`backend[:precision[:HxW[:model]]][+fold][+threads=N][+batch=N][+device=D][+key=value...]`,
     e.g. `openvino:int8:512x640:model.xml+fold+hint=throughput` or `torch:fp16+device=cuda`
     (other `key=value` go to the backend's settings)."""
-
-    backend: str
-    options: BackendOptions
-    model: str
-    text: str = ""
-
-    @property
-    def label(self) -> str:
-        return self.text or self.backend
-
-
-def parse_variant(text: str, base: BackendOptions, model: str) -> Variant:
     head, *extras = text.split("+")
     parts = head.split(":", 3)
     if not parts[0]:
@@ -77,99 +54,6 @@ def parse_variant(text: str, base: BackendOptions, model: str) -> Variant:
     options = replace(options, settings=settings)
     label = text if len(parts) < 4 else text.replace(parts[3], Path(parts[3]).parent.name)
     return Variant(parts[0], options, parts[3] if len(parts) > 3 else model, label)
-
-
-def run_bench(
-    variants: list[Variant],
-    video: str,
-    runs: int,
-    model_only_calls: int,
-    max_frames: int,
-    console: Console,
-    interleave: int = 0,
-) -> list[BenchResult]:
-    """Each repetition measures every variant once, so drifts in machine speed hit all variants
-    alike. Within a repetition the end-to-end run is sandwiched between two halves of the
-    model-only calls on the very backend the pipeline used (same threads, same settings), so a
-    drift during the run hits both figures of the efficiency ratio alike."""
-    rows: dict[str, dict[str, list[float]]] = {
-        v.label: {"mo": [], "e2e": [], "p50": [], "p99": [], "eff": [], "plain": []}
-        for v in variants
-    }
-    details: dict[str, Any] = {}
-    half = max(1, model_only_calls // 2)
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("bench", total=runs * len(variants))
-        for _ in range(runs):
-            for variant in variants:
-                progress.update(task, description=f"{variant.label}")
-                row = rows[variant.label]
-                pipeline = Pipeline(
-                    [video],
-                    variant.model,
-                    variant.backend,
-                    variant.options,
-                    PostprocessOptions(),
-                    SourceOptions(mode="file", max_frames=max_frames),
-                    plan=False,  # each variant as written
-                )
-                # The same runtime and model file with the runtime's own defaults.
-                info = pipeline.backend.info
-                plain = plain_session(info.runtime, info.details.get("model", variant.model))
-                try:
-                    inputs = prepared_inputs(video, pipeline.input_hw, pipeline.layout)
-                    times = measure_model_only(pipeline.backend, inputs, half)
-                    plain_times = measure_model_only(plain, inputs, half) if plain else []
-                    fps, summary = measure_end_to_end(pipeline)
-                    if plain:
-                        plain_times += measure_model_only(plain, inputs, half, warmup=0)
-                        row["plain"].append(len(plain_times) / sum(plain_times))
-                    times += measure_model_only(pipeline.backend, inputs, half, warmup=0)
-                    if interleave:
-                        row["eff"].append(
-                            measure_interleaved(
-                                lambda v=variant, b=pipeline.backend: Pipeline(
-                                    [video],
-                                    v.model,
-                                    b,
-                                    v.options,
-                                    source_options=SourceOptions(mode="file", max_frames=60),
-                                    plan=False,
-                                ),
-                                inputs,
-                                interleave,
-                                15,
-                                baseline=plain,
-                            )
-                        )
-                finally:
-                    pipeline.close()
-                    if plain:
-                        plain.close()
-                times.sort()
-                row["mo"].append(len(times) / sum(times))
-                row["p50"].append(1e3 * times[len(times) // 2])
-                row["p99"].append(1e3 * times[min(len(times) - 1, int(len(times) * 0.99))])
-                row["e2e"].append(fps)
-                details[variant.label] = {
-                    "backend": summary["backend"],
-                    "stages": summary["stages"],
-                    "frames": summary["frames_out"],
-                }
-                progress.advance(task)
-    return [
-        BenchResult(
-            v.label,
-            rows[v.label]["mo"],
-            rows[v.label]["e2e"],
-            rows[v.label]["p50"],
-            rows[v.label]["p99"],
-            details[v.label],
-            rows[v.label]["eff"],
-            rows[v.label]["plain"],
-        )
-        for v in variants
-    ]
 
 
 def bench_command(
@@ -227,7 +111,17 @@ def bench_command(
     if find_batch:
         _find_batches(variants, video, find_batch, max(3, calls // 10), console, json_out)
         return
-    results = run_bench(variants, video, runs, calls, max_frames, console, interleave)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("bench", total=runs * len(variants))
+        results = run_bench(
+            variants,
+            video,
+            runs,
+            calls,
+            max_frames,
+            interleave,
+            on_step=lambda label, done: progress.update(task, description=label, completed=done),
+        )
     table = Table(title=f"{Path(video).name} · {runs} runs · median (min–max)")
     for column in (
         "variant",

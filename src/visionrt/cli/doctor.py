@@ -17,7 +17,8 @@ from rich.table import Table
 from visionrt import hardware
 from visionrt.backends.registry import AUTO_ORDER, ROWS, unavailable_reason
 from visionrt.errors import VisionRTError
-from visionrt.model import DEMO_VIDEO, demo_model_path
+from visionrt.models import demo_model_path
+from visionrt.paths import DEMO_VIDEO
 from visionrt.system import summarize, system_findings
 
 

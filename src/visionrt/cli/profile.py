@@ -11,9 +11,10 @@ from rich.console import Console
 from rich.table import Table
 
 from visionrt.backends import BackendOptions
-from visionrt.bench.profile import Profile, profile_pipeline, write_trace
+from visionrt.bench.profile import THREADS, Profile, profile_pipeline, write_trace
 from visionrt.errors import ConfigError
-from visionrt.model import DEMO_VIDEO, demo_model_path
+from visionrt.models import demo_model_path
+from visionrt.paths import DEMO_VIDEO
 from visionrt.pipeline import Pipeline
 from visionrt.sinks import JsonlSink, Sink, VideoSink
 from visionrt.sinks.base import check_writable
@@ -27,8 +28,7 @@ def _table(profile: Profile) -> Table:
     table = Table(title=f"visionrt profile · {profile.frames} frames · {profile.fps:.1f} FPS")
     for column in ("stage", "ms per frame (mean)", "busy share of wall time"):
         table.add_column(column)
-    groups = {"decode": "decode", "preprocess": "preprocess", "infer": "infer",
-              "postprocess": "postprocess+sink", "sink": "postprocess+sink"}  # fmt: skip
+    groups = {stage: group for group, stages in THREADS.items() for stage in stages}
     for stage, ms in profile.stage_ms.items():
         share = profile.busy.get(groups.get(stage, ""), 0.0)
         table.add_row(stage, f"{ms:.2f}", f"{share:.0%}")

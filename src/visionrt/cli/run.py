@@ -24,8 +24,8 @@ from visionrt.cli.outputs import (
 from visionrt.cli.run_config import configure_with_plan, flag_values
 from visionrt.cli.signals import STARTUP, not_ours, start_up
 from visionrt.config import RunConfig
-from visionrt.errors import ConfigError, Interrupted, SinkError, SourceError, VisionRTError
-from visionrt.pipeline import DepthOptions, Pipeline
+from visionrt.errors import Interrupted, SinkError, SourceError, VisionRTError
+from visionrt.pipeline import Pipeline
 from visionrt.plans import PlanUse
 from visionrt.sinks import Sink
 from visionrt.sinks.lock import OutputLock
@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 from visionrt.types import FrameResult
 
 Opt = typer.Option
+# `run_command`'s parameters that are not config flags; every other one is passed on to
+# `flag_values` by name.
+_NOT_CONFIG = frozenset({"config", "set_", "json_out", "plan", "no_plan", "quiet"})
 
 
 def _install_signal_handlers(pipeline: Pipeline) -> None:
@@ -166,39 +169,9 @@ def run_command(
     ] = None,
 ) -> None:
     """Run a detector over sources, writing annotated video, JSONL and a telemetry summary."""
+    flags = {name: value for name, value in locals().items() if name not in _NOT_CONFIG}
     STARTUP.during = " while starting: nothing processed"  # until the run's own handlers
-    values = flag_values(
-        sources=sources,
-        model=model,
-        backend=backend,
-        device=device,
-        precision=precision,
-        threads=threads,
-        batch=batch,
-        imgsz=imgsz,
-        conf=conf,
-        iou=iou,
-        mode=mode,
-        max_frames=max_frames,
-        realtime=realtime,
-        out=out,
-        no_video=no_video,
-        no_jsonl=no_jsonl,
-        telemetry=telemetry,
-        track=track,
-        detect_every=detect_every,
-        mot=mot,
-        depth=depth,
-        depth_on=depth_on,
-        depth_size=depth_size,
-        metrics_port=metrics_port,
-        depth_smoothing=depth_smoothing,
-        tracker=tracker,
-        slo_ms=slo_ms,
-        tile=tile,
-        tile_overlap=tile_overlap,
-        audit=audit,
-    )
+    values = flag_values(**flags)
     console = Console(stderr=True, quiet=quiet)
     cfg, plan_note, use = configure_with_plan(plan, no_plan, config, set_, values)
     check_output_names(cfg)  # before anything is made or loaded
@@ -220,7 +193,6 @@ def _execute(
     if cfg.backend == "auto":
         row, why = choose_auto(cfg.inference.device, Path(cfg.model))
         console.print(f"backend auto → {row.name}: {why}")
-    depth = _depth_options(cfg)
     pipeline = start_up(
         lambda: Pipeline(
             list(cfg.sources),
@@ -230,7 +202,7 @@ def _execute(
             cfg.postprocess,
             cfg.source,
             cfg.pipeline,
-            depth,
+            cfg.depth,
             plan=False,  # settled above, with the flags
         )
     )
@@ -307,25 +279,6 @@ def _serve_metrics(pipeline: Pipeline, cfg: RunConfig, console: Console) -> Metr
     server.start()
     console.print(f"metrics: {server.url}")
     return server
-
-
-def _depth_options(cfg: RunConfig) -> DepthOptions | None:
-    if not cfg.depth.model:
-        if cfg.depth.on:
-            raise ConfigError("--depth-on names sources for a depth model: give --depth MODEL")
-        return None
-    depth = cfg.depth
-    return DepthOptions(
-        depth.model,
-        depth.on,
-        depth.backend,
-        depth.inference,
-        depth.short_side,
-        depth.on_nonfinite,
-        depth.smoothing,
-        audit_reference=depth.audit_reference,
-        audit_max_abs_rel=depth.audit_max_abs_rel,
-    )
 
 
 def _run(

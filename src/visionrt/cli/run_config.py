@@ -3,14 +3,19 @@ under them (when it serves the run), and the demo defaults for what is still uns
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+import typing
+from collections.abc import Callable
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from visionrt.config import RunConfig, given_options, load_config
 from visionrt.errors import ConfigError, SourceError
-from visionrt.model import DEMO_VIDEO, demo_model_path
+from visionrt.models import demo_model_path
+from visionrt.paths import DEMO_VIDEO
 from visionrt.plans import PlanRequest, PlanUse, use_depth_plan, use_plan
 from visionrt.plans.resolve import CHOICES, layered
 from visionrt.sources.naming import split_name
@@ -18,52 +23,80 @@ from visionrt.sources.registry import LIVE_KINDS, source_kind
 
 
 def flag_values(**flags: Any) -> dict[str, Any]:
-    """Explicit flags as a nested config dict; flags left unset are None and do not override."""
-    imgsz = flags.pop("imgsz")
-    values: dict[str, Any] = {
-        "model": flags["model"],
-        "backend": flags["backend"],
-        "source": {
-            "mode": flags["mode"],
-            "max_frames": flags["max_frames"],
-            "realtime": True if flags["realtime"] else None,
-        },
-        "inference": {
-            "device": flags["device"],
-            "precision": flags["precision"],
-            "threads": flags["threads"],
-            "batch": flags["batch"],
-            "input_size": parse_size(imgsz) if imgsz else None,
-        },
-        "postprocess": {"conf": flags["conf"], "iou": flags["iou"]},
-        "output": {
-            "dir": flags["out"],
-            "telemetry": flags["telemetry"],
-            "video": False if flags["no_video"] else None,
-            "jsonl": False if flags["no_jsonl"] else None,
-        },
-    }
-    values["pipeline"] = {
-        "track": True if flags["track"] else None,
-        "detect_every": flags["detect_every"],
-        "tracker": flags["tracker"],
-        "slo_ms": flags["slo_ms"],
-        "tile": flags["tile"],
-        "tile_overlap": flags["tile_overlap"],
-        "audit": flags.get("audit"),
-    }
-    values["output"]["mot"] = True if flags["mot"] else None
-    values["output"]["metrics_port"] = flags["metrics_port"]
-    if flags["sources"]:
-        values["sources"] = list(flags["sources"])
-    depth_on = flags["depth_on"]
-    values["depth"] = {
-        "model": flags["depth"],
-        "on": [n.strip() for n in depth_on.split(",")] if depth_on is not None else None,
-        "short_side": flags["depth_size"],
-        "smoothing": flags["depth_smoothing"],
-    }
+    """Explicit `run` flags, by parameter name, as a nested config dict; flags left unset are
+    None and do not override. A flag named as its config key (`flag_key`) needs no mapping of
+    its own: adding one is adding the parameter."""
+    values: dict[str, Any] = {}
+    for name, given in flags.items():
+        key, convert = _RENAMED.get(name) or (flag_key(name), _as_given)
+        *sections, leaf = key.split(".")
+        node = values
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[leaf] = convert(given)
     return values
+
+
+def _as_given(value: Any) -> Any:
+    """A flag's value as set; a switch left off (False) and an empty list are unset: a flag can
+    turn an option on, never off (`--no-…` flags say so by name)."""
+    if value is False or (isinstance(value, list | tuple) and not value):
+        return None
+    return list(value) if isinstance(value, list | tuple) else value
+
+
+def _off(value: bool) -> bool | None:
+    return False if value else None
+
+
+def _names(text: str | None) -> list[str] | None:
+    return [name.strip() for name in text.split(",")] if text is not None else None
+
+
+# The flags not named as their config key, with the key and how their value reads.
+_RENAMED: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "imgsz": ("inference.input_size", lambda text: parse_size(text) if text else None),
+    "out": ("output.dir", _as_given),
+    "no_video": ("output.video", _off),
+    "no_jsonl": ("output.jsonl", _off),
+    "depth": ("depth.model", _as_given),
+    "depth_on": ("depth.on", _names),
+    "depth_size": ("depth.short_side", _as_given),
+}
+
+
+@cache
+def _config_keys() -> dict[str, list[str]]:
+    """Every top-level config key and every key of a section, by the flag names that reach it:
+    the key's own name and `section_key`."""
+    names: dict[str, list[str]] = {}
+    hints = typing.get_type_hints(RunConfig)
+    for top in dataclasses.fields(RunConfig):
+        section = hints[top.name]
+        if not dataclasses.is_dataclass(section):
+            names.setdefault(top.name, []).append(top.name)
+            continue
+        for field in dataclasses.fields(section):
+            key = f"{top.name}.{field.name}"
+            names.setdefault(field.name, []).append(key)
+            names.setdefault(f"{top.name}_{field.name}", []).append(key)
+    return names
+
+
+def flag_key(name: str) -> str:
+    """The config key a `run` flag's parameter `name` sets: the top-level key of that name or
+    `section_key` (model → model, not depth.model; depth_smoothing → depth.smoothing), else the
+    one section key of that name (conf → postprocess.conf). TypeError where none fits or two
+    sections share the name."""
+    keys = _config_keys().get(name, [])
+    exact = [key for key in keys if key.replace(".", "_") == name]
+    chosen = exact or keys
+    if len(chosen) != 1:
+        raise TypeError(
+            f"run flag '{name}': expected a name of one config key, got"
+            f" {', '.join(chosen) or 'none'} (name it so, or map it in _RENAMED)"
+        )
+    return chosen[0]
 
 
 def parse_size(text: str) -> list[int]:
@@ -168,7 +201,7 @@ def _with_audit(cfg: RunConfig, use: PlanUse) -> RunConfig:
     tuned from, the fidelity it was tuned to), where the user set none."""
     if use.sections is None:
         return cfg
-    from visionrt.accuracy.audit_setup import planned_audit
+    from visionrt.pipeline.audit import planned_audit
 
     return replace(cfg, pipeline=planned_audit(cfg.pipeline, use.plan))
 
@@ -187,7 +220,7 @@ def _with_depth_plan(cfg: RunConfig, given: dict[str, Any]) -> tuple[RunConfig, 
         backend=str(use.sections["backend"]),
         inference=layered(cfg.depth.inference, use.sections.get("inference") or {}),
     )
-    from visionrt.accuracy.audit_setup import planned_audit  # its reference and budget
+    from visionrt.pipeline.audit import planned_audit  # its reference and budget
 
     return replace(cfg, depth=planned_audit(depth, use.plan)), use.note
 

@@ -19,7 +19,8 @@ from visionrt.bench.report import ReportPoint, write_report
 from visionrt.cli.signals import not_ours
 from visionrt.cli.tune_depth import depth_limits, tune_depth_model
 from visionrt.errors import ConfigError, Interrupted, SourceError, VisionRTError
-from visionrt.model import DEMO_VIDEO, demo_model_path
+from visionrt.models import demo_model_path
+from visionrt.paths import DEMO_VIDEO
 from visionrt.plans import machine_fingerprint, plan_path
 from visionrt.sinks.base import check_writable
 from visionrt.tune import Limits, Plan, cached_plan, tune

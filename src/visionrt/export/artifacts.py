@@ -8,9 +8,8 @@ import importlib.util
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError, ModelLoadError, SourceNotFoundError
 from visionrt.export import cache
 from visionrt.export.depth import (
@@ -21,46 +20,15 @@ from visionrt.export.depth import (
     is_depth_model,
 )
 from visionrt.export.progress import Progress as _Progress
+from visionrt.export.targets import TARGETS, BuildJob, Target
 from visionrt.fidelity import FidelityReport, compare_to_reference
-from visionrt.model import DEMO_VIDEO, ModelSpec, demo_model_path, file_sha256, read_model_spec
-from visionrt.model_batch import rebatch_onnx
+from visionrt.models import ModelSpec, demo_model_path, read_model_spec, rebatch_onnx
+from visionrt.paths import DEMO_VIDEO, file_sha256
 
+if TYPE_CHECKING:
+    from visionrt.export.calibration import CalibrationSet
 
-@dataclass(frozen=True, slots=True)
-class Target:
-    """One kind of artifact: its file name, whether it needs calibration, and the backend (with
-    device and precision) that runs it for the fidelity check."""
-
-    name: str
-    filename: str
-    int8: bool
-    backend: str
-    device: str
-    precision: str
-    # Bump when the recipe changes, so older cached artifacts are not reused (IR -2: exported
-    # to run at any batch).
-    recipe: str
-
-    def options(self) -> BackendOptions:
-        """How the fidelity check loads the artifact."""
-        return BackendOptions(device=self.device, precision=self.precision)
-
-
-TARGETS: dict[str, Target] = {
-    t.name: t
-    for t in (
-        Target("onnx-fp16", "model.onnx", False, "onnxruntime", "cpu", "fp16", "fp16-keepio-1"),
-        Target("onnx-int8", "model.onnx", True, "onnxruntime", "cpu", "int8", "qdq-u8s8-pc-1"),
-        # For TensorRT (`--backend tensorrt --precision int8`); its fidelity is checked on the
-        # QDQ graph with ONNX Runtime's CPU kernels, which TensorRT's own only approximate.
-        Target(
-            "onnx-int8-sym", "model.onnx", True, "onnxruntime", "cpu", "int8", "qdq-s8s8-conv-1"
-        ),
-        Target("openvino", "model.xml", False, "openvino", "cpu", "fp32", "ir-fp32-2"),
-        Target("openvino-int8", "model.xml", True, "openvino", "cpu", "int8", "nncf-mixed-2"),
-        Target("tensorrt", "model.engine", False, "tensorrt", "cuda", "fp16", "trt-fp16-1"),
-    )
-}
+__all__ = ["TARGETS", "ExportResult", "Target", "export_model"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +60,12 @@ def _runtime_version(target: Target) -> str:
 
 
 def _reshape(source: Path, imgsz: tuple[int, int], target: Path) -> Path:
-    if importlib.util.find_spec("visionrt.model_reshape") is None:
+    if importlib.util.find_spec("visionrt.models.reshape") is None:
         raise ConfigError(
             f"--imgsz {imgsz[0]}x{imgsz[1]}: this visionrt has no model reshaping"
-            " (visionrt.model_reshape); export at the model's own size"
+            " (visionrt.models.reshape); export at the model's own size"
         )
-    reshape = importlib.import_module("visionrt.model_reshape").reshape_detector_onnx
+    reshape = importlib.import_module("visionrt.models.reshape").reshape_detector_onnx
     reshape(source, imgsz[0], imgsz[1], target)
     return target
 
@@ -119,44 +87,20 @@ def _build(
     artifact = folder / target.filename
     built: dict[str, Any] = {"input_hw": list(spec.input_size)}
     source = _any_batch(target, source, spec, folder / "anybatch.onnx", built)
-    calibration: Any = None
-    with progress.bar():
-        if target.int8:
-            from visionrt.export.calibration import calibration_frames
+    calibration: CalibrationSet | None = None
+    if target.int8:
+        from visionrt.export.calibration import calibration_frames
 
+        with progress.bar():
             on_frame = progress.task("calibration frames", frames)
             calibration = calibration_frames(video, frames, spec.input_size, on_frame)
-            built["calibration"] = {
-                "video": str(video),
-                "frames": len(calibration),
-                "indices": calibration.indices,
-            }
-        started = time.perf_counter()
-        if target.name == "onnx-fp16":
-            from visionrt.export.onnx_variants import export_fp16
-
-            built.update(export_fp16(source, artifact))
-        elif target.name in ("onnx-int8", "onnx-int8-sym"):
-            from visionrt.export.onnx_variants import export_int8
-
-            on_pass = progress.task("calibrating (ONNX Runtime)", len(calibration))
-            symmetric = target.name == "onnx-int8-sym"
-            built.update(
-                export_int8(source, artifact, spec.input_name, calibration, on_pass, symmetric)
-            )
-        elif target.name == "openvino":
-            from visionrt.export.openvino_ir import export_ir
-
-            built.update(export_ir(source, artifact))
-    if target.name == "openvino-int8":  # outside our bar: NNCF shows its own
-        from visionrt.export.openvino_ir import export_ir_int8
-
-        built.update(export_ir_int8(source, artifact, calibration))
-    elif target.name == "tensorrt":
-        from visionrt.export.tensorrt import export_engine
-
-        with progress.status("building the TensorRT engine (minutes)"):
-            built.update(export_engine(source, artifact))
+        built["calibration"] = {
+            "video": str(video),
+            "frames": len(calibration),
+            "indices": calibration.indices,
+        }
+    started = time.perf_counter()
+    built.update(target.build(BuildJob(source, artifact, spec, calibration, progress)))
     built["convert_s"] = round(time.perf_counter() - started, 2)
     (folder / "reshaped.onnx").unlink(missing_ok=True)
     (folder / "anybatch.onnx").unlink(missing_ok=True)
@@ -361,7 +305,7 @@ def _depth_fidelity(
 ) -> DepthFidelityReport:
     """The depth artifact's fidelity, measured once per (video, frames, metric) and kept in
     the report as the detector's is."""
-    from visionrt.postprocess.depth import FAR_QUANTILE
+    from visionrt.fidelity.depth import FAR_QUANTILE
 
     previous = report.get("fidelity") or {}
     # The metric's depth cap is part of the key: a report measured without it is stale.

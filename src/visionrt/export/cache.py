@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from visionrt.model import cache_root, file_sha256
+from visionrt.paths import cache_root, file_sha256
 
 REPORT = "report.json"
 # Enough of a video to tell files apart without reading gigabytes.

@@ -20,8 +20,9 @@ from visionrt.export.calibration import (
     Tensor,
     calibration_frames,
 )
-from visionrt.model import is_architecture_only, model_metadata
-from visionrt.postprocess.depth import depth_fidelity, depth_plane
+from visionrt.fidelity.depth import depth_fidelity
+from visionrt.models import is_architecture_only, model_metadata
+from visionrt.postprocess.depth import depth_plane
 from visionrt.preprocess.depth import PATCH, depth_input_size, depth_into
 from visionrt.sources import SourceOptions, open_source
 

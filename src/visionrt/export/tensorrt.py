@@ -42,7 +42,10 @@ def export_engine(source: Path, target: Path) -> dict[str, Any]:
 
     from visionrt.backends.base import BackendOptions
     from visionrt.backends.tensorrt import build_engine
+    from visionrt.models import read_model_spec
 
-    engine = build_engine(source, BackendOptions(device="cuda", precision="fp16"))
+    spec = read_model_spec(source)  # a model dynamic in H and W: built at its metadata's size
+    size = spec.input_size if spec.dynamic_hw else None
+    engine = build_engine(source, BackendOptions(device="cuda", precision="fp16", input_size=size))
     shutil.copyfile(engine, target)
     return {"precision": "fp16", "gpu": gpu_name(), "kept_in_float": []}

@@ -4,36 +4,32 @@ sinks and accounts for every frame."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import cv2
 
-from visionrt.accuracy.audit_setup import build_auditor, finish_audit, planned_audit
 from visionrt.accuracy.audit_window import AuditEvent
 from visionrt.accuracy.geometry import settle
 from visionrt.backends import Backend, BackendOptions
 from visionrt.errors import ConfigError, SinkError
-from visionrt.pipeline.degrade import Change, Degrader, build_ladder
+from visionrt.pipeline.audit import build_auditor, finish_audit, planned_audit
+from visionrt.pipeline.build import build_fusers, build_parts
+from visionrt.pipeline.degrade import Change
 from visionrt.pipeline.flow import Flow
 from visionrt.pipeline.graph import Graph
 from visionrt.pipeline.options import DepthOptions, PipelineOptions
-from visionrt.pipeline.variants import degrade_variants
-from visionrt.plans import Plan, plan_depth, plan_detector
+from visionrt.pipeline.output import SinkThread
+from visionrt.pipeline.schedule import Scheduler
+from visionrt.plans import Plan, plan_detector
 from visionrt.postprocess import PostprocessOptions
-from visionrt.postprocess.depth import DepthSmoother
 from visionrt.sinks import Sink
 from visionrt.sources import Source, SourceOptions
 from visionrt.sources.registry import open_sources
-from visionrt.tasks import DetectTask, TiledDetectTask
-from visionrt.tasks.base import Task
 from visionrt.telemetry import RunSummary, Telemetry
 from visionrt.types import FrameResult
 
-TRACK_LOW = 0.1  # ByteTrack's low-score floor
 log = logging.getLogger("visionrt")
 
 
@@ -94,36 +90,25 @@ class Pipeline:
         if use.note:
             self.notes.append(use.note)
             log.info("%s", use.note)
-        # Tracking: the user's threshold starts tracks; ByteTrack's second stage also needs the
-        # detector's boxes down to TRACK_LOW, which only ever extend tracks already there.
-        self.tracker_high = self.postprocess.conf
-        self.tracker_low = min(TRACK_LOW, self.postprocess.conf)
-        if self.options.track:
-            self.postprocess = replace(self.postprocess, conf=self.tracker_low)
-        self.task: DetectTask | TiledDetectTask = (
-            TiledDetectTask.for_sources(
-                model,
-                backend,
-                backend_options,
-                self.postprocess,
-                self.options.tiling(),
-                [s.size for s in self.sources if getattr(s, "size", None)],
-            )
-            if self.options.tile
-            else DetectTask(model, backend, backend_options, self.postprocess)
-        )
-        self.tasks: list[Task] = [self.task]
-        self.schedule: list[list[int]] = [[0] for _ in self.sources]
-        self.depth_smoother: DepthSmoother | None = None
-        self.depth_options: DepthOptions | None = None  # as it runs (plan applied)
-        if depth is not None:
-            self._add_depth(depth if plan is False else self._planned_depth(depth))
-        self.variants: list[Task] = []
-        self.degrader: Degrader | None = None
         # Told of each degrade step (the CLI prints it); set before the run.
         self.on_degrade: Callable[[Change], None] | None = None
-        if self.options.slo_ms:
-            self._add_degrade(model, backend, backend_options or BackendOptions())
+        parts = build_parts(
+            self.sources,
+            self.names,
+            model,
+            backend,
+            backend_options,
+            self.postprocess,
+            self.options,
+            depth,
+            plan is not False,
+            self._degraded,
+        )
+        self.parts, self.task, self.tasks = parts, parts.detector, parts.tasks
+        self.postprocess, self.schedule = parts.postprocess, parts.schedule
+        self.variants, self.degrader = parts.variants, parts.degrader
+        self.depth_options = parts.depth  # as it runs (plan applied)
+        self.notes.extend(parts.notes)
         # The detector's facts, under the names callers use.
         self.backend, self.spec = self.task.backend, self.task.spec
         self.input_hw, self.layout = self.task.input_hw, self.task.layout
@@ -131,6 +116,7 @@ class Pipeline:
         self.telemetry = Telemetry()
         self._flow = Flow()
         self._graph: Graph | None = None
+        self._writer: SinkThread | None = None  # run(): the sink stage
         self._interrupted = False
         self._started = self._closed = False
         self._errors: list[BaseException] = []
@@ -144,71 +130,11 @@ class Pipeline:
         for task in [*self.tasks, *self.variants]:
             task.warm_up(self.options.warmup)
 
-    def _add_degrade(
-        self, model: str | Path, backend: str | Backend, options: BackendOptions
-    ) -> None:
-        """The ladder's detector variants (smaller inputs, then a lighter model) and its
-        controller."""
-        if not self.live:
-            raise ConfigError(
-                "--slo-ms: a latency target needs live sources (cameras, streams, or files with"
-                " --realtime); file mode processes every frame and its latency is queueing"
-            )
-        variants, labels, notes = degrade_variants(
-            model, backend, options, self.options, self.task, self.postprocess
-        )
-        self.variants.extend(variants)
-        self.notes.extend(notes)
-        every = self.options.detect_every
-        rungs = build_ladder(
-            every, max(every, self.options.slo_max_every), self.options.track, labels
-        )
-        self.degrader = Degrader(
-            self.options.slo_ms / 1e3, rungs, self.options.slo_window, on_change=self._degraded
-        )
-
     def _degraded(self, change: Change) -> None:
         down = change.level_to > change.level_from
         self.telemetry.count("slo: step down" if down else "slo: step up")
         if self.on_degrade is not None:
             self.on_degrade(change)
-
-    def _planned_depth(self, depth: DepthOptions) -> DepthOptions:
-        """The depth model's cached plan (`tune --depth`) unless the caller chose its runtime."""
-        model, backend, options, use = plan_depth(
-            depth.model, depth.backend, depth.backend_options, depth.short_side
-        )
-        if use.note:
-            self.notes.append(use.note)
-            log.info("%s", use.note)
-        depth = replace(depth, model=model, backend=backend, backend_options=options)
-        return planned_audit(depth, use.plan if use.sections is not None else None)
-
-    def _add_depth(self, depth: DepthOptions) -> None:
-        from visionrt.tasks.depth import DepthTask
-
-        unknown = sorted(set(depth.on) - set(self.names))
-        if unknown:
-            raise ConfigError(
-                f"--depth-on: no source named '{unknown[0]}' (sources: {', '.join(self.names)})"
-            )
-        self.depth_options = depth
-        on = [i for i, name in enumerate(self.names) if not depth.on or name in depth.on]
-        first = self.sources[on[0]]
-        size = getattr(first, "size", None)
-        task = DepthTask(
-            depth.model,
-            depth.backend,
-            depth.backend_options,
-            short_side=depth.short_side,
-            on_nonfinite=depth.on_nonfinite,
-            source_hw=size,
-        )
-        self.tasks.append(task)
-        if depth.smoothing:
-            self.depth_smoother = DepthSmoother(depth.smoothing)
-        for i in on:
-            self.schedule[i].append(len(self.tasks) - 1)
 
     # -- public ----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -239,7 +165,10 @@ class Pipeline:
         """Frames waiting between stages now (empty before the run starts)."""
         if self._graph is None:
             return {}
-        return {name: read() for name, read in self._graph.depths().items()}
+        depths = {name: read() for name, read in self._graph.depths().items()}
+        if self._writer is not None:
+            depths["fused"] = self._writer.queue.qsize()
+        return depths
 
     @property
     def interrupted(self) -> bool:
@@ -259,47 +188,41 @@ class Pipeline:
         self._started = True
 
     def run(self, sinks: Sequence[Sink] = (), on_result: Any = None) -> RunSummary:
-        """Process every source into `sinks`; always finalizes them, then returns the summary.
+        """Process every source into `sinks` (written on a thread of their own, in frame order
+        per source; `on_result` is called there after each result's writes); always finalizes
+        them, then returns the summary.
 
         Outputs are finalized with the frames processed so far when the run is interrupted or a
         stage fails; only a sink that failed itself keeps its `.partial` name. The error is
         raised after finalizing; `summary()` then carries it."""
         self._begin()
-        failed: Sink | None = None
         outputs: list[Path] = []
+        writer = SinkThread(
+            sinks, on_result, self.telemetry, self._fail, max(1, self.options.queue_size)
+        )
+        self.telemetry.register_gauge("fused", writer.queue.qsize)
+        self._writer = writer
+        writer.start()
         try:
             for result in self._results():
-                started = time.perf_counter()
-                for sink in sinks:
-                    try:
-                        sink.write(result)
-                    except Exception as err:
-                        failed = sink
-                        if isinstance(err, SinkError):
-                            raise
-                        # A full disk, a vanished folder: one line, not a trace.
-                        raise SinkError(
-                            f"writing {type(sink).__name__} output failed: {err}"
-                        ) from err
-                self.telemetry.record("sink", time.perf_counter() - started)
-                if on_result is not None:
-                    on_result(result)
+                if not writer.put(result):
+                    break  # the sink failed: the run is stopping, its error raised below
         except BaseException as err:
             self._errors.append(err)
             raise
         finally:
+            writer.finish()
             close_error: SinkError | None = None
             for sink in sinks:
                 try:
-                    outputs.extend(sink.close(complete=sink is not failed))
+                    outputs.extend(sink.close(complete=sink is not writer.failed))
                 except Exception as err:  # finalize the others; report the first failure
                     close_error = close_error or _as_sink_error(sink, err)
             self._outputs = [str(p) for p in outputs]
             if close_error is not None and not self._errors:
                 self._errors.append(close_error)
                 raise close_error
-        summary = self.summary()
-        return summary
+        return self.summary()
 
     def summary(self) -> RunSummary:
         summary = self.telemetry.summary()
@@ -342,21 +265,27 @@ class Pipeline:
 
     # -- the run ---------------------------------------------------------------------------
     def _results(self) -> Iterator[FrameResult]:
+        first_variant = len(self.tasks)
+        scheduler = Scheduler(
+            self.schedule,
+            self.options,
+            [source.live for source in self.sources],
+            self.degrader,
+            range(first_variant, first_variant + len(self.variants)),
+        )
         graph = self._graph = Graph(
             self.sources,
             self.names,
             self.named,
             self.tasks,
-            self.schedule,
+            scheduler,
+            build_fusers(self.parts, self.options),
+            self.class_names,
             self.options,
             self.telemetry,
             self._flow,
             self._fail,
-            self.tracker_high,
-            self.tracker_low,
-            variants=self.variants,
-            degrader=self.degrader,
-            depth_smoother=self.depth_smoother,
+            self.variants,
         )
         if self.options.opencv_threads:
             cv2.setNumThreads(self.options.opencv_threads)

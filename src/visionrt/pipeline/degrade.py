@@ -160,7 +160,7 @@ class Degrader:
 def check_slo_model(model: str) -> None:
     """`pipeline.slo_model` must be a detector this pipeline can load: checked before the
     ladder builds on it (a depth or classification model would fail deep in a rewrite)."""
-    from visionrt.model import read_model_spec
+    from visionrt.models import read_model_spec
     from visionrt.postprocess import detect_layout
 
     path = Path(model)

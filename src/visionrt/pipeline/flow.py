@@ -11,8 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy.typing as npt
-
 from visionrt.types import Frame
 
 POLL = 0.1  # seconds a blocked stage waits before re-checking for an abort
@@ -38,13 +36,13 @@ class Item:
 @dataclass(slots=True)
 class Job:
     """One task's share of a frame: the input buffer slot it was prepared into, the geometry to
-    map back, then the raw output. `dropped`: evicted before inference (live mode)."""
+    map back, then the decoded result. `dropped`: evicted before inference (live mode)."""
 
     item: Item
     lane: int
     slot: int = -1
     geometry: Any = None
-    output: npt.NDArray[Any] | None = None
+    output: Any = None
     dropped: bool = False
 
 

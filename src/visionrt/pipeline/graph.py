@@ -1,7 +1,7 @@
-"""The stage graph of one run: a reader thread per source → per-source inbox → preprocess (every
-task scheduled on the frame) → per-task batcher inbox → that task's inference workers → the
-consumer, which decodes, joins a frame's task results, releases frames in order per source and
-fuses them into a FrameResult."""
+"""The stage graph of one run: a reader thread per source → per-source inbox → preprocess (the
+lanes the scheduler picks for the frame) → per-task batcher inbox → that task's inference
+workers, which also decode their results → the consumer, which joins a frame's task results,
+releases frames in order per source and runs the source's fusers into a FrameResult."""
 
 from __future__ import annotations
 
@@ -13,13 +13,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from visionrt.errors import StageError, VisionRTError
-from visionrt.pipeline.degrade import Degrader
+from visionrt.fuse import Fused, Fuser
 from visionrt.pipeline.flow import END, Flow, Item, Job, lower_priority
 from visionrt.pipeline.inbox import Inboxes
 from visionrt.pipeline.options import PipelineOptions
 from visionrt.pipeline.ordering import InOrder
-from visionrt.postprocess.depth import DepthSmoother
-from visionrt.postprocess.track import Tracker, make_tracker
+from visionrt.pipeline.schedule import Scheduler
 from visionrt.sources import Source
 from visionrt.tasks.base import Task
 from visionrt.telemetry import Telemetry
@@ -67,8 +66,10 @@ class Lane:
 
 
 class Graph:
-    """Runs the stages for one pass over `sources`; `schedule[i]` lists the lanes (tasks) run
-    on source i's frames, the first lane's result being the frame's detections."""
+    """Runs the stages for one pass over `sources`: `tasks` (the first the detector) and the
+    latency ladder's `variants` each get a lane, numbered in that order; `scheduler` says which
+    lanes run on each frame; `fusers[i]` are source i's fusion steps; `class_names` name the
+    detector's classes in results."""
 
     def __init__(
         self,
@@ -76,36 +77,28 @@ class Graph:
         labels: Sequence[str],
         named: Sequence[bool],
         tasks: Sequence[Task],
-        schedule: Sequence[Sequence[int]],
+        scheduler: Scheduler,
+        fusers: Sequence[Sequence[Fuser]],
+        class_names: Sequence[str],
         options: PipelineOptions,
         telemetry: Telemetry,
         flow: Flow,
         on_error: Callable[[BaseException], None],
-        tracker_high: float = 0.5,
-        tracker_low: float = 0.1,
         variants: Sequence[Task] = (),
-        degrader: Degrader | None = None,
-        depth_smoother: DepthSmoother | None = None,
     ) -> None:
         self.sources, self.labels, self.named = sources, labels, named
         self.options, self.telemetry, self.flow = options, telemetry, flow
+        self.scheduler, self.fusers, self.class_names = scheduler, fusers, tuple(class_names)
         self._on_error = on_error
         self.live = [s.live for s in sources]
         any_live = any(self.live)
         self.lanes = [Lane(i, t, any_live, options, flow) for i, t in enumerate(tasks)]
-        self.schedule = [[self.lanes[i] for i in lanes] for lanes in schedule]
-        # The degrade ladder's detector variants: lanes of their own, idle until a rung uses them.
-        self.variant_lanes = [
+        # The ladder's detector variants: lanes of their own, idle until a rung uses them.
+        self.lanes += [
             Lane(len(tasks) + j, t, any_live, options, flow, prefix=f"variant{j + 1}_")
             for j, t in enumerate(variants)
         ]
-        self.lanes += self.variant_lanes
-        self.degrader = degrader
-        self.depth_smoother = depth_smoother
-        # Frames of each source until the detector runs again (detect-every-N), and frames
-        # since the last kept one (the degrade ladder's frame skipping without tracking).
-        self._until_detect = [0] * len(sources)
-        self._skipped = [0] * len(sources)
+        self.detector = tasks[0].name
         self.decoded: Inboxes[Item] = Inboxes(
             1 if any_live else options.queue_size, flow.aborting, flow.readers_overdue
         )
@@ -113,21 +106,6 @@ class Graph:
         self.inferred: queue.Queue[Any] = queue.Queue(maxsize=options.queue_size + in_flight)
         self.readers: list[threading.Thread] = []
         self._next_seq = [0] * len(sources)
-        self.trackers: list[Tracker] = (
-            [
-                make_tracker(
-                    options.tracker,
-                    tracker_high,
-                    tracker_low,
-                    options.track_match_iou,
-                    options.track_lost_seconds,
-                    options.track_per_class,
-                )
-                for _ in sources
-            ]
-            if options.track
-            else []
-        )
 
     def depths(self) -> dict[str, Callable[[], int]]:
         """Readers of the frames waiting between stages, by queue name."""
@@ -236,37 +214,20 @@ class Graph:
                 lane.inbox.close()
 
     def _prepare(self, item: Item) -> bool:
-        """Prepare a frame for each task scheduled on it; False when the run is aborting."""
+        """Prepare a frame for each lane scheduled on it; False when the run is aborting."""
         frame = item.frame
-        source_id, live = frame.source_id, self.live[frame.source_id]
-        if live and time.perf_counter() - frame.captured_at > self.options.stale_after:
-            reason = f"older than {self.options.stale_after}s"
-            self.telemetry.drop("preprocess", reason, self.labels[source_id])
+        source_id = frame.source_id
+        decision = self.scheduler.decide(source_id, time.perf_counter() - frame.captured_at)
+        if decision.dropped:
+            self.telemetry.drop("preprocess", decision.dropped, self.labels[source_id])
             return True
-        rung = self.degrader.rung if self.degrader is not None else None
-        every = rung.every if rung is not None else self.options.detect_every
-        if every > 1 and not self.options.track:  # the ladder thins the frame rate
-            self._skipped[source_id] = (self._skipped[source_id] + 1) % every
-            if self._skipped[source_id]:
-                reason = f"slo: 1 frame in {every}"
-                self.telemetry.drop("preprocess", reason, self.labels[source_id])
-                return True
         # Numbered after the last drop that leaves no trace: the consumer never waits for a gap.
         item.seq = self._next_seq[source_id]
         self._next_seq[source_id] += 1
-        lanes = self.schedule[source_id]
-        if rung is not None and rung.variant:
-            lanes = [self.variant_lanes[rung.variant - 1], *lanes[1:]]
-        if self.options.track and every > 1:
-            if self._until_detect[source_id] > 0:  # tracking alone on this frame
-                self._until_detect[source_id] -= 1
-                lanes = lanes[1:]
-            else:
-                self._until_detect[source_id] = every - 1
-        if not lanes:  # nothing to infer: straight to the consumer
+        if not decision.lanes:  # nothing to infer: straight to the consumer
             return self.flow.put(self.inferred, Job(item, -1))
-        item.waiting = len(lanes)
-        for lane in lanes:
+        item.waiting = len(decision.lanes)
+        for lane in (self.lanes[i] for i in decision.lanes):
             started = time.perf_counter()
             slot = self.flow.get(lane.free)
             if slot is END:
@@ -277,7 +238,7 @@ class Graph:
             item.timings[lane.stage["preprocess"]] = seconds
             self.telemetry.record(lane.stage["preprocess"], seconds)
             job = Job(item, lane.index, slot, geometry)
-            if not lane.inbox.put(source_id, job, live, self._evicted_job):
+            if not lane.inbox.put(source_id, job, self.live[source_id], self._evicted_job):
                 return False
         return True
 
@@ -289,20 +250,34 @@ class Graph:
         self.flow.put(self.inferred, job)
 
     def _infer(self, lane: Lane) -> None:
+        """Run batches and decode their rows here, beside the runtime: the consumer then only
+        joins, orders and fuses (decode on one consumer thread capped multi-worker lanes)."""
         try:
             while jobs := lane.inbox.take(lane.task.batch, self.options.batch_wait_ms / 1e3):
                 started = time.perf_counter()
                 output = lane.task.infer([lane.buffers[job.slot] for job in jobs])
                 seconds = time.perf_counter() - started
-                for i, job in enumerate(jobs):
+                self.telemetry.record(lane.stage["infer"], seconds)  # once per batch
+                for job in jobs:
                     lane.free.put(job.slot)
-                    job.slot, job.output = -1, output[i]
+                    job.slot = -1
+                for i, job in enumerate(jobs):
                     job.item.timings[lane.stage["infer"]] = seconds
-                    self.telemetry.record(lane.stage["infer"], seconds)
+                    self._decode(lane, job, output[i])
                     if not self.flow.put(self.inferred, job):
                         return
         finally:
             self.flow.put(self.inferred, END)
+
+    def _decode(self, lane: Lane, job: Job, output: Any) -> None:
+        started = time.perf_counter()
+        job.output = lane.task.decode(output, job.geometry)
+        seconds = time.perf_counter() - started
+        label = self.labels[job.item.frame.source_id]
+        for event, count in lane.task.drain_events().items():
+            self.telemetry.count(event, label, count)
+        job.item.timings[lane.stage["postprocess"]] = seconds
+        self.telemetry.record(lane.stage["postprocess"], seconds)
 
     # -- the consumer (the caller's thread) ----------------------------------------------
     def _join(self) -> Iterator[FrameResult]:
@@ -315,7 +290,7 @@ class Graph:
             if job is END:
                 ended += 1
                 continue
-            item = self._decode(job)
+            item = self._joined(job)
             if item.waiting == 0:
                 for ready in in_order.push(item.frame.source_id, item.seq, item):
                     if not ready.dropped:
@@ -324,7 +299,8 @@ class Graph:
             if not ready.dropped:
                 yield self._fuse(ready)
 
-    def _decode(self, job: Job) -> Item:
+    def _joined(self, job: Job) -> Item:
+        """The frame `job` is part of, with the job's result in it."""
         if job.lane < 0:
             return job.item
         item, lane = job.item, self.lanes[job.lane]
@@ -333,47 +309,33 @@ class Graph:
             label = self.labels[item.frame.source_id]
             self.telemetry.drop(lane.stage["preprocess"], FRESHER, label)
         elif not item.dropped:
-            started = time.perf_counter()
-            item.results[lane.task.name] = lane.task.decode(job.output, job.geometry)
-            seconds = time.perf_counter() - started
-            drain = getattr(lane.task, "drain_events", None)  # optional part of the contract
-            if drain is not None:
-                label = self.labels[item.frame.source_id]
-                for event, count in drain().items():
-                    self.telemetry.count(event, label, count)
-            item.timings[lane.stage["postprocess"]] = seconds
-            self.telemetry.record(lane.stage["postprocess"], seconds)
+            item.results[lane.task.name] = job.output
         job.output = None
         item.waiting -= 1
         return item
 
     def _fuse(self, item: Item) -> FrameResult:
-        """The frame's task results as one FrameResult: each detection gets its distance."""
-        name = self.lanes[0].task.name
-        detections = item.results.get(name, Detections.empty())
+        """The frame's task results through its source's fusers, in frame order per source."""
+        started = time.perf_counter()
         frame = item.frame
-        tracks = None
-        if self.trackers:  # in order per source: the consumer releases frames in sequence
-            tracker = self.trackers[frame.source_id]
-            if name in item.results:
-                tracks = tracker.update(detections, frame.timestamp)
-            else:
-                tracks = tracker.predict(frame.timestamp)
-            detections = tracks.detections
-        depth = item.results.get("depth")
-        distance = None
-        if depth is not None:
-            from visionrt.postprocess.depth import box_distance
-
-            if self.depth_smoother is not None:  # in order per source, as EMA needs
-                depth = self.depth_smoother.smooth(frame.source_id, depth, frame.timestamp)
-            distance = box_distance(depth, detections.xyxy)
-        latency = time.perf_counter() - frame.captured_at
+        fused = Fused(frame, item.results, item.results.get(self.detector, Detections.empty()))
+        for fuser in self.fusers[frame.source_id]:
+            fuser.fuse(fused)
+        done = time.perf_counter()
+        item.timings["fuse"] = done - started
+        self.telemetry.record("fuse", done - started)
+        latency = done - frame.captured_at
         self.telemetry.frame_out(latency, self.labels[frame.source_id])
-        if self.degrader is not None:
-            self.degrader.observe(latency)
-        names = getattr(self.lanes[0].task, "class_names", ())
-        return FrameResult(frame, detections, item.timings, names, depth, distance, tracks)
+        self.scheduler.observe(latency)
+        return FrameResult(
+            frame,
+            fused.detections,
+            item.timings,
+            self.class_names,
+            fused.depth,
+            fused.distance,
+            fused.tracks,
+        )
 
     def _drain(self) -> None:
         """Give the buffers of abandoned jobs back (the end of a run)."""

@@ -8,7 +8,9 @@ from pathlib import Path
 
 from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError
+from visionrt.fuse.tracking import TRACKERS
 from visionrt.preprocess.tile import TileOptions
+from visionrt.tasks.depth import MAX_SHORT_SIDE
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +94,6 @@ class PipelineOptions:
             raise ConfigError(
                 "pipeline.detect_every: frames between detections need tracking: add --track"
             )
-        from visionrt.postprocess.track import TRACKERS  # the tracker module's own list
-
         if self.tracker not in TRACKERS:
             raise ConfigError(
                 f"pipeline.tracker: expected one of {', '.join(TRACKERS)}, got '{self.tracker}'"
@@ -134,20 +134,51 @@ class PipelineOptions:
 
 @dataclass(frozen=True, slots=True)
 class DepthOptions:
-    """A depth model run beside the detector: on the sources named in `on` (empty: all).
-    `short_side` is the depth input's short side (multiples of 14); `on_nonfinite` says what a
-    NaN/Inf depth map does: "recompute" the frame in FP32, or "fail" the run; `smoothing` is
-    the EMA weight of a source's previous depth map (0: off; for live depth that flickers)."""
+    """A depth model beside the detector (`model` "": none), on the sources named in `on`
+    (empty: every source). `short_side` is its input's short side in pixels (a multiple of 14:
+    266, 364 or 518); `on_nonfinite` is what a NaN/Inf depth map does: "recompute" the frame in
+    FP32, or "fail" the run; `smoothing` is the EMA weight of a source's previous depth map (0:
+    off; for live depth that flickers). The run configuration's `depth` section is this, plus
+    its outputs (config.DepthConfig)."""
 
-    model: str | Path
+    model: str | Path = ""
     on: tuple[str, ...] = ()
     backend: str = ""
-    backend_options: BackendOptions = field(default_factory=BackendOptions)
+    inference: BackendOptions = field(default_factory=BackendOptions)
     short_side: int = 518
     on_nonfinite: str = "recompute"
-    # Temporal smoothing of each source's depth (EMA weight of the previous map; 0: off).
     smoothing: float = 0.0
-    # The audit's FP32 depth reference ("": the depth plan's source model) and its AbsRel budget
-    # (None: the depth plan's, else 0.02); how often is PipelineOptions.audit.
+    # The live audit's FP32 depth reference ("": the depth plan's source model) and its AbsRel
+    # budget (None: the depth plan's, else 0.02); how often is PipelineOptions.audit.
     audit_reference: str | Path = ""
     audit_max_abs_rel: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.short_side < 14 or self.short_side % 14:
+            raise ConfigError(
+                f"depth.short_side: expected a multiple of 14 (266, 364, 518), got"
+                f" {self.short_side}"
+            )
+        # The ViT's memory grows with the 4th power of the side: 3.8 GB at 1036 on the CPU,
+        # ~190 GB at 2800 (measured and extrapolated in visionrt.tasks.depth).
+        if self.short_side > MAX_SHORT_SIDE:
+            raise ConfigError(
+                f"depth.short_side (--depth-size): expected at most {MAX_SHORT_SIDE} (the"
+                f" model's memory grows with the 4th power of the side: ~4 GB at"
+                f" {MAX_SHORT_SIDE}), got {self.short_side}"
+            )
+        if not all(name.strip() for name in self.on):
+            raise ConfigError(
+                f"depth.on (--depth-on): expected source names separated by commas, e.g."
+                f" rgb,slam1; got an empty name in {','.join(self.on)!r}"
+            )
+        if self.on_nonfinite not in ("recompute", "fail"):
+            raise ConfigError(
+                f"depth.on_nonfinite: expected recompute or fail, got '{self.on_nonfinite}'"
+            )
+        if not 0.0 <= self.smoothing < 1.0:
+            raise ConfigError(f"depth.smoothing: expected 0 <= alpha < 1, got {self.smoothing}")
+        if self.audit_max_abs_rel is not None and not self.audit_max_abs_rel > 0:
+            raise ConfigError(
+                f"depth.audit_max_abs_rel: expected > 0, got {self.audit_max_abs_rel}"
+            )

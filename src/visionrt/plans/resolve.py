@@ -11,7 +11,8 @@ from typing import Any
 
 from visionrt.backends import Backend, BackendOptions
 from visionrt.errors import ModelLoadError
-from visionrt.model import demo_model_path, file_sha256
+from visionrt.models import demo_model_path
+from visionrt.paths import file_sha256
 from visionrt.plans.store import LIVE_KEY, RUN_KEYS, Plan, cached_plan, fingerprint_differences
 
 # Inference settings that choose a configuration: given any of them, the user's choice wins over

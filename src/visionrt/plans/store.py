@@ -17,7 +17,7 @@ import yaml
 
 from visionrt import hardware
 from visionrt.errors import ConfigError, SinkError
-from visionrt.model import cache_root, file_sha256
+from visionrt.paths import cache_root, file_sha256
 
 # CPU features that change which configuration is fastest; other flags do not matter here.
 RELEVANT_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16",

@@ -1,4 +1,5 @@
-"""Class-aware non-maximum suppression, greedy and exact, with no Python loop per box."""
+"""Class-aware non-maximum suppression, greedy and exact, with no Python loop per box; the IoU
+of two sets of boxes (one for matching, tracking and fidelity)."""
 
 from __future__ import annotations
 
@@ -32,3 +33,15 @@ def nms(
     # OpenCV returns indices grouped by class; the contract is best score first.
     keep = keep[np.argsort(-scores[keep], kind="stable")]
     return keep[:max_det]
+
+
+def box_iou(a: npt.NDArray[np.floating], b: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
+    """(A, B) IoU of xyxy boxes `a` (A, 4) and `b` (B, 4); 0 where the union has no area."""
+    a64, b64 = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
+    top_left = np.maximum(a64[:, None, :2], b64[None, :, :2])
+    bottom_right = np.minimum(a64[:, None, 2:], b64[None, :, 2:])
+    inter = np.prod(np.clip(bottom_right - top_left, 0.0, None), axis=2)
+    area_a = np.prod(np.clip(a64[:, 2:] - a64[:, :2], 0.0, None), axis=1)
+    area_b = np.prod(np.clip(b64[:, 2:] - b64[:, :2], 0.0, None), axis=1)
+    union = area_a[:, None] + area_b[None, :] - inter
+    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)

@@ -10,9 +10,8 @@ import numpy as np
 import numpy.typing as npt
 
 from visionrt.errors import ConfigError, OutputLayoutError
-from visionrt.model_reshape import anchor_count
 from visionrt.postprocess.nms import nms
-from visionrt.types import Detections, Letterbox, boxes_to_source
+from visionrt.types import Detections, Letterbox, anchor_count, boxes_to_source
 
 
 class HeadLayout(Enum):

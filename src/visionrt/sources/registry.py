@@ -1,72 +1,25 @@
-"""Which reader serves a source string: declarative rows, tried in order (as for backends)."""
+"""Opening sources: each by the reader its string names (sources.kinds), in this process or in a
+worker process of its own; unique names for several."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import replace
 
-from visionrt.errors import SourceNotFoundError
-from visionrt.sources.base import IMAGE_SUFFIXES, STREAM_SCHEMES, Source, SourceOptions
-from visionrt.sources.images import ImageSource
+from visionrt.sources.base import Source, SourceOptions
+from visionrt.sources.kinds import LIVE_KINDS, ROWS, SourceRow, open_here, source_kind
 from visionrt.sources.naming import default_name, split_name, unique_names
 from visionrt.sources.process import ProcessSource
-from visionrt.sources.synthetic import SyntheticSource
-from visionrt.sources.video import VideoSource
 
-
-def _is_camera(spec: str) -> bool:
-    return spec.isdigit() or re.fullmatch(r"/dev/video\d+", spec) is not None
-
-
-def _is_images(spec: str) -> bool:
-    path = Path(spec)
-    return path.is_dir() or any(c in spec for c in "*?[") or path.suffix.lower() in IMAGE_SUFFIXES
-
-
-def _camera(spec: str, source_id: int, options: SourceOptions) -> Source:
-    device = f"/dev/video{spec}" if spec.isdigit() else spec
-    return VideoSource(device, source_id, options, kind="camera")
-
-
-def _video_file(spec: str, source_id: int, options: SourceOptions) -> Source:
-    path = Path(spec)
-    if not path.exists():
-        raise SourceNotFoundError(f"source not found: {spec}")
-    if not path.is_file():
-        raise SourceNotFoundError(f"source is not a file: {spec}")
-    return VideoSource(spec, source_id, options, kind="file")
-
-
-@dataclass(frozen=True, slots=True)
-class SourceRow:
-    """One kind of source: how to recognise its string, and how to open it."""
-
-    kind: str
-    matches: Callable[[str], bool]
-    open: Callable[[str, int, SourceOptions], Source]
-
-
-ROWS: tuple[SourceRow, ...] = (
-    SourceRow("synthetic", lambda s: s.startswith("synthetic:"), SyntheticSource),
-    SourceRow("camera", _is_camera, _camera),
-    SourceRow(
-        "stream",
-        lambda s: s.lower().startswith(STREAM_SCHEMES),
-        lambda s, i, o: VideoSource(s, i, o, kind="stream"),
-    ),
-    SourceRow("images", _is_images, ImageSource),
-    SourceRow("file", lambda s: True, _video_file),  # last: anything else is a video file
-)
-
-
-LIVE_KINDS = ("camera", "stream")
-
-
-def source_kind(spec: str) -> str:
-    """The row that would open `spec`: synthetic, camera, stream, images or file."""
-    return next(r for r in ROWS if r.matches(spec)).kind
+__all__ = [
+    "LIVE_KINDS",
+    "ROWS",
+    "SourceRow",
+    "open_source",
+    "open_sources",
+    "source_kind",
+    "worker_options",
+]
 
 
 def worker_options(specs: list[str], options: SourceOptions) -> list[SourceOptions]:
@@ -88,8 +41,7 @@ def open_source(spec: str, source_id: int = 0, options: SourceOptions | None = N
     options = options or SourceOptions()
     if options.workers == "process":
         return ProcessSource(spec, source_id, options)
-    row = next(r for r in ROWS if r.matches(spec))
-    return row.open(spec, source_id, options)
+    return open_here(spec, source_id, options)
 
 
 def open_sources(

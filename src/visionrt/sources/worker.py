@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from visionrt.errors import SourceError, VisionRTError
 from visionrt.sources.base import Source, SourceOptions, SourceStats
+from visionrt.sources.kinds import open_here
 
 SLOT_ALIGN = 64  # bytes: each slot starts on a cache line
 STOP_SECONDS = 1.0  # a stopped worker gets this long to end on its own, then SIGTERM, SIGKILL
@@ -57,12 +58,10 @@ def work(
     (offered, also unasked when the parent grows it), free (a slot back), stop."""
     # Ctrl+C goes to the whole process group; the parent decides what ends the worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from visionrt.sources.registry import open_source  # the registry imports the parent side
-
     reply = _replier(replies)
     try:
         try:
-            source = open_source(spec, source_id, options)
+            source = open_here(spec, source_id, options)
         except Exception as err:
             reply(("error", *_describe(err, spec), SourceStats()))
             return

@@ -1,13 +1,15 @@
 """The task contract: one model, from a decoded picture to a decoded result, in three steps the
-pipeline schedules on its own threads (prepare on the preprocess thread, infer on inference
-workers, decode on the consumer)."""
+pipeline schedules on its own threads (prepare on the preprocess thread, infer and then decode
+on the task's inference workers; several workers may decode at once)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+import numpy as np
 import numpy.typing as npt
 
 from visionrt.backends import Backend
@@ -72,13 +74,39 @@ class Task(Protocol):
 
     def warm_up(self, calls: int) -> None: ...
 
-    # Optional: `drain_events() -> dict[str, int]`, events counted since the last call (e.g. a
-    # depth map recomputed in FP32); the pipeline adds them to the run's telemetry per source.
+    def drain_events(self) -> dict[str, int]:
+        """Events counted since the last call (e.g. a depth map recomputed in FP32), which the
+        pipeline adds to the run's telemetry per source; thread-safe."""
 
     def describe(self) -> dict[str, Any]:
         """What ran, for the run summary."""
 
     def close(self) -> None: ...
+
+
+class BatchBuffers:
+    """The input of one `infer` call, filled in place instead of concatenated into a new array:
+    one array per inference worker thread (a batch is in use until its call returns). `pad` (a
+    model whose batch axis is fixed at `batch`) repeats the first row into the rows left."""
+
+    def __init__(self, batch: int, pad: bool = False) -> None:
+        self.batch, self.pad = batch, pad
+        self._local = threading.local()
+
+    def fill(self, rows: Sequence[npt.NDArray[Any]]) -> npt.NDArray[Any]:
+        count = len(rows)
+        size = max(count, self.batch) if self.pad else count
+        if count == 1 and size == 1:
+            return rows[0]
+        stacked = sum(row.shape[0] for row in rows)
+        shape = (max(stacked, size), *rows[0].shape[1:])
+        array = getattr(self._local, "array", None)
+        if array is None or array.shape[0] < shape[0] or array.shape[1:] != shape[1:]:
+            array = self._local.array = np.empty(shape, rows[0].dtype)
+        np.concatenate(rows, out=array[:stacked])
+        if stacked < size:
+            array[stacked:size] = array[0]
+        return array[: max(stacked, size)]
 
 
 def run_one(task: Task, image: npt.NDArray[Any], buffer: npt.NDArray[Any]) -> Any:

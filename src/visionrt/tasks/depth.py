@@ -15,10 +15,10 @@ import numpy.typing as npt
 from visionrt.backends import Backend, BackendOptions, load_backend
 from visionrt.backends.registry import ROWS, check_reads, find_row, row_for_file
 from visionrt.errors import ConfigError, ModelLoadError, NonFiniteDepthError, VisionRTError
-from visionrt.model import SELF_DESCRIBING, model_metadata, read_model_spec
+from visionrt.models import SELF_DESCRIBING, model_metadata, read_model_spec, resolve_model
 from visionrt.postprocess.depth import depth_to_source, nonfinite_rows
 from visionrt.preprocess.depth import PATCH, depth_input_size, depth_into
-from visionrt.tasks.base import out_of_memory_as
+from visionrt.tasks.base import BatchBuffers, out_of_memory_as
 from visionrt.types import DepthGeometry, DepthMap
 
 ON_NONFINITE = ("recompute", "fail")
@@ -139,12 +139,17 @@ class DepthTask:
         if static_hw is None:
             options = replace(options, input_size=self.input_hw)
         self.options = options
+        # The file of the size above that the runtime loads: the model itself, as a static one
+        # keeps its size and a dynamic one is fixed by the runtime; batch 1, not rewritten (the
+        # check below refuses a fixed batch).
+        resolved = resolve_model(self.model, options.input_size, 1, options.cache_dir, spec)
+        self._load_path = resolved.path
         self.owns_backend = isinstance(backend, str)
         self.backend: Backend
         if isinstance(backend, str):
             size = f"{self.input_hw[0]}x{self.input_hw[1]}"
             with out_of_memory_as(f"loading {self.model.name} at {size}", DEPTH_SIZE_FIX):
-                self.backend = load_backend(backend, self.model, self.options)
+                self.backend = load_backend(backend, self._load_path, self.options)
         else:
             self.backend = backend
         info = self.backend.info
@@ -164,6 +169,7 @@ class DepthTask:
                 f" axis fixed at {fixed} (export with a dynamic batch)"
             )
         self._pad_batches = isinstance(fixed, int) and fixed > 1
+        self._batches = BatchBuffers(self.batch, self._pad_batches)
         self._runtime = self.backend.name if self.backend.name in {r.name for r in ROWS} else ""
         self._fp32: Backend | None = None
         self._lock = threading.Lock()
@@ -221,8 +227,8 @@ class DepthTask:
     def infer(self, rows: list[npt.NDArray[Any]]) -> npt.NDArray[np.object_]:
         """Run prepared rows as one batch; one DepthRow per input row (an object array, so
         that each row carries its own `recomputed` flag to `decode`)."""
-        tensor = rows[0] if len(rows) == 1 else np.concatenate(rows)
-        output = self._run(self.backend, tensor)
+        tensor = self._batches.fill(rows)
+        output = self._run(self.backend, tensor)[: len(rows)]
         bad = nonfinite_rows(output)
         result = np.empty(len(rows), dtype=object)
         for i in range(len(rows)):
@@ -267,7 +273,7 @@ class DepthTask:
                 name = self._runtime or row_for_file(self.model).name
                 options = replace(self.options, precision="fp32")
                 try:
-                    self._fp32 = load_backend(name, self.model, options)
+                    self._fp32 = load_backend(name, self._load_path, options)
                 except VisionRTError as err:
                     raise ModelLoadError(
                         f"depth: cannot load the FP32 backend ({name}) to recompute NaN/Inf"

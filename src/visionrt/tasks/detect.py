@@ -11,13 +11,18 @@ import numpy.typing as npt
 
 from visionrt.backends import Backend, BackendOptions, load_backend
 from visionrt.backends.registry import check_reads, find_row
-from visionrt.errors import ConfigError, ModelLoadError
-from visionrt.model import SELF_DESCRIBING, ModelSpec, read_model_spec, spec_from_backend
-from visionrt.model_batch import batched_model
+from visionrt.errors import ConfigError
+from visionrt.models import (
+    SELF_DESCRIBING,
+    ModelSpec,
+    read_model_spec,
+    resolve_model,
+    spec_from_backend,
+)
 from visionrt.postprocess import HeadLayout, PostprocessOptions, detect_layout
 from visionrt.postprocess.yolo import decode_one
 from visionrt.preprocess import InputLayout, compute_letterbox, letterbox_into
-from visionrt.tasks.base import out_of_memory_as
+from visionrt.tasks.base import BatchBuffers, out_of_memory_as
 from visionrt.types import Detections, Letterbox
 
 # The largest detector input side. A 4K frame (3840×2160) fits whole; YOLOv8s took ~50 MB of
@@ -62,26 +67,29 @@ class DetectTask:
                 f"inference.input_size: expected sides of at most {MAX_INPUT_SIDE} pixels (a 4K"
                 f" frame fits whole; --tile for larger frames), got {list(options.input_size)}"
             )
-        # An ONNX export with its batch axis fixed at 1 (users' exports often are) runs at a
-        # larger batch from a cached copy rewritten for any batch; a model that cannot be
-        # rewritten still loads, and the check below says why its batch is refused.
         self.batch_rewritten, not_rewritten = False, ""
-        wants_batch = isinstance(backend, str) and options.batch > 1
-        if wants_batch and spec is not None and model.suffix == ".onnx" and spec.batch == 1:
-            try:
-                model = batched_model(model, options.cache_dir)
-                spec, self.batch_rewritten = replace(spec, batch=-1), True
-            except ModelLoadError as err:
-                not_rewritten = f"; it cannot be rewritten for another batch: {err}"
         self.owns_backend = isinstance(backend, str)
         # What a warm-up that runs out of memory suggests; TiledDetectTask says its own.
         self.memory_fix = "lower --batch or --imgsz"
         self.backend: Backend
         if isinstance(backend, str):
+            # The runtime gets a file of the shape asked for: an ONNX export with its batch axis
+            # fixed at 1 (users' exports often are) rewritten for any batch, a static detector
+            # rewritten for another input size (cached copies). A model that cannot be
+            # rebatched still loads, and the check below says why its batch is refused.
+            resolved = resolve_model(
+                model, options.input_size, options.batch, options.cache_dir, spec=spec
+            )
+            spec, self.batch_rewritten = resolved.spec, resolved.batch_rewritten
+            if resolved.not_rebatched:
+                not_rewritten = (
+                    f"; it cannot be rewritten for another batch: {resolved.not_rebatched}"
+                )
+            options = replace(options, input_size=resolved.input_size)
             size = "x".join(map(str, options.input_size or spec.input_size)) if spec else ""
             loading = f"loading {model.name} at batch {options.batch} {size}".rstrip()
             with out_of_memory_as(loading, self.memory_fix):
-                self.backend = load_backend(backend, model, options)
+                self.backend = load_backend(backend, resolved.path, options)
         else:
             self.backend = backend
         info = self.backend.info
@@ -112,7 +120,7 @@ class DetectTask:
                 f"inference.batch: {info.runtime} runs this model with its batch axis fixed at"
                 f" {fixed}, got {self.batch} (export with a dynamic batch){not_rewritten}"
             )
-        self._pad_batches = isinstance(fixed, int) and fixed > 1
+        self._batches = BatchBuffers(self.batch, pad=isinstance(fixed, int) and fixed > 1)
 
     def _check_classes(self, out_shape: list[int]) -> None:
         """`postprocess.classes` must name classes this model has (ids 0 to count - 1)."""
@@ -155,15 +163,16 @@ class DetectTask:
 
     def infer(self, rows: list[npt.NDArray[Any]]) -> npt.NDArray[np.float32]:
         """Run prepared rows as one batch; returns the raw output, one row per input row."""
-        tensor = rows[0] if len(rows) == 1 else np.concatenate(rows)
-        if self._pad_batches and tensor.shape[0] < self.batch:  # a fixed batch axis: pad
-            pad = np.repeat(tensor[:1], self.batch - tensor.shape[0], axis=0)
-            tensor = np.concatenate([tensor, pad])
+        tensor = self._batches.fill(rows)
         return self.backend.infer({self.input_name: tensor})[0]  # type: ignore[return-value]
 
     def decode(self, output: npt.NDArray[np.float32], box: Letterbox) -> Detections:
         """One row of raw output → Detections in source pixels."""
         return decode_one(output, self.head, box, self.postprocess)
+
+    def drain_events(self) -> dict[str, int]:
+        """No events of its own."""
+        return {}
 
     def warm_up(self, calls: int) -> None:
         """`calls` inferences of a full batch of blank rows; out of memory is one ConfigError

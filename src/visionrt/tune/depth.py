@@ -18,7 +18,8 @@ from visionrt.backends import BackendOptions
 from visionrt.errors import Interrupted, VisionRTError
 from visionrt.export import export_model
 from visionrt.export.depth import compare_depth_to_reference, depth_export_size
-from visionrt.model import file_sha256, is_architecture_only
+from visionrt.models import is_architecture_only
+from visionrt.paths import file_sha256
 from visionrt.plans import Plan, machine_fingerprint, plan_path
 from visionrt.tune.candidates import Machine
 from visionrt.tune.search import INTERRUPTED

@@ -12,7 +12,8 @@ from pathlib import Path
 from visionrt import hardware
 from visionrt.backends.registry import find_row, unavailable_reason
 from visionrt.errors import ConfigError, ModelLoadError
-from visionrt.model import file_sha256, read_model_spec
+from visionrt.models import read_model_spec
+from visionrt.paths import file_sha256
 from visionrt.plans import Plan, machine_fingerprint, plan_path
 from visionrt.plans.proof import record, tune_proof
 from visionrt.plans.store import LIVE_KEY

@@ -3,7 +3,7 @@ so tracks survive occlusions and skipped frames where the motion model drifts.
 
 A clean-room reading of Cao et al., "Observation-Centric SORT: Rethinking SORT for Robust
 Multi-Object Tracking" (CVPR 2023), written from the paper's description, not from its code, on
-top of `visionrt.postprocess.track` (same alpha-beta motion in pixels/second, same timestamps,
+top of `visionrt.fuse.bytetrack` (same alpha-beta motion in pixels/second, same timestamps,
 lost window in seconds and eviction). The paper's three parts, in seconds rather than frames:
 
 - re-update (ORU): a track matched again after missing one or more updates (the detector ran and
@@ -25,7 +25,8 @@ import numpy as np
 import numpy.typing as npt
 
 from visionrt.errors import ConfigError
-from visionrt.postprocess.track import F64, Index, Tracker, _to_cxcywh, _Tracks
+from visionrt.fuse.bytetrack import Tracker
+from visionrt.fuse.tracks import F64, Index, Tracks, to_cxcywh
 from visionrt.types import Detections
 
 __all__ = ["OcSortTracker", "direction_consistency"]
@@ -130,7 +131,7 @@ class OcSortTracker(Tracker):
 
     def _correct(
         self,
-        tracks: _Tracks,
+        tracks: Tracks,
         rows: Index,
         xyxy: npt.NDArray[np.float32],
         confidence: npt.NDArray[np.float32],
@@ -140,12 +141,12 @@ class OcSortTracker(Tracker):
         from the new box with the velocity of the straight line from their last box."""
         lost = ~tracks.active[rows] & (tracks.hits[rows] > 1)  # hits 1: the base does the same
         refit_rows = rows[lost]
-        before = _to_cxcywh(tracks.observed[refit_rows, -1])
+        before = to_cxcywh(tracks.observed[refit_rows, -1])
         since = tracks.seen[refit_rows]
         super()._correct(tracks, rows, xyxy, confidence, timestamp)
         if refit_rows.size == 0:
             return
-        measured = _to_cxcywh(xyxy[lost].astype(np.float64))
+        measured = to_cxcywh(xyxy[lost].astype(np.float64))
         dt = (timestamp - since)[:, None]
         tracks.box[refit_rows] = measured
         tracks.velocity[refit_rows] = np.divide(

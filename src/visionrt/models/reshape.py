@@ -10,13 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from visionrt.errors import ConfigError, ModelLoadError
-
-DEFAULT_STRIDES = (8, 16, 32)
-
-
-def anchor_count(height: int, width: int, strides: Sequence[int] = DEFAULT_STRIDES) -> int:
-    """Number of anchor points a detector head has at an input of `height` × `width` pixels."""
-    return sum((height // s) * (width // s) for s in strides)
+from visionrt.types import DEFAULT_STRIDES, anchor_count
 
 
 def make_anchors(
@@ -185,21 +179,3 @@ def reshape_detector_onnx(src: Path, height: int, width: int, dst: Path) -> Path
     onnx.save(model, str(tmp))
     tmp.replace(dst)  # atomic: a concurrent reader never sees half a file
     return dst
-
-
-def sized_model(model: Path, input_size: tuple[int, int] | None, cache_dir: Path | None) -> Path:
-    """`model` itself, or a cached copy rewritten for `input_size` (height, width) when that
-    differs from the model's own static size. Any runtime that reads ONNX can run the copy."""
-    if input_size is None or model.suffix != ".onnx":
-        return model
-    from visionrt.model import cache_root, file_sha256, read_model_spec
-
-    spec = read_model_spec(model)
-    if spec.dynamic_hw or spec.input_size == input_size:
-        return model
-    height, width = input_size
-    root = cache_root(cache_dir)
-    target = root / "reshaped" / f"{model.stem}-{file_sha256(model)[:16]}-{height}x{width}.onnx"
-    if not target.is_file():
-        reshape_detector_onnx(model, height, width, target)
-    return target

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from visionrt.errors import ConfigError, ModelLoadError
-from visionrt.model_reshape import constant_tensors
+from visionrt.models.reshape import constant_tensors
 
 BATCH_AXIS = "batch"  # the name of the dynamic batch axis in a rewritten model
 # Nodes whose outputs describe a tensor rather than hold its rows: they may drop the batch axis.
@@ -277,15 +277,3 @@ def rebatch_onnx(src: Path, dst: Path, batch: int | None = None) -> Path:
     onnx.save(model, str(tmp))
     tmp.replace(dst)  # atomic: a concurrent reader never sees half a file
     return dst
-
-
-def batched_model(model: Path, cache_dir: Path | None) -> Path:
-    """A cached copy of the ONNX `model` (batch axis fixed at 1) rewritten for any batch; the
-    copy is made once per model content. Raises ModelLoadError when it cannot be rewritten."""
-    from visionrt.model import cache_root, file_sha256
-
-    root = cache_root(cache_dir)
-    target = root / "rebatched" / f"{model.stem}-{file_sha256(model)[:16]}-anybatch.onnx"
-    if not target.is_file():
-        rebatch_onnx(model, target)
-    return target

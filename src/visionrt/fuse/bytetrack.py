@@ -7,140 +7,21 @@ in 0.28 and no longer ships it (0.31.2 checked); its successor, the `trackers` p
 Apache-2.0, drop-aware through an optional timestamp), requires opencv-python, which installs over
 our opencv-python-headless, plus supervision (matplotlib, pillow, requests, …), and associates
 across classes; the older supervision ByteTrack counted frames, not seconds. The OC-SORT variant
-(`visionrt.postprocess.ocsort`) subclasses `Tracker`; `make_tracker` picks one by name.
+(`visionrt.fuse.ocsort`) subclasses `Tracker`; `visionrt.fuse.tracking.make_tracker` picks one
+by name.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
 
 import numpy as np
 import numpy.typing as npt
 
 from visionrt.errors import ConfigError
+from visionrt.fuse.tracks import ALPHA, BETA, F64, Index, Tracks, assign, to_cxcywh
+from visionrt.postprocess.nms import box_iou
 from visionrt.types import Detections, TrackedDetections
-
-try:  # not a core dependency (it comes with the openvino extra): greedy matching without it
-    from scipy.optimize import linear_sum_assignment
-except ImportError:  # pragma: no cover - depends on the environment
-    linear_sum_assignment = None  # type: ignore[assignment]
-
-__all__ = [
-    "TRACKERS",
-    "TrackedDetections",
-    "Tracker",
-    "assign",
-    "box_iou",
-    "make_tracker",
-    "match_boxes",
-]
-
-F64 = npt.NDArray[np.float64]
-Index = npt.NDArray[np.intp]
-
-# Alpha-beta gains for constant velocity: ALPHA weighs the measured box against the predicted one;
-# BETA = ALPHA² / (2 − ALPHA) is the Benedict–Bordner choice, which damps without overshoot.
-ALPHA = 0.75
-BETA = ALPHA**2 / (2.0 - ALPHA)
-MIN_SIZE = 1.0  # pixels: a predicted box never shrinks below this when its size velocity is < 0
-
-
-def box_iou(a: npt.NDArray[np.floating], b: npt.NDArray[np.floating]) -> F64:
-    """(A, B) IoU of xyxy boxes `a` (A, 4) and `b` (B, 4); 0 where the union has no area."""
-    a64, b64 = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
-    top_left = np.maximum(a64[:, None, :2], b64[None, :, :2])
-    bottom_right = np.minimum(a64[:, None, 2:], b64[None, :, 2:])
-    inter = np.prod(np.clip(bottom_right - top_left, 0.0, None), axis=2)
-    area_a = np.prod(np.clip(a64[:, 2:] - a64[:, :2], 0.0, None), axis=1)
-    area_b = np.prod(np.clip(b64[:, 2:] - b64[:, :2], 0.0, None), axis=1)
-    union = area_a[:, None] + area_b[None, :] - inter
-    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
-
-
-def match_boxes(iou: F64, threshold: float, optimal: bool = True) -> tuple[Index, Index]:
-    """Pairs (rows, cols) with IoU ≥ `threshold`, each row and column used at most once: the
-    assignment with the largest summed IoU (Hungarian, scipy) when `optimal` and scipy is
-    installed, else greedy, best IoU first (the same pairs unless boxes overlap ambiguously)."""
-    return assign(np.where(iou >= threshold, iou, 0.0), optimal)
-
-
-def assign(weights: F64, optimal: bool = True) -> tuple[Index, Index]:
-    """Pairs (rows, cols) of positive `weights` (R, C), each row and column used at most once,
-    for the largest summed weight (Hungarian via scipy when `optimal`, else greedy, best first);
-    a weight ≤ 0 forbids its pair."""
-    gated = np.where(weights > 0, weights, 0.0)
-    if not gated.any():
-        return np.zeros((0,), np.intp), np.zeros((0,), np.intp)
-    if optimal and linear_sum_assignment is not None:
-        rows, cols = linear_sum_assignment(gated, maximize=True)
-        keep = gated[rows, cols] > 0
-        return rows[keep].astype(np.intp), cols[keep].astype(np.intp)
-    rows, cols = np.nonzero(gated)
-    order = np.argsort(-gated[rows, cols], kind="stable")
-    row_used = np.zeros(gated.shape[0], bool)
-    col_used = np.zeros(gated.shape[1], bool)
-    pairs = []
-    for row, col in zip(rows[order].tolist(), cols[order].tolist(), strict=True):
-        if not row_used[row] and not col_used[col]:
-            row_used[row] = col_used[col] = True
-            pairs.append((row, col))
-    out = np.asarray(pairs, np.intp).reshape(-1, 2)
-    return out[:, 0], out[:, 1]
-
-
-def _to_cxcywh(xyxy: F64) -> F64:
-    return np.concatenate([(xyxy[:, :2] + xyxy[:, 2:]) / 2.0, xyxy[:, 2:] - xyxy[:, :2]], axis=1)
-
-
-@dataclass(slots=True)
-class _Tracks:
-    """Live tracks as a struct of arrays, in increasing id order. `box` (T, 4) is centre x, centre
-    y, width, height in pixels at time `at` (T,) seconds; `velocity` (T, 4) is its rate in
-    pixels/second. `seen` is when the detector last saw the track, `hits` how often, `matched` the
-    row of this frame's detections it matched (−1: none), `active` whether it was seen at the
-    latest update. `observed` (T, K, 4) holds the last K detector boxes (xyxy pixels, oldest
-    first) seen at `observed_at` (T, K) seconds, NaN before a track has K: the raw observations
-    that OC-SORT re-fits and recovers from (ByteTrack keeps K = 1 and does not read them)."""
-
-    track_id: npt.NDArray[np.int64]
-    class_id: npt.NDArray[np.int32]
-    confidence: npt.NDArray[np.float32]
-    box: F64
-    velocity: F64
-    at: F64
-    seen: F64
-    hits: npt.NDArray[np.int64]
-    matched: npt.NDArray[np.intp]
-    active: npt.NDArray[np.bool_]
-    observed: F64
-    observed_at: F64
-
-    @classmethod
-    def empty(cls, kept: int = 1) -> _Tracks:
-        return cls(
-            np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32),
-            np.zeros((0, 4)), np.zeros((0, 4)), np.zeros(0), np.zeros(0),
-            np.zeros(0, np.int64), np.zeros(0, np.intp), np.zeros(0, bool),
-            np.zeros((0, kept, 4)), np.zeros((0, kept)),
-        )  # fmt: skip
-
-    def __len__(self) -> int:
-        return int(self.track_id.shape[0])
-
-    def take(self, keep: npt.NDArray[np.bool_] | Index) -> _Tracks:
-        return _Tracks(*(getattr(self, f.name)[keep] for f in fields(self)))
-
-    def extend(self, other: _Tracks) -> _Tracks:
-        return _Tracks(
-            *(np.concatenate([getattr(self, f.name), getattr(other, f.name)]) for f in fields(self))
-        )
-
-    def boxes_at(self, timestamp: float) -> F64:
-        """(T, 4) xyxy boxes extrapolated to `timestamp` at constant velocity."""
-        box = self.box + self.velocity * (timestamp - self.at)[:, None]
-        np.maximum(box[:, 2:], MIN_SIZE, out=box[:, 2:])
-        return np.concatenate([box[:, :2] - box[:, 2:] / 2.0, box[:, :2] + box[:, 2:] / 2.0], 1)
 
 
 class Tracker:
@@ -175,7 +56,7 @@ class Tracker:
     flickers (the demo's person going from Normal to Fall), as ByteTrack and OC-SORT do.
     """
 
-    observations_kept = 1  # detector boxes remembered per track (`_Tracks.observed`)
+    observations_kept = 1  # detector boxes remembered per track (`Tracks.observed`)
 
     def __init__(
         self,
@@ -200,7 +81,7 @@ class Tracker:
         self.match_iou, self.low_match_iou = match_iou, low_match_iou
         self.lost_seconds, self.min_hits = lost_seconds, min_hits
         self.per_class = per_class
-        self._tracks = _Tracks.empty(self.observations_kept)
+        self._tracks = Tracks.empty(self.observations_kept)
         self._next_id = 1
         self._time: float | None = None
 
@@ -254,7 +135,7 @@ class Tracker:
         if not math.isfinite(timestamp):
             raise ConfigError(f"tracker: expected a finite timestamp in seconds, got {timestamp}")
         if self._time is not None and timestamp < self._time:
-            self._tracks = _Tracks.empty(self.observations_kept)
+            self._tracks = Tracks.empty(self.observations_kept)
         self._time = timestamp
 
     def _associate(
@@ -299,7 +180,7 @@ class Tracker:
 
     def _correct(
         self,
-        tracks: _Tracks,
+        tracks: Tracks,
         rows: Index,
         xyxy: npt.NDArray[np.float32],
         confidence: npt.NDArray[np.float32],
@@ -308,7 +189,7 @@ class Tracker:
         """Alpha-beta step of the matched `rows` towards their measured boxes, in place."""
         if rows.size == 0:
             return
-        measured = _to_cxcywh(xyxy.astype(np.float64))
+        measured = to_cxcywh(xyxy.astype(np.float64))
         dt = timestamp - tracks.at[rows]
         prior = tracks.box[rows] + tracks.velocity[rows] * dt[:, None]
         residual = measured - prior
@@ -324,7 +205,7 @@ class Tracker:
         tracks.observed[rows, -1] = xyxy
         tracks.observed_at[rows, -1] = timestamp
 
-    def _start(self, detections: Detections, rows: Index, timestamp: float) -> _Tracks:
+    def _start(self, detections: Detections, rows: Index, timestamp: float) -> Tracks:
         count, kept = rows.shape[0], self.observations_kept
         ids = np.arange(self._next_id, self._next_id + count, dtype=np.int64)
         self._next_id += count
@@ -332,11 +213,11 @@ class Tracker:
         observed[:, -1] = detections.xyxy[rows]
         observed_at = np.full((count, kept), np.nan)
         observed_at[:, -1] = timestamp
-        return _Tracks(
+        return Tracks(
             ids,
             detections.class_id[rows],
             detections.confidence[rows],
-            _to_cxcywh(detections.xyxy[rows].astype(np.float64)),
+            to_cxcywh(detections.xyxy[rows].astype(np.float64)),
             np.zeros((count, 4)),
             np.full(count, timestamp),
             np.full(count, timestamp),
@@ -346,27 +227,3 @@ class Tracker:
             observed,
             observed_at,
         )
-
-
-TRACKERS = ("bytetrack", "ocsort")
-
-
-def make_tracker(
-    kind: str = "bytetrack",
-    high: float = 0.5,
-    low: float = 0.1,
-    match_iou: float = 0.2,
-    lost_seconds: float = 1.0,
-    per_class: bool = False,
-) -> Tracker:
-    """A tracker by name (`TRACKERS`); `high` and `low` split detections by confidence;
-    `match_iou` gates the first association, `lost_seconds` how long a lost track is kept,
-    `per_class` keeps tracks to one class."""
-    common = dict(high=high, low=low, match_iou=match_iou, lost_seconds=lost_seconds)
-    if kind == "bytetrack":
-        return Tracker(**common, per_class=per_class)
-    if kind == "ocsort":
-        from visionrt.postprocess.ocsort import OcSortTracker  # it subclasses Tracker
-
-        return OcSortTracker(**common, per_class=per_class)
-    raise ConfigError(f"tracker: expected one of {', '.join(TRACKERS)}, got '{kind}'")

@@ -1,0 +1,21 @@
+"""Fuse: a frame's decoded task results → the frame's result, per source and in frame order
+(tracking, distances from depth, depth smoothing). `base` holds the one-screen contract."""
+
+from visionrt.fuse.base import Fused, Fuser
+from visionrt.fuse.bytetrack import Tracker
+from visionrt.fuse.depth import DepthFuser, DepthSmoother, box_distance
+from visionrt.fuse.ocsort import OcSortTracker
+from visionrt.fuse.tracking import TRACKERS, TrackFuser, make_tracker
+
+__all__ = [
+    "TRACKERS",
+    "DepthFuser",
+    "DepthSmoother",
+    "Fused",
+    "Fuser",
+    "OcSortTracker",
+    "TrackFuser",
+    "Tracker",
+    "box_distance",
+    "make_tracker",
+]

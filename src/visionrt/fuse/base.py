@@ -1,0 +1,33 @@
+"""The fuser contract: the last step of a frame, after its tasks' results are decoded. A source's
+fusers see its frames in order (the pipeline releases them in sequence per source), one after
+another, each reading and extending the frame's `Fused` state; so a fuser may keep per-source
+history (tracks, a smoothed depth map) without locks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from visionrt.types import DepthMap, Detections, Frame, TrackedDetections
+
+
+@dataclass(slots=True)
+class Fused:
+    """A frame on its way to a FrameResult: `results` by task name, as decoded; `detections`
+    starts as the detector's and may be replaced (by the tracks'); a fuser sets the rest."""
+
+    frame: Frame
+    results: dict[str, Any]
+    detections: Detections
+    tracks: TrackedDetections | None = None
+    depth: DepthMap | None = None
+    distance: npt.NDArray[np.float32] | None = field(default=None)
+
+
+class Fuser(Protocol):
+    """One source's fusion step; called once per frame, in frame order, on one thread."""
+
+    def fuse(self, fused: Fused) -> None: ...

@@ -1,0 +1,187 @@
+"""The parts of a run, made from its configuration: the detector (whole frames or tiles), the depth
+task and the sources it runs on, the latency ladder's variants and controller, and each source's
+fusers. `Pipeline` and `Graph` take these parts; they decide no policy themselves."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from visionrt.backends import Backend, BackendOptions
+from visionrt.errors import ConfigError
+from visionrt.fuse import DepthFuser, DepthSmoother, Fuser, TrackFuser, make_tracker
+from visionrt.pipeline.audit import planned_audit
+from visionrt.pipeline.degrade import Change, Degrader, build_ladder
+from visionrt.pipeline.options import DepthOptions, PipelineOptions
+from visionrt.pipeline.variants import degrade_variants
+from visionrt.plans import plan_depth
+from visionrt.postprocess import PostprocessOptions
+from visionrt.sources import Source
+from visionrt.tasks import DetectTask, TiledDetectTask
+from visionrt.tasks.base import Task
+
+TRACK_LOW = 0.1  # ByteTrack's low-score floor
+log = logging.getLogger("visionrt")
+
+
+@dataclass
+class Parts:
+    """`tasks[0]` is the detector; `schedule[i]` the task indices run on source i's frames;
+    `variants` the latency ladder's detectors, run by `degrader`'s rungs; `postprocess` the
+    detector's options as run (tracking lowers its threshold); `notes` what the user is told."""
+
+    detector: DetectTask | TiledDetectTask
+    tasks: list[Task]
+    schedule: list[list[int]]
+    postprocess: PostprocessOptions
+    tracker_high: float
+    tracker_low: float
+    depth: DepthOptions | None = None  # as it runs (its plan applied)
+    variants: list[Task] = field(default_factory=list)
+    degrader: Degrader | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def close(self) -> None:
+        for task in [*self.tasks, *self.variants]:
+            task.close()
+
+
+def build_parts(
+    sources: Sequence[Source],
+    names: Sequence[str],
+    model: str | Path,
+    backend: str | Backend,
+    backend_options: BackendOptions | None,
+    postprocess: PostprocessOptions,
+    options: PipelineOptions,
+    depth: DepthOptions | None,
+    plan_depth_too: bool,
+    on_degrade: Callable[[Change], None],
+) -> Parts:
+    """Load the run's tasks. A depth model takes its cached plan (`tune --depth`) when
+    `plan_depth_too` and the caller chose none of its runtime options."""
+    # Tracking: the user's threshold starts tracks; ByteTrack's second stage also needs the
+    # detector's boxes down to TRACK_LOW, which only ever extend tracks already there.
+    high, low = postprocess.conf, min(TRACK_LOW, postprocess.conf)
+    if options.track:
+        postprocess = replace(postprocess, conf=low)
+    detector: DetectTask | TiledDetectTask = (
+        TiledDetectTask.for_sources(
+            model,
+            backend,
+            backend_options,
+            postprocess,
+            options.tiling(),
+            [s.size for s in sources if getattr(s, "size", None)],
+        )
+        if options.tile
+        else DetectTask(model, backend, backend_options, postprocess)
+    )
+    parts = Parts(detector, [detector], [[0] for _ in sources], postprocess, high, low)
+    try:
+        if depth is not None and depth.model:
+            if plan_depth_too:
+                depth = _planned_depth(depth, parts.notes)
+            _add_depth(parts, depth, sources, names)
+        elif depth is not None and depth.on:
+            raise ConfigError("--depth-on names sources for a depth model: give --depth MODEL")
+        if options.slo_ms:
+            live = any(s.live for s in sources)
+            _add_degrade(parts, model, backend, backend_options, options, live, on_degrade)
+    except BaseException:
+        parts.close()
+        raise
+    return parts
+
+
+def build_fusers(parts: Parts, options: PipelineOptions) -> list[list[Fuser]]:
+    """Each source's fusion steps, in order: tracking (its detections become the tracks'), then
+    distances from depth on the sources depth runs on."""
+    fusers: list[list[Fuser]] = [[] for _ in parts.schedule]
+    detector = parts.detector.name
+    for steps, lanes in zip(fusers, parts.schedule, strict=True):
+        if options.track:
+            tracker = make_tracker(
+                options.tracker,
+                parts.tracker_high,
+                parts.tracker_low,
+                options.track_match_iou,
+                options.track_lost_seconds,
+                options.track_per_class,
+            )
+            steps.append(TrackFuser(tracker, detector))
+        for index in lanes[1:]:
+            smoothing = parts.depth.smoothing if parts.depth is not None else 0.0
+            smoother = DepthSmoother(smoothing) if smoothing else None
+            steps.append(DepthFuser(parts.tasks[index].name, smoother))
+    return fusers
+
+
+def _planned_depth(depth: DepthOptions, notes: list[str]) -> DepthOptions:
+    """The depth model's cached plan unless the caller chose its runtime."""
+    model, backend, inference, use = plan_depth(
+        depth.model, depth.backend, depth.inference, depth.short_side
+    )
+    if use.note:
+        notes.append(use.note)
+        log.info("%s", use.note)
+    depth = replace(depth, model=model, backend=backend, inference=inference)
+    return planned_audit(depth, use.plan if use.sections is not None else None)
+
+
+def _add_depth(
+    parts: Parts, depth: DepthOptions, sources: Sequence[Source], names: Sequence[str]
+) -> None:
+    from visionrt.tasks.depth import DepthTask
+
+    unknown = sorted(set(depth.on) - set(names))
+    if unknown:
+        raise ConfigError(
+            f"--depth-on: no source named '{unknown[0]}' (sources: {', '.join(names)})"
+        )
+    on = [i for i, name in enumerate(names) if not depth.on or name in depth.on]
+    task = DepthTask(
+        depth.model,
+        depth.backend,
+        depth.inference,
+        short_side=depth.short_side,
+        on_nonfinite=depth.on_nonfinite,
+        source_hw=getattr(sources[on[0]], "size", None),
+    )
+    parts.tasks.append(task)
+    parts.depth = depth
+    for i in on:
+        parts.schedule[i].append(len(parts.tasks) - 1)
+
+
+def _add_degrade(
+    parts: Parts,
+    model: str | Path,
+    backend: str | Backend,
+    backend_options: BackendOptions | None,
+    options: PipelineOptions,
+    live: bool,
+    on_degrade: Callable[[Change], None],
+) -> None:
+    """The ladder's detector variants (smaller inputs, then a lighter model) and its
+    controller."""
+    if not live:
+        raise ConfigError(
+            "--slo-ms: a latency target needs live sources (cameras, streams, or files with"
+            " --realtime); file mode processes every frame and its latency is queueing"
+        )
+    variants, labels, notes = degrade_variants(
+        model,
+        backend,
+        backend_options or BackendOptions(),
+        options,
+        parts.detector,
+        parts.postprocess,
+    )
+    parts.variants.extend(variants)
+    parts.notes.extend(notes)
+    every = options.detect_every
+    rungs = build_ladder(every, max(every, options.slo_max_every), options.track, labels)
+    parts.degrader = Degrader(options.slo_ms / 1e3, rungs, options.slo_window, on_change=on_degrade)

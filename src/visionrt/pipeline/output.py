@@ -1,0 +1,86 @@
+"""The sink stage: results written into the sinks on a thread of their own, behind a bounded queue
+(`fused` in telemetry and `profile`), so a slow encoder shows as a full queue and a busy sink
+thread instead of silently capping the consumer that joins and fuses frames."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from visionrt.errors import SinkError
+from visionrt.pipeline.flow import END, POLL
+from visionrt.sinks import Sink
+from visionrt.telemetry import Telemetry
+from visionrt.types import FrameResult
+
+
+class SinkThread:
+    """Writes each result into every sink, in the order given, then calls `on_result`. A sink
+    that raises (or `on_result`) is reported to `on_error` once and the thread stops taking
+    results; `failed` names the sink. Results already queued when the run aborts are still
+    written: they were delivered. Closing the sinks is the caller's, after `finish`."""
+
+    def __init__(
+        self,
+        sinks: Sequence[Sink],
+        on_result: Callable[[FrameResult], Any] | None,
+        telemetry: Telemetry,
+        on_error: Callable[[BaseException], None],
+        size: int,
+    ) -> None:
+        self.sinks, self.on_result = list(sinks), on_result
+        self.telemetry, self._on_error = telemetry, on_error
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=size)
+        self.failed: Sink | None = None
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._write, name="sink", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, result: FrameResult) -> bool:
+        """Queue a result; False once the thread stopped on an error."""
+        while not self._stopped.is_set():
+            try:
+                self.queue.put(result, timeout=POLL)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def finish(self) -> None:
+        """Let the thread write what is queued, then end it."""
+        while self._thread.is_alive():
+            try:
+                self.queue.put(END, timeout=POLL)
+                break
+            except queue.Full:
+                continue
+        self._thread.join()
+
+    def _write(self) -> None:
+        try:
+            while (result := self.queue.get()) is not END:
+                started = time.perf_counter()
+                for sink in self.sinks:
+                    try:
+                        sink.write(result)
+                    except Exception as err:
+                        self.failed = sink
+                        if isinstance(err, SinkError):
+                            raise
+                        # A full disk, a vanished folder: one line, not a trace.
+                        raise SinkError(
+                            f"writing {type(sink).__name__} output failed: {err}"
+                        ) from err
+                self.telemetry.record("sink", time.perf_counter() - started)
+                if self.on_result is not None:
+                    self.on_result(result)
+        except BaseException as err:
+            self._stopped.set()
+            self._on_error(err)
+        finally:
+            self._stopped.set()

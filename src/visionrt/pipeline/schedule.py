@@ -1,0 +1,71 @@
+"""Which lanes (tasks) run on each frame, or why the frame is dropped: live staleness, the
+latency ladder's frame thinning and detector variants, and detect-every-N with tracking. One
+home for these rules; the graph only carries out what `Scheduler.decide` says."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from visionrt.pipeline.degrade import Degrader
+from visionrt.pipeline.options import PipelineOptions
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """`lanes` to run on the frame (the first being its detector, unless tracking alone covers
+    it); `dropped` says why the frame goes no further ("": it goes on, maybe with no lanes)."""
+
+    lanes: tuple[int, ...] = ()
+    dropped: str = ""
+
+
+class Scheduler:
+    """`schedule[i]` lists the lanes run on source i's frames, its first the detector;
+    `variants[j]` is the lane of the latency ladder's detector variant j + 1. Call `decide` once
+    per frame, in order per source, from one thread; `observe` each delivered frame's latency."""
+
+    def __init__(
+        self,
+        schedule: Sequence[Sequence[int]],
+        options: PipelineOptions,
+        live: Sequence[bool],
+        degrader: Degrader | None = None,
+        variants: Sequence[int] = (),
+    ) -> None:
+        self.schedule = [tuple(lanes) for lanes in schedule]
+        self.live = list(live)
+        self.stale_after = options.stale_after
+        self.detect_every, self.track = options.detect_every, options.track
+        self.degrader = degrader
+        self.variants = tuple(variants)
+        # Frames of each source until the detector runs again (detect-every-N), and frames
+        # since the last kept one (the ladder's frame thinning without tracking).
+        self._until_detect = [0] * len(self.schedule)
+        self._skipped = [0] * len(self.schedule)
+
+    def decide(self, source_id: int, age: float) -> Decision:
+        """The lanes for source `source_id`'s next frame, captured `age` seconds ago."""
+        if self.live[source_id] and age > self.stale_after:
+            return Decision(dropped=f"older than {self.stale_after}s")
+        rung = self.degrader.rung if self.degrader is not None else None
+        every = rung.every if rung is not None else self.detect_every
+        if every > 1 and not self.track:  # the ladder thins the frame rate
+            self._skipped[source_id] = (self._skipped[source_id] + 1) % every
+            if self._skipped[source_id]:
+                return Decision(dropped=f"slo: 1 frame in {every}")
+        lanes = self.schedule[source_id]
+        if rung is not None and rung.variant:
+            lanes = (self.variants[rung.variant - 1], *lanes[1:])
+        if self.track and every > 1:
+            if self._until_detect[source_id] > 0:  # tracking alone on this frame
+                self._until_detect[source_id] -= 1
+                lanes = lanes[1:]
+            else:
+                self._until_detect[source_id] = every - 1
+        return Decision(lanes)
+
+    def observe(self, latency: float) -> None:
+        """A frame was delivered `latency` seconds after capture (the ladder's input)."""
+        if self.degrader is not None:
+            self.degrader.observe(latency)

@@ -1,0 +1,53 @@
+"""The scheduler: which lanes run on each frame, or why the frame is dropped."""
+
+from __future__ import annotations
+
+from visionrt.pipeline.degrade import Degrader, Rung
+from visionrt.pipeline.options import PipelineOptions
+from visionrt.pipeline.schedule import Decision, Scheduler
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_every_frame_runs_its_sources_lanes() -> None:
+    scheduler = Scheduler([[0, 1], [0]], PipelineOptions(), [False, False])
+    assert scheduler.decide(0, age=100.0) == Decision((0, 1))  # file mode: age does not matter
+    assert scheduler.decide(1, age=0.0) == Decision((0,))
+
+
+def test_a_stale_live_frame_is_dropped() -> None:
+    scheduler = Scheduler([[0]], PipelineOptions(stale_after=0.5), [True])
+    assert scheduler.decide(0, age=0.4) == Decision((0,))
+    assert scheduler.decide(0, age=0.6) == Decision(dropped="older than 0.5s")
+
+
+def test_detect_every_n_with_tracking_runs_the_detector_on_every_nth_frame() -> None:
+    options = PipelineOptions(track=True, detect_every=3)
+    scheduler = Scheduler([[0, 1], [0]], options, [False, False])
+    first = [scheduler.decide(0, 0.0).lanes for _ in range(7)]
+    # The detector (lane 0) on frames 0, 3, 6; depth (lane 1) on every frame.
+    assert first == [(0, 1), (1,), (1,), (0, 1), (1,), (1,), (0, 1)]
+    # Each source keeps its own count.
+    assert [scheduler.decide(1, 0.0).lanes for _ in range(4)] == [(0,), (), (), (0,)]
+
+
+def test_the_ladder_thins_frames_without_tracking_and_swaps_in_a_variant() -> None:
+    clock = Clock()
+    rungs = [Rung(1, 0, "as configured"), Rung(2, 0, "every 2"), Rung(2, 1, "input 512")]
+    degrader = Degrader(0.1, rungs, window=1.0, clock=clock)
+    scheduler = Scheduler([[0, 1]], PipelineOptions(), [True], degrader, variants=[2])
+    assert scheduler.decide(0, 0.0) == Decision((0, 1))
+    for _ in range(5):  # observed latencies reach the ladder: five late frames step down
+        scheduler.observe(1.0)
+    assert degrader.rung.label == "every 2"
+    degrader.level = 2
+    decisions = [scheduler.decide(0, 0.0) for _ in range(4)]
+    kept = [d for d in decisions if not d.dropped]
+    assert [d.dropped for d in decisions].count("slo: 1 frame in 2") == 2
+    assert all(d.lanes == (2, 1) for d in kept)  # variant lane 2 in place of the detector
