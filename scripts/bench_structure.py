@@ -28,18 +28,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench_plan import spread  # scripts/ is on the path of a script run from it
+
 from visionrt.hardware import cpu_model
 from visionrt.models import depth_model_path
 from visionrt.paths import DEMO_VIDEO
 
 ROOT = Path(__file__).resolve().parent.parent
 VISIONRT = str(Path(sys.executable).parent / "visionrt")
-
-
-def spread(values: list[float], fmt: str = ".2f") -> str:
-    if not values:
-        return "—"
-    return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}–{max(values):{fmt}})"
 
 
 def command(src: Path, args: list[str]) -> dict[str, Any]:

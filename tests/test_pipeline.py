@@ -272,3 +272,42 @@ def test_batch_buffers_fill_in_place_and_pad() -> None:
     assert again.tolist() == [[0, 0], [1, 1], [0, 0], [0, 0]]
     assert BatchBuffers(1).fill(rows[:1]) is rows[0]  # a batch of one is its row
     assert BatchBuffers(4).fill(rows).shape == (3, 2)  # no padding unless the axis is fixed
+
+
+def test_a_slow_sink_backs_up_its_own_queue_and_loses_nothing(
+    small_video: Path, tiny_model: Path
+) -> None:
+    """Sinks write on a thread of their own: while one is held, results wait in the `fused`
+    queue (its room filled, visible to `queue_depths`), then every frame is written in order."""
+    import threading
+    import time
+
+    from visionrt.sinks import Sink
+
+    gate, written, threads = threading.Event(), [], set()
+
+    class Held(Sink):
+        def write(self, result) -> None:
+            gate.wait(30)
+            threads.add(threading.current_thread().name)
+            written.append(result.frame.index)
+
+        def close(self, complete: bool = True) -> list[Path]:
+            return []
+
+    options = PipelineOptions(warmup=0, queue_size=2)
+    pipeline = Pipeline([str(small_video)], tiny_model, "null", options=options)
+    summaries: list[RunSummary] = []
+    runner = threading.Thread(target=lambda: summaries.append(pipeline.run([Held()])))
+    runner.start()
+    deadline, full = time.monotonic() + 30, False
+    while not full and time.monotonic() < deadline and runner.is_alive():
+        full = pipeline.queue_depths().get("fused") == 2
+        time.sleep(0.01)
+    gate.set()
+    runner.join(30)
+    pipeline.close()
+    assert full, "the sink queue never filled while its sink was held"
+    assert summaries[0].frames_out == 40 and summaries[0].accounted
+    assert written == list(range(40))
+    assert threads == {"sink"}

@@ -109,6 +109,15 @@ class BatchBuffers:
         return array[: max(stacked, size)]
 
 
+def batch_buffers(fixed: Any, batch: int, refused: str) -> BatchBuffers:
+    """The batch buffers of a model whose input's batch axis is `fixed` (an int when the model
+    fixes it); a fixed axis other than `batch` is refused with `refused` (formatted with
+    `fixed`), and a fixed batch above 1 pads short batches."""
+    if isinstance(fixed, int) and fixed > 0 and fixed != batch:
+        raise ConfigError(refused.format(fixed=fixed))
+    return BatchBuffers(batch, pad=isinstance(fixed, int) and fixed > 1)
+
+
 def run_one(task: Task, image: npt.NDArray[Any], buffer: npt.NDArray[Any]) -> Any:
     """One frame through a task outside the pipeline (the audit's and the geometry check's
     reference): prepare into `buffer`, infer a batch of one, decode."""

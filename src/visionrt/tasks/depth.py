@@ -18,7 +18,7 @@ from visionrt.errors import ConfigError, ModelLoadError, NonFiniteDepthError, Vi
 from visionrt.models import SELF_DESCRIBING, model_metadata, read_model_spec, resolve_model
 from visionrt.postprocess.depth import depth_to_source, nonfinite_rows
 from visionrt.preprocess.depth import PATCH, depth_input_size, depth_into
-from visionrt.tasks.base import BatchBuffers, out_of_memory_as
+from visionrt.tasks.base import batch_buffers, out_of_memory_as
 from visionrt.types import DepthGeometry, DepthMap
 
 ON_NONFINITE = ("recompute", "fail")
@@ -162,14 +162,12 @@ class DepthTask:
             out_shape = [d if isinstance(d, int) else -1 for d in info.outputs[0].shape]
             self._check_is_depth(out_shape, self.input_hw, info.details.get("class_names") or ())
         self.batch = options.batch
-        fixed = in_shape[0]
-        if isinstance(fixed, int) and fixed > 0 and fixed != self.batch:
-            raise ConfigError(
-                f"depth batch {self.batch}: {info.runtime} runs {self.model.name} with its batch"
-                f" axis fixed at {fixed} (export with a dynamic batch)"
-            )
-        self._pad_batches = isinstance(fixed, int) and fixed > 1
-        self._batches = BatchBuffers(self.batch, self._pad_batches)
+        self._batches = batch_buffers(
+            in_shape[0],
+            self.batch,
+            f"depth batch {self.batch}: {info.runtime} runs {self.model.name} with its batch"
+            " axis fixed at {fixed} (export with a dynamic batch)",
+        )
         self._runtime = self.backend.name if self.backend.name in {r.name for r in ROWS} else ""
         self._fp32: Backend | None = None
         self._lock = threading.Lock()
@@ -218,9 +216,8 @@ class DepthTask:
 
     def _run(self, backend: Backend, tensor: npt.NDArray[np.float32]) -> npt.NDArray[Any]:
         rows = tensor.shape[0]
-        if self._pad_batches and rows < self.batch:  # a fixed batch axis: pad
-            pad = np.repeat(tensor[:1], self.batch - rows, axis=0)
-            tensor = np.concatenate([tensor, pad])
+        if self._batches.pad and rows < self.batch:  # the FP32 recompute's rows: pad them
+            tensor = self._batches.fill([tensor])
         output = np.asarray(backend.infer({self.input_name: tensor})[0])
         return output[:rows]
 

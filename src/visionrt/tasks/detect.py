@@ -22,7 +22,7 @@ from visionrt.models import (
 from visionrt.postprocess import HeadLayout, PostprocessOptions, detect_layout
 from visionrt.postprocess.yolo import decode_one
 from visionrt.preprocess import InputLayout, compute_letterbox, letterbox_into
-from visionrt.tasks.base import BatchBuffers, out_of_memory_as
+from visionrt.tasks.base import batch_buffers, out_of_memory_as
 from visionrt.types import Detections, Letterbox
 
 # The largest detector input side. A 4K frame (3840×2160) fits whole; YOLOv8s took ~50 MB of
@@ -114,13 +114,12 @@ class DetectTask:
         )
         self._check_classes(out_shape)
         self.batch = options.batch
-        fixed = in_shape[0]
-        if isinstance(fixed, int) and fixed > 0 and fixed != self.batch:
-            raise ConfigError(
-                f"inference.batch: {info.runtime} runs this model with its batch axis fixed at"
-                f" {fixed}, got {self.batch} (export with a dynamic batch){not_rewritten}"
-            )
-        self._batches = BatchBuffers(self.batch, pad=isinstance(fixed, int) and fixed > 1)
+        self._batches = batch_buffers(
+            in_shape[0],
+            self.batch,
+            f"inference.batch: {info.runtime} runs this model with its batch axis fixed at"
+            f" {{fixed}}, got {self.batch} (export with a dynamic batch){not_rewritten}",
+        )
 
     def _check_classes(self, out_shape: list[int]) -> None:
         """`postprocess.classes` must name classes this model has (ids 0 to count - 1)."""
