@@ -308,6 +308,36 @@ def test_a_slow_sink_backs_up_its_own_queue_and_loses_nothing(
     runner.join(30)
     pipeline.close()
     assert full, "the sink queue never filled while its sink was held"
-    assert summaries[0].frames_out == 40 and summaries[0].accounted
+    assert summaries[0].frames_out == 40
+    assert summaries[0].accounted
     assert written == list(range(40))
     assert threads == {"sink"}
+
+
+def test_a_sink_that_fails_ends_the_run_with_its_error(small_video: Path, tiny_model: Path) -> None:
+    """The sink thread's error is the run's, raised by `run` after the sinks are finalized,
+    even when it fails while the consumer waits for room in the sink queue."""
+    import time
+
+    from visionrt.errors import SinkError
+    from visionrt.sinks import Sink
+
+    class Broken(Sink):
+        def write(self, result) -> None:
+            deadline = time.monotonic() + 30  # fail once the consumer waits on a full queue
+            while pipeline.queue_depths().get("fused") != 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            raise OSError("disk full")
+
+        def close(self, complete: bool = True) -> list[Path]:
+            self.complete = complete
+            return []
+
+    sink = Broken()
+    options = PipelineOptions(warmup=0, queue_size=1)
+    pipeline = Pipeline([str(small_video)], tiny_model, "null", options=options)
+    with pytest.raises(SinkError, match="writing Broken output failed: disk full"):
+        pipeline.run([sink])
+    pipeline.close()
+    assert sink.complete is False
+    assert "disk full" in pipeline.summary().error

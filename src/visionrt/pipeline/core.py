@@ -205,8 +205,9 @@ class Pipeline:
         writer.start()
         try:
             for result in self._results():
-                if not writer.put(result):
-                    break  # the sink failed: the run is stopping, its error raised below
+                # False once a sink failed: the run is then aborting, and the generator raises
+                # the sink's error as it ends (a `break` here would close it and lose that).
+                writer.put(result)
         except BaseException as err:
             self._errors.append(err)
             raise
