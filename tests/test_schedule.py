@@ -17,13 +17,13 @@ class Clock:
 
 def test_every_frame_runs_its_sources_lanes() -> None:
     scheduler = Scheduler([[0, 1], [0]], PipelineOptions(), [False, False])
-    assert scheduler.decide(0, age=100.0) == Decision((0, 1))  # file mode: age does not matter
-    assert scheduler.decide(1, age=0.0) == Decision((0,))
+    assert scheduler.decide(0, age=100.0) == Decision((0, 1), full=True)  # file mode: no age
+    assert scheduler.decide(1, age=0.0) == Decision((0,), full=True)
 
 
 def test_a_stale_live_frame_is_dropped() -> None:
     scheduler = Scheduler([[0]], PipelineOptions(stale_after=0.5), [True])
-    assert scheduler.decide(0, age=0.4) == Decision((0,))
+    assert scheduler.decide(0, age=0.4) == Decision((0,), full=True)
     assert scheduler.decide(0, age=0.6) == Decision(dropped="older than 0.5s")
 
 
@@ -42,7 +42,7 @@ def test_the_ladder_thins_frames_without_tracking_and_swaps_in_a_variant() -> No
     rungs = [Rung(1, 0, "as configured"), Rung(2, 0, "every 2"), Rung(2, 1, "input 512")]
     degrader = Degrader(0.1, rungs, window=1.0, clock=clock)
     scheduler = Scheduler([[0, 1]], PipelineOptions(), [True], degrader, variants=[2])
-    assert scheduler.decide(0, 0.0) == Decision((0, 1))
+    assert scheduler.decide(0, 0.0) == Decision((0, 1), full=True)
     for _ in range(5):  # observed latencies reach the ladder: five late frames step down
         scheduler.observe(1.0)
     assert degrader.rung.label == "every 2"

@@ -226,6 +226,9 @@ class FrameResult:
     depth: DepthMap | None = None
     distance: npt.NDArray[np.float32] | None = None
     tracks: TrackedDetections | None = None
+    # With motion gating: "full" (the models ran on it) or "reused" (its source's last
+    # results, no motion since); "" without gating.
+    processed: str = ""
 
     def to_json(self) -> dict[str, Any]:
         det = self.detections
@@ -255,6 +258,8 @@ class FrameResult:
             "timestamp": round(self.frame.timestamp, 6),
             "detections": rows,
         }
+        if self.processed:
+            line["processed"] = self.processed
         if self.depth is not None:
             stats = self.depth.stats()
             line["depth"] = {

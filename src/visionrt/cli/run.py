@@ -129,6 +129,13 @@ def run_command(
             " then at a smaller input size (and back up when there is headroom)."
         ),
     ] = None,
+    motion: Annotated[
+        str | None,
+        Opt(
+            help="Fixed cameras: skip (a frame that did not change since the models last ran"
+            " reuses their results; they run again at least every pipeline.motion_refresh s)."
+        ),
+    ] = None,
     tile: Annotated[
         int | None,
         Opt(help="Detect on TILE-pixel tiles of each frame (high-resolution sources), merged."),

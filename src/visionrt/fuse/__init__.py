@@ -1,10 +1,12 @@
 """Fuse: a frame's decoded task results → the frame's result, per source and in frame order
-(tracking, distances from depth, depth smoothing). `base` holds the one-screen contract."""
+(reused results on unchanged frames, tracking, distances from depth, depth smoothing). `base`
+holds the one-screen contract."""
 
 from visionrt.fuse.base import Fused, Fuser
 from visionrt.fuse.bytetrack import Tracker
 from visionrt.fuse.depth import DepthFuser, DepthSmoother, box_distance
 from visionrt.fuse.ocsort import OcSortTracker
+from visionrt.fuse.reuse import ReuseFuser
 from visionrt.fuse.tracking import TRACKERS, TrackFuser, make_tracker
 
 __all__ = [
@@ -14,6 +16,7 @@ __all__ = [
     "Fused",
     "Fuser",
     "OcSortTracker",
+    "ReuseFuser",
     "TrackFuser",
     "Tracker",
     "box_distance",

@@ -17,7 +17,8 @@ from visionrt.types import DepthMap, Detections, Frame, TrackedDetections
 @dataclass(slots=True)
 class Fused:
     """A frame on its way to a FrameResult: `results` by task name, as decoded; `detections`
-    starts as the detector's and may be replaced (by the tracks'); a fuser sets the rest."""
+    starts as the detector's and may be replaced (by the tracks'); a fuser sets the rest.
+    `reused`: no model ran on the frame (no motion); it takes its source's last results."""
 
     frame: Frame
     results: dict[str, Any]
@@ -25,6 +26,7 @@ class Fused:
     tracks: TrackedDetections | None = None
     depth: DepthMap | None = None
     distance: npt.NDArray[np.float32] | None = field(default=None)
+    reused: bool = False
 
 
 class Fuser(Protocol):

@@ -11,13 +11,21 @@ from pathlib import Path
 
 from visionrt.backends import Backend, BackendOptions
 from visionrt.errors import ConfigError
-from visionrt.fuse import DepthFuser, DepthSmoother, Fuser, TrackFuser, make_tracker
+from visionrt.fuse import (
+    DepthFuser,
+    DepthSmoother,
+    Fuser,
+    ReuseFuser,
+    TrackFuser,
+    make_tracker,
+)
 from visionrt.pipeline.audit import planned_audit
 from visionrt.pipeline.degrade import Change, Degrader, build_ladder
 from visionrt.pipeline.options import DepthOptions, PipelineOptions
 from visionrt.pipeline.variants import degrade_variants
 from visionrt.plans import plan_depth
 from visionrt.postprocess import PostprocessOptions
+from visionrt.preprocess.motion import MotionGate
 from visionrt.sources import Source
 from visionrt.tasks import DetectTask, TiledDetectTask
 from visionrt.tasks.base import Task
@@ -97,11 +105,14 @@ def build_parts(
 
 
 def build_fusers(parts: Parts, options: PipelineOptions) -> list[list[Fuser]]:
-    """Each source's fusion steps, in order: tracking (its detections become the tracks'), then
-    distances from depth on the sources depth runs on."""
+    """Each source's fusion steps, in order: with motion gating, the last results on frames no
+    model ran on; tracking (its detections become the tracks'); then distances from depth on
+    the sources depth runs on."""
     fusers: list[list[Fuser]] = [[] for _ in parts.schedule]
     detector = parts.detector.name
     for steps, lanes in zip(fusers, parts.schedule, strict=True):
+        if options.motion != "off":
+            steps.append(ReuseFuser(detector))
         if options.track:
             tracker = make_tracker(
                 options.tracker,
@@ -185,3 +196,10 @@ def _add_degrade(
     every = options.detect_every
     rungs = build_ladder(every, max(every, options.slo_max_every), options.track, labels)
     parts.degrader = Degrader(options.slo_ms / 1e3, rungs, options.slo_window, on_change=on_degrade)
+
+
+def build_motion(options: PipelineOptions, sources: int) -> list[MotionGate]:
+    """A motion gate per source when `pipeline.motion` is on, else none."""
+    if options.motion == "off":
+        return []
+    return [MotionGate(options.motion_options()) for _ in range(sources)]

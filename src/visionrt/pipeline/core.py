@@ -15,7 +15,7 @@ from visionrt.accuracy.geometry import settle
 from visionrt.backends import Backend, BackendOptions
 from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline.audit import build_auditor, finish_audit, planned_audit
-from visionrt.pipeline.build import build_fusers, build_parts
+from visionrt.pipeline.build import build_fusers, build_motion, build_parts
 from visionrt.pipeline.degrade import Change
 from visionrt.pipeline.flow import Flow
 from visionrt.pipeline.graph import Graph
@@ -287,6 +287,7 @@ class Pipeline:
             self._flow,
             self._fail,
             self.variants,
+            build_motion(self.options, len(self.sources)),
         )
         if self.options.opencv_threads:
             cv2.setNumThreads(self.options.opencv_threads)

@@ -31,6 +31,7 @@ class Item:
     results: dict[str, Any] = field(default_factory=dict)
     waiting: int = 0
     dropped: bool = False
+    reused: bool = False  # no lane ran: it takes its source's last results (motion gating)
 
 
 @dataclass(slots=True)

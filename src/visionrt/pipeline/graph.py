@@ -19,12 +19,14 @@ from visionrt.pipeline.inbox import Inboxes
 from visionrt.pipeline.options import PipelineOptions
 from visionrt.pipeline.ordering import InOrder
 from visionrt.pipeline.schedule import Scheduler
+from visionrt.preprocess.motion import MotionGate
 from visionrt.sources import Source
 from visionrt.tasks.base import Task
 from visionrt.telemetry import Telemetry
 from visionrt.types import Detections, FrameResult
 
 FRESHER = "queue full, newer frame kept"
+MOTION_SKIPPED = "motion: skipped"  # an event per frame that reused its source's last results
 LARGE_BUFFER = 64 * 2**20  # bytes of one frame's input above which a lane keeps few of them
 # A source's counts that are also telemetry events (summary `events`, visionrt_events_total).
 SOURCE_EVENTS = (("reconnects", "source: reconnect"), ("restarts", "source: worker restart"))
@@ -69,7 +71,8 @@ class Graph:
     """Runs the stages for one pass over `sources`: `tasks` (the first the detector) and the
     latency ladder's `variants` each get a lane, numbered in that order; `scheduler` says which
     lanes run on each frame; `fusers[i]` are source i's fusion steps; `class_names` name the
-    detector's classes in results."""
+    detector's classes in results; `motion[i]` measures source i's change for the scheduler
+    (motion gating; none: off)."""
 
     def __init__(
         self,
@@ -85,8 +88,10 @@ class Graph:
         flow: Flow,
         on_error: Callable[[BaseException], None],
         variants: Sequence[Task] = (),
+        motion: Sequence[MotionGate] = (),
     ) -> None:
         self.sources, self.labels, self.named = sources, labels, named
+        self.motion = list(motion)  # one gate per source, or none (motion gating off)
         self.options, self.telemetry, self.flow = options, telemetry, flow
         self.scheduler, self.fusers, self.class_names = scheduler, fusers, tuple(class_names)
         self._on_error = on_error
@@ -217,10 +222,22 @@ class Graph:
         """Prepare a frame for each lane scheduled on it; False when the run is aborting."""
         frame = item.frame
         source_id = frame.source_id
-        decision = self.scheduler.decide(source_id, time.perf_counter() - frame.captured_at)
+        moved, gate = True, self.motion[source_id] if self.motion else None
+        if gate is not None:
+            started = time.perf_counter()
+            moved = gate.moved(frame.image)
+            item.timings["motion"] = seconds = time.perf_counter() - started
+            self.telemetry.record("motion", seconds)
+        age = time.perf_counter() - frame.captured_at
+        decision = self.scheduler.decide(source_id, age, frame.timestamp, moved)
         if decision.dropped:
             self.telemetry.drop("preprocess", decision.dropped, self.labels[source_id])
             return True
+        if gate is not None and decision.full:
+            gate.keep()  # the results of this frame are the ones later frames may reuse
+        if decision.reused:
+            item.reused = True
+            self.telemetry.count(MOTION_SKIPPED, self.labels[source_id])
         # Numbered after the last drop that leaves no trace: the consumer never waits for a gap.
         item.seq = self._next_seq[source_id]
         self._next_seq[source_id] += 1
@@ -318,7 +335,8 @@ class Graph:
         """The frame's task results through its source's fusers, in frame order per source."""
         started = time.perf_counter()
         frame = item.frame
-        fused = Fused(frame, item.results, item.results.get(self.detector, Detections.empty()))
+        detections = item.results.get(self.detector, Detections.empty())
+        fused = Fused(frame, item.results, detections, reused=item.reused)
         for fuser in self.fusers[frame.source_id]:
             fuser.fuse(fused)
         done = time.perf_counter()
@@ -335,6 +353,7 @@ class Graph:
             fused.depth,
             fused.distance,
             fused.tracks,
+            processed=("reused" if item.reused else "full") if self.motion else "",
         )
 
     def _drain(self) -> None:

@@ -9,8 +9,11 @@ from pathlib import Path
 from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError
 from visionrt.fuse.tracking import TRACKERS
+from visionrt.preprocess.motion import MotionOptions
 from visionrt.preprocess.tile import TileOptions
 from visionrt.tasks.depth import MAX_SHORT_SIDE
+
+MOTION_MODES = ("off", "skip")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,14 @@ class PipelineOptions:
     tile_overlap: float = 0.2
     tile_full_frame: bool = True
     tile_merge: float = 0.5
+    # Fixed cameras: `motion` "skip" measures each frame's change since the frame the models last
+    # ran on (pixels differing by `motion_threshold` grey levels on a small grey copy); a frame
+    # under `motion_min_area` of the frame reuses that frame's results, but the models run again
+    # at least every `motion_refresh` seconds of video (something that appeared without motion).
+    motion: str = "off"
+    motion_threshold: int = 25
+    motion_min_area: float = 0.002
+    motion_refresh: float = 2.0
     # The live accuracy audit: the FP32 reference `audit_reference` (an ONNX detector; "": the
     # plan's source model) runs on a share `audit` of each source's frames (None: 0.02 when a
     # reference is known and the run is not the reference itself, else off) in a low-priority
@@ -71,6 +82,9 @@ class PipelineOptions:
     audit_reference: str = ""
     audit_min_fidelity: float | None = None
     audit_window: int = 30
+
+    def motion_options(self) -> MotionOptions:
+        return MotionOptions(self.motion_threshold, self.motion_min_area)
 
     def tiling(self) -> TileOptions:
         return TileOptions(self.tile, self.tile_overlap, self.tile_full_frame, self.tile_merge)
@@ -128,6 +142,16 @@ class PipelineOptions:
             )
         if self.audit_window < 1:
             raise ConfigError(f"pipeline.audit_window: expected >= 1, got {self.audit_window}")
+        if self.motion not in MOTION_MODES:
+            raise ConfigError(
+                f"pipeline.motion (--motion): expected off or skip, got '{self.motion}'"
+                + (" (regions is not built yet: issue #19)" if self.motion == "regions" else "")
+            )
+        self.motion_options()  # its own checks
+        if not 0 < self.motion_refresh <= 3600:
+            raise ConfigError(
+                f"pipeline.motion_refresh: expected 0 to 3600 seconds, got {self.motion_refresh:g}"
+            )
         if self.opencv_threads < 0:
             raise ConfigError(f"pipeline.opencv_threads: expected >= 0, got {self.opencv_threads}")
 
