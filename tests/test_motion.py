@@ -105,6 +105,8 @@ def test_a_still_scene_reuses_results_and_accounts_for_every_frame(
     assert processed == ["full", "reused"] * 4 + ["full"]  # refreshed every 2 s of video
     assert len(calls) == 5
     assert summary.events["motion: skipped"] == 4
+    assert summary.motion["reused"] == 4
+    assert summary.motion["share"] == pytest.approx(4 / 9, abs=1e-4)
     for result in results:  # reused frames carry the last frame's boxes, tracked as one object
         # The model's box (cx 32, cy 32, 20×10 in its 64×64 input) in the 640×480 frame.
         np.testing.assert_allclose(result.detections.xyxy, [[220, 190, 420, 290]], atol=1e-3)
@@ -119,3 +121,16 @@ def test_gating_off_writes_what_it_always_did(small_video: Path, tiny_model: Pat
     pipeline.close()
     assert all(r.processed == "" and "processed" not in r.to_json() for r in results)
     assert "motion" not in pipeline.summary().stages
+    assert pipeline.summary().motion == {}
+
+
+def test_gating_composes_with_detect_every_n() -> None:
+    # Moving frames follow detect-every-2 (detector, then tracking alone); a still frame
+    # reuses the last results whichever of the two it would have been.
+    options = PipelineOptions(track=True, detect_every=2, motion="skip", motion_refresh=10.0)
+    scheduler = Scheduler([[0]], options, [False])
+    moves = [True, True, True, False, False, True, True]
+    decisions = [scheduler.decide(0, 0.0, t / 10, moved) for t, moved in enumerate(moves)]
+    assert [d.lanes for d in decisions] == [(0,), (), (0,), (), (), (), (0,)]
+    assert [d.reused for d in decisions] == [False, False, False, True, True, False, False]
+    assert [d.full for d in decisions] == [True, False, True, False, False, False, True]

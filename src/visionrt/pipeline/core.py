@@ -18,7 +18,7 @@ from visionrt.pipeline.audit import build_auditor, finish_audit, planned_audit
 from visionrt.pipeline.build import build_fusers, build_motion, build_parts
 from visionrt.pipeline.degrade import Change
 from visionrt.pipeline.flow import Flow
-from visionrt.pipeline.graph import Graph
+from visionrt.pipeline.graph import MOTION_SKIPPED, Graph
 from visionrt.pipeline.options import DepthOptions, PipelineOptions
 from visionrt.pipeline.output import SinkThread
 from visionrt.pipeline.schedule import Scheduler
@@ -239,6 +239,16 @@ class Pipeline:
             summary.slo = self.degrader.report()
         if self.auditor is not None:
             summary.audit = self.auditor.report()
+        if self.options.motion != "off":
+            reused = summary.events.get(MOTION_SKIPPED, 0)
+            summary.motion = {
+                "mode": self.options.motion,
+                "threshold": self.options.motion_threshold,
+                "min_area": self.options.motion_min_area,
+                "refresh": self.options.motion_refresh,
+                "reused": reused,
+                "share": round(reused / summary.frames_out, 4) if summary.frames_out else 0.0,
+            }
         summary.notes = list(self.notes)
         summary.interrupted = self._interrupted
         errors = [str(e) for e in self._errors[:1] if not isinstance(e, KeyboardInterrupt)]

@@ -64,6 +64,15 @@ def print_summary(summary: RunSummary, console: Console | None = None) -> None:
         console.print(f"  {event}: {count}")
     for line in audit_lines(summary.audit):
         console.print(line, markup=False, highlight=False)
+    if summary.motion:
+        motion = summary.motion
+        console.print(
+            f"motion: {motion['reused']} of {summary.frames_out} frames reused their source's"
+            f" last results ({motion['share']:.0%}; min_area {motion['min_area']:g}, refresh"
+            f" {motion['refresh']:g} s)",
+            markup=False,
+            highlight=False,
+        )
     if len(summary.sources) > 1:
         console.print(source_table(summary))
     for source in summary.sources:

@@ -88,6 +88,9 @@ class RunSummary:
     # The live accuracy audit, when one ran: rate, reference, budget, per source the frames
     # sampled, audited and skipped and the fidelity found, and the events.
     audit: dict[str, Any] = field(default_factory=dict)
+    # Motion gating, when on: its settings, and the frames that reused their source's last
+    # results (count and share of the frames out).
+    motion: dict[str, Any] = field(default_factory=dict)
     # What the run says about its configuration: the plan it used or set aside and why, the
     # parts of a flag it could not honour with that plan.
     notes: list[str] = field(default_factory=list)
