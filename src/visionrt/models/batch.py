@@ -9,6 +9,7 @@ import numpy as np
 
 from visionrt.errors import ConfigError, ModelLoadError
 from visionrt.models.reshape import constant_tensors
+from visionrt.models.spec import graph_inputs, load_onnx, save_checked
 
 BATCH_AXIS = "batch"  # the name of the dynamic batch axis in a rewritten model
 # Nodes whose outputs describe a tensor rather than hold its rows: they may drop the batch axis.
@@ -205,13 +206,9 @@ def rebatch_onnx(src: Path, dst: Path, batch: int | None = None) -> Path:
     src, dst = Path(src), Path(dst)
     if batch is not None and batch < 1:
         raise ConfigError(f"batch: expected >= 1 or None (any batch), got {batch}")
-    try:
-        model = onnx.load(str(src))
-    except Exception as err:
-        raise ModelLoadError(f"{src} is not a readable ONNX model ({err})") from err
+    model = load_onnx(src)
     graph = model.graph
-    initializers = {init.name for init in graph.initializer}
-    inputs = [i for i in graph.input if i.name not in initializers]
+    inputs = graph_inputs(model)
     if len(inputs) != 1:
         raise ModelLoadError(f"{src}: expected one image input, got {len(inputs)}")
     _batch_dims(inputs, "input", src)
@@ -264,16 +261,4 @@ def rebatch_onnx(src: Path, dst: Path, batch: int | None = None) -> Path:
     model.doc_string = (model.doc_string + "\n" if model.doc_string else "") + (
         f"batch rewritten by visionrt: {'; '.join(fixed) or 'nothing hard-coded it'}"
     )
-    try:
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
-        onnx.checker.check_model(model)
-    except Exception as err:
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ModelLoadError(
-            f"{src} rewritten for any batch fails ONNX checks: {first_line}"
-        ) from err
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    onnx.save(model, str(tmp))
-    tmp.replace(dst)  # atomic: a concurrent reader never sees half a file
-    return dst
+    return save_checked(model, dst, f"{src} rewritten for any batch fails ONNX checks")

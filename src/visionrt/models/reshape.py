@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from visionrt.errors import ConfigError, ModelLoadError
+from visionrt.models.spec import graph_inputs, load_onnx, save_checked
 from visionrt.types import DEFAULT_STRIDES, anchor_count
 
 
@@ -94,19 +95,14 @@ def reshape_detector_onnx(src: Path, height: int, width: int, dst: Path) -> Path
     replaced. Returns `dst`. Raises ConfigError for sizes that are not multiples of 32 and
     ModelLoadError for a model or constant this does not understand.
     """
-    import onnx
     from onnx import numpy_helper
 
     src, dst = Path(src), Path(dst)
     if height < 32 or width < 32 or height % 32 or width % 32:
         raise ConfigError(f"input size: expected multiples of 32, got {height}x{width}")
-    try:
-        model = onnx.load(str(src))
-    except Exception as err:
-        raise ModelLoadError(f"{src} is not a readable ONNX model ({err})") from err
+    model = load_onnx(src)
     graph = model.graph
-    initializers = {init.name for init in graph.initializer}
-    inputs = [i for i in graph.input if i.name not in initializers]
+    inputs = graph_inputs(model)
     if len(inputs) != 1 or len(inputs[0].type.tensor_type.shape.dim) != 4:
         raise ModelLoadError(f"{src}: expected one image input shaped [B, 3, H, W]")
     dims = inputs[0].type.tensor_type.shape.dim
@@ -167,15 +163,5 @@ def reshape_detector_onnx(src: Path, height: int, width: int, dst: Path) -> Path
     for prop in model.metadata_props:
         if prop.key == "imgsz":
             prop.value = str([height, width])
-    try:
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
-        onnx.checker.check_model(model)
-    except Exception as err:
-        raise ModelLoadError(
-            f"{src} reshaped to {height}x{width} fails ONNX shape inference: {err}"
-        ) from err
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    onnx.save(model, str(tmp))
-    tmp.replace(dst)  # atomic: a concurrent reader never sees half a file
-    return dst
+    failed = f"{src} reshaped to {height}x{width} fails ONNX shape inference"
+    return save_checked(model, dst, failed)

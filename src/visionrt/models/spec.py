@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from visionrt.errors import ModelLoadError
 from visionrt.types import BackendInfo
@@ -161,16 +162,12 @@ def read_model_spec(path: str | Path) -> ModelSpec:
         )
     if path.stat().st_size == 0:
         raise ModelLoadError(f"{path} is empty (0 bytes): not an ONNX model")
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as err:
-        raise ModelLoadError(f"{path} is not a readable ONNX model ({err})") from err
+    model = load_onnx(path, external_data=False)
     # Protobuf parses many byte strings as an empty message: no graph means not a model.
     if not model.HasField("graph") or not (model.graph.node or model.graph.input):
         raise ModelLoadError(f"{path} is not an ONNX model (no graph in it)")
     graph = model.graph
-    initializers = {init.name for init in graph.initializer}
-    inputs = [i for i in graph.input if i.name not in initializers]
+    inputs = graph_inputs(model)
     if len(inputs) != 1:
         raise ModelLoadError(f"{path}: expected one image input, got {len(inputs)} inputs")
     if len(graph.output) < 1:
@@ -224,3 +221,38 @@ def _read_ir_metadata(path: Path) -> dict[str, str]:
 def is_architecture_only(path: str | Path) -> bool:
     """True when the model says it has random weights (`architecture_only=true` metadata)."""
     return model_metadata(path).get("architecture_only", "").lower() == "true"
+
+
+def load_onnx(path: Path, external_data: bool = True) -> Any:
+    """The ONNX model at `path`, or a one-line ModelLoadError."""
+    import onnx
+
+    try:
+        return onnx.load(str(path), load_external_data=external_data)
+    except Exception as err:
+        raise ModelLoadError(f"{path} is not a readable ONNX model ({err})") from err
+
+
+def graph_inputs(model: Any) -> list[Any]:
+    """A model's real inputs: its graph inputs that are not initializers (constants)."""
+    initializers = {init.name for init in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in initializers]
+
+
+def save_checked(model: Any, dst: Path, failed: str) -> Path:
+    """Write a rewritten `model` to `dst` once ONNX shape inference and the checker accept it
+    (a ModelLoadError, `failed` then the first line of why, when not); atomic: a concurrent
+    reader never sees half a file. Returns `dst`."""
+    import onnx
+
+    try:
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        onnx.checker.check_model(model)
+    except Exception as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ModelLoadError(f"{failed}: {first_line}") from err
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    onnx.save(model, str(tmp))
+    tmp.replace(dst)
+    return dst
