@@ -16,9 +16,9 @@ import psutil
 from visionrt.pipeline import Pipeline
 from visionrt.sinks import Sink
 
-# Which thread does which stages: inference workers decode their own results, the caller's
-# thread joins and fuses frames, the sink thread writes them.
-THREADS = {"decode": ("decode",), "preprocess": ("preprocess",),
+# Which thread does which stages: the preprocess thread also measures motion, inference workers
+# decode their own results, the caller's thread joins and fuses frames, the sink thread writes.
+THREADS = {"decode": ("decode",), "preprocess": ("motion", "preprocess"),
            "infer": ("infer", "postprocess"), "fuse": ("fuse",), "sink": ("sink",)}  # fmt: skip
 # Overhead-bound: inference is mostly idle while two or more host threads are each busy this
 # share of the time — small work per frame, contended for (the GIL, queues, wake-ups), rather than
