@@ -7,7 +7,7 @@ of the boxes each frame got (reused or not) against the FP32 reference run on ev
 (`fidelity.detections_over`, ONNX Runtime), the issue's budget being 0.95.
 
 Usage: .venv/bin/python scripts/bench_motion.py [--runs 2] [--frames 300]
-       [--clips vtest,Megamind,tree] [--min-area 0.002,0.01,0.03]
+       [--clips vtest,Megamind,tree] [--min-area 0.002,0.01,0.03] [--refresh 2] [--json FILE]
 """
 
 from __future__ import annotations
@@ -65,12 +65,16 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=300)
     parser.add_argument("--clips", default="vtest,Megamind,tree")
     parser.add_argument("--min-area", default="0.002,0.01,0.03")
+    parser.add_argument("--refresh", default="2", help="motion_refresh values (seconds)")
     parser.add_argument("--json", type=Path, default=ROOT / "docs" / "results" / "motion.json")
     args = parser.parse_args()
     configs = {"plan": []}
+    refreshes = args.refresh.split(",")
     for area in args.min_area.split(","):
-        configs[f"skip, min_area {area}"] = ["--motion", "skip", "--set",
-                                            f"pipeline.motion_min_area={area}"]  # fmt: skip
+        for refresh in refreshes:
+            name = f"skip, min_area {area}" + (f", refresh {refresh}" if len(refreshes) > 1 else "")
+            configs[name] = ["--motion", "skip", "--set", f"pipeline.motion_min_area={area}",
+                             "--set", f"pipeline.motion_refresh={refresh}"]  # fmt: skip
     model = demo_model_path()
     table: dict[str, Any] = {"cpu": cpu_model(), "frames": args.frames, "clips": {}}
     for clip in args.clips.split(","):
