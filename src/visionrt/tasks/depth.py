@@ -174,8 +174,8 @@ class DepthTask:
         self.nonfinite = 0
         self.recomputed = 0
         self._events: dict[str, int] = {}
-        # Its own lock: `_lock` is held while the FP32 backend loads (seconds), and decode on
-        # the consumer must not wait for that.
+        # Its own lock: `_lock` is held while the FP32 backend loads (seconds), and the other
+        # workers' decode must not wait for that.
         self._events_lock = threading.Lock()
 
     def _check_is_depth(
