@@ -5,7 +5,7 @@ history (tracks, a smoothed depth map) without locks."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -25,7 +25,7 @@ class Fused:
     detections: Detections
     tracks: TrackedDetections | None = None
     depth: DepthMap | None = None
-    distance: npt.NDArray[np.float32] | None = field(default=None)
+    distance: npt.NDArray[np.float32] | None = None
     reused: bool = False
 
 

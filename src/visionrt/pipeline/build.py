@@ -110,6 +110,7 @@ def build_fusers(parts: Parts, options: PipelineOptions) -> list[list[Fuser]]:
     the sources depth runs on."""
     fusers: list[list[Fuser]] = [[] for _ in parts.schedule]
     detector = parts.detector.name
+    smoothing = parts.depth.smoothing if parts.depth is not None else 0.0
     for steps, lanes in zip(fusers, parts.schedule, strict=True):
         if options.motion != "off":
             steps.append(ReuseFuser(detector))
@@ -124,7 +125,6 @@ def build_fusers(parts: Parts, options: PipelineOptions) -> list[list[Fuser]]:
             )
             steps.append(TrackFuser(tracker, detector))
         for index in lanes[1:]:
-            smoothing = parts.depth.smoothing if parts.depth is not None else 0.0
             smoother = DepthSmoother(smoothing) if smoothing else None
             steps.append(DepthFuser(parts.tasks[index].name, smoother))
     return fusers
