@@ -67,8 +67,8 @@ def test_motion_options_are_checked() -> None:
         PipelineOptions(motion="skip", motion_threshold=0)
     with pytest.raises(ConfigError, match="motion_min_area: expected a share"):
         PipelineOptions(motion_min_area=1.5)
-    with pytest.raises(ConfigError, match="regions is not built yet"):
-        PipelineOptions(motion="regions")
+    with pytest.raises(ConfigError, match="expected off, skip or regions, got 'roi'"):
+        PipelineOptions(motion="roi")
     with pytest.raises(ConfigError, match="motion_refresh: expected 0 to 3600"):
         PipelineOptions(motion_refresh=0)
 

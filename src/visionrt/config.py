@@ -35,6 +35,9 @@ class OutputOptions:
     # localhost unless the user opens it up on purpose.
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
+    # With motion gating, the annotated video also shows where the frame moved and the windows
+    # the detector ran on (thin, under the detections): to see what gating did, not for viewers.
+    draw_regions: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.metrics_port <= 65535:

@@ -226,9 +226,15 @@ class FrameResult:
     depth: DepthMap | None = None
     distance: npt.NDArray[np.float32] | None = None
     tracks: TrackedDetections | None = None
-    # With motion gating: "full" (the models ran on it) or "reused" (its source's last
-    # results, no motion since); "" without gating.
+    # With motion gating: "full" (the models ran on it), "regions: K" (the detector ran on K
+    # windows around motion and known objects) or "reused" (its source's last results, no
+    # motion since); "" without gating.
     processed: str = ""
+    # With motion gating: the boxes that moved since the frame the models last ran on, and the
+    # windows the detector ran on in regions mode ((K, 4) int32 x1, y1, x2, y2 in source
+    # pixels; None when not measured or the whole frame ran).
+    motion_boxes: npt.NDArray[np.int32] | None = None
+    regions: npt.NDArray[np.int32] | None = None
 
     def to_json(self) -> dict[str, Any]:
         det = self.detections

@@ -35,6 +35,7 @@ def make_sinks(config: RunConfig, pipeline: Pipeline) -> list[Sink]:
                     config.output.codec,
                     source_id=i,
                     preset=config.output.preset,
+                    draw_regions=config.output.draw_regions,
                 )
             )
     if config.output.mot:

@@ -16,8 +16,9 @@ from visionrt.config import RunConfig, given_options, load_config
 from visionrt.errors import ConfigError, SourceError
 from visionrt.models import demo_model_path
 from visionrt.paths import DEMO_VIDEO
-from visionrt.plans import PlanRequest, PlanUse, use_depth_plan, use_plan
+from visionrt.plans import PlanRequest, PlanUse, use_depth_plan, use_gating, use_plan
 from visionrt.plans.resolve import CHOICES, layered
+from visionrt.plans.store import PIPELINE_KEY
 from visionrt.sources.naming import split_name
 from visionrt.sources.registry import LIVE_KINDS, source_kind
 
@@ -172,14 +173,36 @@ def configure_with_plan(
         live=_live(own),
     )
     use = _with_geometry(use_plan(request, plan), own)
-    cfg = own
+    cfg, gating_note = own, ""
     if use.sections is not None:
-        cfg = load_config(config, overrides, values, base=use.sections)
+        cfg, gating_note = _with_gating(use, given, config, overrides, values)
         cfg = replace(cfg, model=str(use.sections["model"]))
     cfg, depth_note = _with_depth_plan(cfg, given.get("depth") or {})
     cfg = _with_audit(cfg, use)
-    notes = "\n".join(n for n in (use.note, depth_note) if n)
+    notes = "\n".join(n for n in (use.note, gating_note, depth_note) if n)
     return with_defaults(cfg), notes, use
+
+
+def _with_gating(
+    use: PlanUse,
+    given: dict[str, Any],
+    config: Path | None,
+    overrides: list[str] | None,
+    values: dict[str, Any],
+) -> tuple[RunConfig, str]:
+    """The user's settings over the plan's sections, and over the plan's motion gating unless
+    the user chose the mode (`plans.use_gating`); a gating section that does not compose with
+    the user's options is set aside with the reason, never an error."""
+    assert use.sections is not None
+    gating = use_gating(use.plan, given.get(PIPELINE_KEY) or {})
+    if not gating.section:
+        return load_config(config, overrides, values, base=use.sections), gating.note
+    try:
+        layers = {**use.sections, PIPELINE_KEY: gating.section}
+        return load_config(config, overrides, values, base=layers), gating.note
+    except ConfigError as err:
+        cfg = load_config(config, overrides, values, base=use.sections)
+        return cfg, f"plan's motion gating set aside: {err}"
 
 
 def _with_geometry(use: PlanUse, own: RunConfig) -> PlanUse:

@@ -25,6 +25,7 @@ from visionrt.plans import machine_fingerprint, plan_path
 from visionrt.sinks.base import check_writable
 from visionrt.tune import Limits, Plan, cached_plan, tune
 from visionrt.tune.batch import BatchPoint
+from visionrt.tune.motion import MotionOutcome
 from visionrt.tune.search import INTERRUPTED, SearchResult, Trial
 
 Opt = typer.Option
@@ -83,6 +84,42 @@ def results_table(search: SearchResult, title: str) -> Table:
     return table
 
 
+def motion_table(outcome: MotionOutcome, title: str) -> Table:
+    """Each gating mode against the chosen configuration alone, on the same frames."""
+    table = Table(title=f"{title} · {outcome.frames} frames, median of the runs")
+    for column in ("mode", "FPS", "× off", "fidelity", "reused"):
+        table.add_column(column, justify="left" if column == "mode" else "right")
+    table.add_column("status")
+    base = next((r.combined().fps for r in outcome.results if r.mode.name == "off"), 0.0)
+    for result in outcome.results:
+        figures = result.combined()
+        ran = not result.error and figures.fps > 0
+        status = "chosen" if result.mode.name == outcome.chosen else f"out: {result.why_out}"
+        share = figures.motion.get("share")
+        table.add_row(
+            result.mode.name,
+            f"{figures.fps:.1f}" if ran else "",
+            f"{figures.fps / base:.2f}×" if ran and base else "",
+            f"{figures.fidelity:.3f}" if ran else "",
+            f"{share:.0%}" if ran and share is not None else "",
+            f"[bold green]{status}[/]" if status == "chosen" else status,
+        )
+    return table
+
+
+def motion_line(outcome: MotionOutcome) -> str:
+    """One line: the gating the plan keeps, or why none."""
+    if outcome.skipped:
+        return f"motion gating: off ({outcome.skipped})"
+    if outcome.chosen == "off":
+        return "motion gating: off (no mode paid within the budget here; `run --motion` can ask)"
+    chosen = next(r for r in outcome.results if r.mode.name == outcome.chosen).combined()
+    return (
+        f"motion gating: {outcome.chosen}, {chosen.fps:.1f} FPS at fidelity"
+        f" {chosen.fidelity:.3f}: a plain `visionrt run` gates (`--motion off` does not)"
+    )
+
+
 def tune_command(
     sources: Annotated[
         list[str] | None,
@@ -127,6 +164,15 @@ def tune_command(
     min_delta1: Annotated[
         float, Opt(help="With --depth: least depth δ<1.25 against FP32 (after alignment).")
     ] = 0.95,
+    motion: Annotated[
+        bool,
+        Opt(
+            "--motion/--no-motion",
+            help="Then measure motion gating (off, skip, regions) with the chosen configuration"
+            " on the same frames, and keep in the plan the fastest mode within the fidelity"
+            " budget that is ≥ 5% faster than none.",
+        ),
+    ] = True,
 ) -> None:
     """Search backends × precisions × input sizes × request settings on your video (and the
     batch, when the best runs on an NVIDIA GPU), within an accuracy budget, and cache the best
@@ -154,7 +200,8 @@ def tune_command(
             plan, path = cached
             err.print(f"plan {path.name}: {plan.summary_line()} (cached; `visionrt tune` to redo)")
         else:
-            _tune_detector(video, model_path, limits, err, stop, report, plan_out, json_out)
+            outputs = (report, plan_out, json_out)
+            _tune_detector(video, model_path, limits, err, stop, outputs, motion)
             if len(videos) > 1:
                 _prove_others(model_path, videos, err)
         if depth is not None and limits_for_depth is not None:
@@ -217,10 +264,10 @@ def _tune_detector(
     limits: Limits,
     err: Console,
     stop: threading.Event,
-    report: Path | None,
-    plan_out: Path | None,
-    json_out: bool,
+    outputs: tuple[Path | None, Path | None, bool],
+    motion: bool,
 ) -> None:
+    report, plan_out, json_out = outputs
     with err.status("tuning") as status:
 
         def show(trial: Trial, frames: int) -> None:
@@ -234,6 +281,10 @@ def _tune_detector(
             err.print(f"  batch {point.batch}: {verdict}")
             status.update(f"tuning: batch {point.batch} done")
 
+        def show_motion(line: str) -> None:
+            err.print(f"  {line}", markup=False, highlight=False)
+            status.update(f"tuning: {line.split(':')[0]}")
+
         outcome = tune(
             video,
             model_path,
@@ -242,6 +293,8 @@ def _tune_detector(
             progress=False,
             on_batch=show_batch,
             stop=stop,
+            motion=motion,
+            on_motion=show_motion,
         )
     search = outcome.search
     title = (
@@ -249,7 +302,10 @@ def _tune_detector(
         f"{' (budget reached)' if search.out_of_time else ''}"
     )
     # Piped or logged, rich would fold the table to 80 columns.
-    Console(width=None if sys.stdout.isatty() else 150).print(results_table(search, title))
+    out = Console(width=None if sys.stdout.isatty() else 150)
+    out.print(results_table(search, title))
+    if outcome.motion is not None and outcome.motion.results:
+        out.print(motion_table(outcome.motion, f"motion gating · {Path(video).name}"))
     if report is not None:
         points = [
             ReportPoint(
@@ -273,6 +329,8 @@ def _tune_detector(
         )
     if outcome.batch is not None:
         err.print(f"batch: {outcome.batch.best or 1} ({outcome.batch.stopped})")
+    if outcome.motion is not None:
+        err.print(motion_line(outcome.motion), markup=False, highlight=False)
     _finish(outcome.plan, outcome.path, plan_out, err)
     if json_out:
         print(json.dumps({"plan": str(outcome.path), **outcome.plan.tuned}, default=str))

@@ -6,7 +6,7 @@ from visionrt.fuse.base import Fused, Fuser
 from visionrt.fuse.bytetrack import Tracker
 from visionrt.fuse.depth import DepthFuser, DepthSmoother, box_distance
 from visionrt.fuse.ocsort import OcSortTracker
-from visionrt.fuse.reuse import ReuseFuser
+from visionrt.fuse.reuse import ReuseFuser, SeenFuser
 from visionrt.fuse.tracking import TRACKERS, TrackFuser, make_tracker
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "Fuser",
     "OcSortTracker",
     "ReuseFuser",
+    "SeenFuser",
     "TrackFuser",
     "Tracker",
     "box_distance",

@@ -18,7 +18,8 @@ from visionrt.types import DepthMap, Detections, Frame, TrackedDetections
 class Fused:
     """A frame on its way to a FrameResult: `results` by task name, as decoded; `detections`
     starts as the detector's and may be replaced (by the tracks'); a fuser sets the rest.
-    `reused`: no model ran on the frame (no motion); it takes its source's last results."""
+    `reused`: no model ran on the frame (no motion); it takes its source's last results.
+    `windows`: the detector ran on these windows of it only ((K, 4) x1, y1, x2, y2; regions)."""
 
     frame: Frame
     results: dict[str, Any]
@@ -27,6 +28,7 @@ class Fused:
     depth: DepthMap | None = None
     distance: npt.NDArray[np.float32] | None = None
     reused: bool = False
+    windows: npt.NDArray[np.int32] | None = None
 
 
 class Fuser(Protocol):

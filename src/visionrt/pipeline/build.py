@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from visionrt.backends import Backend, BackendOptions
@@ -16,19 +17,24 @@ from visionrt.fuse import (
     DepthSmoother,
     Fuser,
     ReuseFuser,
+    SeenFuser,
     TrackFuser,
     make_tracker,
 )
 from visionrt.pipeline.audit import planned_audit
 from visionrt.pipeline.degrade import Change, Degrader, build_ladder
+from visionrt.pipeline.gating import Gating
 from visionrt.pipeline.options import DepthOptions, PipelineOptions
 from visionrt.pipeline.variants import degrade_variants
 from visionrt.plans import plan_depth
 from visionrt.postprocess import PostprocessOptions
 from visionrt.preprocess.motion import MotionGate
+from visionrt.preprocess.regions import RegionPlanner
 from visionrt.sources import Source
 from visionrt.tasks import DetectTask, TiledDetectTask
 from visionrt.tasks.base import Task
+from visionrt.tasks.regions import RegionDetectTask
+from visionrt.telemetry import Telemetry
 
 TRACK_LOW = 0.1  # ByteTrack's low-score floor
 log = logging.getLogger("visionrt")
@@ -50,9 +56,16 @@ class Parts:
     variants: list[Task] = field(default_factory=list)
     degrader: Degrader | None = None
     notes: list[str] = field(default_factory=list)
+    regions: RegionDetectTask | None = None  # motion regions' detector, and where it looks
+    planner: RegionPlanner | None = None
+
+    @property
+    def extra(self) -> list[Task]:
+        """The detectors besides the tasks: the ladder's variants, the region detector."""
+        return [*self.variants, *([self.regions] if self.regions is not None else [])]
 
     def close(self) -> None:
-        for task in [*self.tasks, *self.variants]:
+        for task in [*self.tasks, *self.extra]:
             task.close()
 
 
@@ -98,6 +111,8 @@ def build_parts(
         if options.slo_ms:
             live = any(s.live for s in sources)
             _add_degrade(parts, model, backend, backend_options, options, live, on_degrade)
+        if options.motion == "regions":
+            _add_regions(parts, model, backend, backend_options, options, len(sources))
     except BaseException:
         parts.close()
         raise
@@ -106,12 +121,12 @@ def build_parts(
 
 def build_fusers(parts: Parts, options: PipelineOptions) -> list[list[Fuser]]:
     """Each source's fusion steps, in order: with motion gating, the last results on frames no
-    model ran on; tracking (its detections become the tracks'); then distances from depth on
-    the sources depth runs on."""
+    model ran on; tracking (its detections become the tracks'); distances from depth on the
+    sources depth runs on; in regions mode, the boxes delivered, for the next frames' windows."""
     fusers: list[list[Fuser]] = [[] for _ in parts.schedule]
     detector = parts.detector.name
     smoothing = parts.depth.smoothing if parts.depth is not None else 0.0
-    for steps, lanes in zip(fusers, parts.schedule, strict=True):
+    for source_id, (steps, lanes) in enumerate(zip(fusers, parts.schedule, strict=True)):
         if options.motion != "off":
             steps.append(ReuseFuser(detector))
         if options.track:
@@ -127,6 +142,8 @@ def build_fusers(parts: Parts, options: PipelineOptions) -> list[list[Fuser]]:
         for index in lanes[1:]:
             smoother = DepthSmoother(smoothing) if smoothing else None
             steps.append(DepthFuser(parts.tasks[index].name, smoother))
+        if parts.planner is not None:
+            steps.append(SeenFuser(partial(parts.planner.remember, source_id)))
     return fusers
 
 
@@ -198,8 +215,36 @@ def _add_degrade(
     parts.degrader = Degrader(options.slo_ms / 1e3, rungs, options.slo_window, on_change=on_degrade)
 
 
-def build_motion(options: PipelineOptions, sources: int) -> list[MotionGate]:
-    """A motion gate per source when `pipeline.motion` is on, else none."""
+def _add_regions(
+    parts: Parts,
+    model: str | Path,
+    backend: str | Backend,
+    backend_options: BackendOptions | None,
+    options: PipelineOptions,
+    sources: int,
+) -> None:
+    """The region detector (`pipeline.motion_region_model`, or the run's model resized) and the
+    planner of its windows."""
+    if not isinstance(backend, str):
+        raise ConfigError("--motion regions: needs a backend name, not a loaded Backend")
+    side = options.motion_region
+    planner = RegionPlanner(sources, side, parts.detector.input_hw)
+    parts.regions = RegionDetectTask(
+        options.motion_region_model or model,
+        backend,
+        backend_options,
+        parts.postprocess,
+        side,
+        planner.max_windows,
+    )
+    parts.planner = planner
+
+
+def build_gating(parts: Parts, options: PipelineOptions, telemetry: Telemetry) -> Gating | None:
+    """Motion gating's per-frame work when `pipeline.motion` is on, else None."""
     if options.motion == "off":
-        return []
-    return [MotionGate(options.motion_options()) for _ in range(sources)]
+        return None
+    height, width = parts.detector.input_hw
+    gates = [MotionGate(options.motion_options()) for _ in parts.schedule]
+    side = options.motion_region
+    return Gating(gates, telemetry, height * width, parts.planner, side * side)

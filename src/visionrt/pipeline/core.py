@@ -15,10 +15,16 @@ from visionrt.accuracy.geometry import settle
 from visionrt.backends import Backend, BackendOptions
 from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline.audit import build_auditor, finish_audit, planned_audit
-from visionrt.pipeline.build import build_fusers, build_motion, build_parts
+from visionrt.pipeline.build import build_fusers, build_gating, build_parts
 from visionrt.pipeline.degrade import Change
 from visionrt.pipeline.flow import Flow
-from visionrt.pipeline.graph import MOTION_SKIPPED, Graph
+from visionrt.pipeline.gating import (
+    MOTION_PIXELS,
+    MOTION_REGIONS,
+    MOTION_SKIPPED,
+    MOTION_WINDOWS,
+)
+from visionrt.pipeline.graph import Graph
 from visionrt.pipeline.options import DepthOptions, PipelineOptions
 from visionrt.pipeline.output import SinkThread
 from visionrt.pipeline.schedule import Scheduler
@@ -127,7 +133,7 @@ class Pipeline:
         self.notes.extend(notes)
         if self.auditor is not None:
             self.telemetry.add_figures(self.auditor.figures)
-        for task in [*self.tasks, *self.variants]:
+        for task in [*self.tasks, *parts.extra]:
             task.warm_up(self.options.warmup)
 
     def _degraded(self, change: Change) -> None:
@@ -240,15 +246,7 @@ class Pipeline:
         if self.auditor is not None:
             summary.audit = self.auditor.report()
         if self.options.motion != "off":
-            reused = summary.events.get(MOTION_SKIPPED, 0)
-            summary.motion = {
-                "mode": self.options.motion,
-                "threshold": self.options.motion_threshold,
-                "min_area": self.options.motion_min_area,
-                "refresh": self.options.motion_refresh,
-                "reused": reused,
-                "share": round(reused / summary.frames_out, 4) if summary.frames_out else 0.0,
-            }
+            summary.motion = self._motion_summary(summary)
         summary.notes = list(self.notes)
         summary.interrupted = self._interrupted
         errors = [str(e) for e in self._errors[:1] if not isinstance(e, KeyboardInterrupt)]
@@ -256,6 +254,31 @@ class Pipeline:
         summary.error = "; ".join(dict.fromkeys(errors))
         summary.outputs = list(getattr(self, "_outputs", []))
         return summary
+
+    def _motion_summary(self, summary: RunSummary) -> dict[str, Any]:
+        """Motion gating's settings and what it left the detector: frames reused, frames run on
+        windows (and windows per such frame), detector input pixels against every frame whole."""
+        events, out = summary.events, summary.frames_out
+        reused, regions = events.get(MOTION_SKIPPED, 0), events.get(MOTION_REGIONS, 0)
+        height, width = self.input_hw
+        motion: dict[str, Any] = {
+            "mode": self.options.motion,
+            "threshold": self.options.motion_threshold,
+            "min_area": self.options.motion_min_area,
+            "refresh": self.options.motion_refresh,
+            "reused": reused,
+            "share": round(reused / out, 4) if out else 0.0,
+            "pixel_share": (
+                round(events.get(MOTION_PIXELS, 0) / (out * height * width), 4) if out else 0.0
+            ),
+        }
+        if self.options.motion == "regions":
+            motion["region"] = self.options.motion_region
+            motion["regions"] = regions
+            motion["windows_per_region_frame"] = (
+                round(events.get(MOTION_WINDOWS, 0) / regions, 3) if regions else 0.0
+            )
+        return motion
 
     def close(self) -> None:
         """Release sources and (when it loaded it) the backend; safe to call twice."""
@@ -269,7 +292,7 @@ class Pipeline:
                 # thread is a daemon and lets go of it when its read times out.
                 continue
             source.close()
-        for task in [*self.tasks, *self.variants]:
+        for task in [*self.tasks, *self.parts.extra]:
             task.close()
         if self.auditor is not None:
             self.auditor.close()
@@ -283,6 +306,7 @@ class Pipeline:
             [source.live for source in self.sources],
             self.degrader,
             range(first_variant, first_variant + len(self.variants)),
+            first_variant + len(self.variants) if self.parts.regions is not None else -1,
         )
         graph = self._graph = Graph(
             self.sources,
@@ -297,7 +321,8 @@ class Pipeline:
             self._flow,
             self._fail,
             self.variants,
-            build_motion(self.options, len(self.sources)),
+            build_gating(self.parts, self.options, self.telemetry),
+            self.parts.regions,
         )
         if self.options.opencv_threads:
             cv2.setNumThreads(self.options.opencv_threads)

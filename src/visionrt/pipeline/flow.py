@@ -32,6 +32,8 @@ class Item:
     waiting: int = 0
     dropped: bool = False
     reused: bool = False  # no lane ran: it takes its source's last results (motion gating)
+    motion_boxes: Any = None  # where it moved since the models last ran (regions mode)
+    windows: Any = None  # the windows its detector ran on (regions mode), None: whole
 
 
 @dataclass(slots=True)

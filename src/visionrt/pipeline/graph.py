@@ -15,18 +15,17 @@ from typing import Any
 from visionrt.errors import StageError, VisionRTError
 from visionrt.fuse import Fused, Fuser
 from visionrt.pipeline.flow import END, Flow, Item, Job, lower_priority
+from visionrt.pipeline.gating import Gating, processed
 from visionrt.pipeline.inbox import Inboxes
 from visionrt.pipeline.options import PipelineOptions
 from visionrt.pipeline.ordering import InOrder
 from visionrt.pipeline.schedule import Scheduler
-from visionrt.preprocess.motion import MotionGate
 from visionrt.sources import Source
 from visionrt.tasks.base import Task
 from visionrt.telemetry import Telemetry
 from visionrt.types import Detections, FrameResult
 
 FRESHER = "queue full, newer frame kept"
-MOTION_SKIPPED = "motion: skipped"  # an event per frame that reused its source's last results
 LARGE_BUFFER = 64 * 2**20  # bytes of one frame's input above which a lane keeps few of them
 # A source's counts that are also telemetry events (summary `events`, visionrt_events_total).
 SOURCE_EVENTS = (("reconnects", "source: reconnect"), ("restarts", "source: worker restart"))
@@ -71,8 +70,8 @@ class Graph:
     """Runs the stages for one pass over `sources`: `tasks` (the first the detector) and the
     latency ladder's `variants` each get a lane, numbered in that order; `scheduler` says which
     lanes run on each frame; `fusers[i]` are source i's fusion steps; `class_names` name the
-    detector's classes in results; `motion[i]` measures source i's change for the scheduler
-    (motion gating; none: off)."""
+    detector's classes in results; `gating` measures each frame's motion for the scheduler
+    (None: off) and `regions` is the region detector its windows run on (regions mode)."""
 
     def __init__(
         self,
@@ -88,10 +87,11 @@ class Graph:
         flow: Flow,
         on_error: Callable[[BaseException], None],
         variants: Sequence[Task] = (),
-        motion: Sequence[MotionGate] = (),
+        gating: Gating | None = None,
+        regions: Task | None = None,
     ) -> None:
         self.sources, self.labels, self.named = sources, labels, named
-        self.motion = list(motion)  # one gate per source, or none (motion gating off)
+        self.gating = gating
         self.options, self.telemetry, self.flow = options, telemetry, flow
         self.scheduler, self.fusers, self.class_names = scheduler, fusers, tuple(class_names)
         self._on_error = on_error
@@ -103,6 +103,10 @@ class Graph:
             Lane(len(tasks) + j, t, any_live, options, flow, prefix=f"variant{j + 1}_")
             for j, t in enumerate(variants)
         ]
+        self.region_lane = -1
+        if regions is not None:
+            self.region_lane = len(self.lanes)
+            self.lanes.append(Lane(self.region_lane, regions, any_live, options, flow, "region_"))
         self.detector = tasks[0].name
         self.decoded: Inboxes[Item] = Inboxes(
             1 if any_live else options.queue_size, flow.aborting, flow.readers_overdue
@@ -222,22 +226,15 @@ class Graph:
         """Prepare a frame for each lane scheduled on it; False when the run is aborting."""
         frame = item.frame
         source_id = frame.source_id
-        moved, gate = True, self.motion[source_id] if self.motion else None
-        if gate is not None:
-            started = time.perf_counter()
-            moved = gate.moved(frame.image)
-            item.timings["motion"] = seconds = time.perf_counter() - started
-            self.telemetry.record("motion", seconds)
+        label = self.labels[source_id]
+        moved, regions = self.gating.measure(item) if self.gating else (True, None)
         age = time.perf_counter() - frame.captured_at
-        decision = self.scheduler.decide(source_id, age, frame.timestamp, moved)
+        decision = self.scheduler.decide(source_id, age, frame.timestamp, moved, regions)
         if decision.dropped:
-            self.telemetry.drop("preprocess", decision.dropped, self.labels[source_id])
+            self.telemetry.drop("preprocess", decision.dropped, label)
             return True
-        if gate is not None and decision.full:
-            gate.keep()  # the results of this frame are the ones later frames may reuse
-        if decision.reused:
-            item.reused = True
-            self.telemetry.count(MOTION_SKIPPED, self.labels[source_id])
+        if self.gating is not None:
+            self.gating.decided(item, decision, label)
         # Numbered after the last drop that leaves no trace: the consumer never waits for a gap.
         item.seq = self._next_seq[source_id]
         self._next_seq[source_id] += 1
@@ -249,7 +246,12 @@ class Graph:
             slot = self.flow.get(lane.free)
             if slot is END:
                 return False
-            geometry = lane.task.prepare(frame.image, lane.buffers[slot], lane.geometry[slot])
+            if lane.index == self.region_lane:
+                geometry = lane.task.prepare_windows(  # type: ignore[attr-defined]
+                    frame.image, lane.buffers[slot], decision.windows
+                )
+            else:
+                geometry = lane.task.prepare(frame.image, lane.buffers[slot], lane.geometry[slot])
             lane.geometry[slot] = geometry
             seconds = time.perf_counter() - started
             item.timings[lane.stage["preprocess"]] = seconds
@@ -336,7 +338,7 @@ class Graph:
         started = time.perf_counter()
         frame = item.frame
         detections = item.results.get(self.detector, Detections.empty())
-        fused = Fused(frame, item.results, detections, reused=item.reused)
+        fused = Fused(frame, item.results, detections, reused=item.reused, windows=item.windows)
         for fuser in self.fusers[frame.source_id]:
             fuser.fuse(fused)
         done = time.perf_counter()
@@ -353,7 +355,9 @@ class Graph:
             fused.depth,
             fused.distance,
             fused.tracks,
-            processed=("reused" if item.reused else "full") if self.motion else "",
+            processed=processed(item) if self.gating else "",
+            motion_boxes=item.motion_boxes,
+            regions=item.windows,
         )
 
     def _drain(self) -> None:

@@ -13,7 +13,7 @@ from visionrt.preprocess.motion import MotionOptions
 from visionrt.preprocess.tile import TileOptions
 from visionrt.tasks.depth import MAX_SHORT_SIDE
 
-MOTION_MODES = ("off", "skip")
+MOTION_MODES = ("off", "skip", "regions")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +73,12 @@ class PipelineOptions:
     motion_threshold: int = 25
     motion_min_area: float = 0.002
     motion_refresh: float = 2.0
+    # Regions mode: on a frame that moved, the detector runs on square windows of
+    # `motion_region` source pixels around the motion and around the objects last seen, at an
+    # input of that size: `motion_region_model` (an artifact made at that size, e.g. by `visionrt
+    # export --imgsz 320x320`; "": the run's model resized, which needs an ONNX model).
+    motion_region: int = 320
+    motion_region_model: str = ""
     # The live accuracy audit: the FP32 reference `audit_reference` (an ONNX detector; "": the
     # plan's source model) runs on a share `audit` of each source's frames (None: 0.02 when a
     # reference is known and the run is not the reference itself, else off) in a low-priority
@@ -144,8 +150,17 @@ class PipelineOptions:
             raise ConfigError(f"pipeline.audit_window: expected >= 1, got {self.audit_window}")
         if self.motion not in MOTION_MODES:
             raise ConfigError(
-                f"pipeline.motion (--motion): expected off or skip, got '{self.motion}'"
-                + (" (regions is not built yet: issue #19)" if self.motion == "regions" else "")
+                f"pipeline.motion (--motion): expected off, skip or regions, got '{self.motion}'"
+            )
+        if self.motion == "regions" and self.tile:
+            raise ConfigError(
+                "--motion regions: tiling (--tile) already cuts each frame into windows; use"
+                " --motion skip with it"
+            )
+        if not 64 <= self.motion_region <= 4096 or self.motion_region % 32:
+            raise ConfigError(
+                "pipeline.motion_region: expected a multiple of 32 from 64 to 4096 pixels, got"
+                f" {self.motion_region}"
             )
         self.motion_options()  # its own checks
         if not 0 < self.motion_refresh <= 3600:

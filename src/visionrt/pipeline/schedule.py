@@ -1,12 +1,13 @@
 """Which lanes (tasks) run on each frame, or why the frame is dropped: live staleness, the
 latency ladder's frame thinning and detector variants, detect-every-N with tracking, and motion
-gating (an unchanged frame reuses the last results). One home for these rules; the graph only
-carries out what `Scheduler.decide` says."""
+gating (an unchanged frame reuses the last results; a moving one may run the detector on regions
+only). One home for these rules; the graph only carries out what `Scheduler.decide` says."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from visionrt.pipeline.degrade import Degrader
 from visionrt.pipeline.options import PipelineOptions
@@ -17,18 +18,26 @@ class Decision:
     """`lanes` to run on the frame (the first being its detector, unless tracking alone covers
     it); `dropped` says why the frame goes no further ("": it goes on, maybe with no lanes);
     `reused`: no lane runs, the frame takes its source's last results (no motion); `full`: the
-    detector runs on it."""
+    detector runs on the whole frame; `windows`: it runs on these windows of it instead (its
+    lane the region detector's; (K, 4) x1, y1, x2, y2 source pixels)."""
 
     lanes: tuple[int, ...] = ()
     dropped: str = ""
     reused: bool = False
     full: bool = False
+    windows: Any = None
+
+    @property
+    def detected(self) -> bool:
+        """The detector runs on the frame, whole or on windows."""
+        return self.full or self.windows is not None
 
 
 class Scheduler:
     """`schedule[i]` lists the lanes run on source i's frames, its first the detector;
-    `variants[j]` is the lane of the latency ladder's detector variant j + 1. Call `decide` once
-    per frame, in order per source, from one thread; `observe` each delivered frame's latency."""
+    `variants[j]` is the lane of the latency ladder's detector variant j + 1; `region_lane` the
+    region detector's (motion regions). Call `decide` once per frame, in order per source, from
+    one thread; `observe` each delivered frame's latency."""
 
     def __init__(
         self,
@@ -37,6 +46,7 @@ class Scheduler:
         live: Sequence[bool],
         degrader: Degrader | None = None,
         variants: Sequence[int] = (),
+        region_lane: int = -1,
     ) -> None:
         self.schedule = [tuple(lanes) for lanes in schedule]
         self.live = list(live)
@@ -44,20 +54,26 @@ class Scheduler:
         self.detect_every, self.track = options.detect_every, options.track
         self.motion, self.refresh = options.motion, options.motion_refresh
         self.degrader = degrader
-        self.variants = tuple(variants)
+        self.variants, self.region_lane = tuple(variants), region_lane
         # Frames of each source until the detector runs again (detect-every-N), and frames
         # since the last kept one (the ladder's frame thinning without tracking).
         self._until_detect = [0] * len(self.schedule)
         self._skipped = [0] * len(self.schedule)
-        # The video time of each source's last frame the models ran on (motion gating).
-        self._ran_at: list[float | None] = [None] * len(self.schedule)
+        # The video time of each source's last frame the detector ran on whole (motion gating).
+        self._full_at: list[float | None] = [None] * len(self.schedule)
 
     def decide(
-        self, source_id: int, age: float, timestamp: float = 0.0, moved: bool = True
+        self,
+        source_id: int,
+        age: float,
+        timestamp: float = 0.0,
+        moved: bool = True,
+        regions: Callable[[], Any] | None = None,
     ) -> Decision:
         """The lanes for source `source_id`'s next frame, captured `age` seconds ago at
         `timestamp` seconds of its video; `moved`: it changed since the frame the models last
-        ran on (motion gating; always True without it)."""
+        ran on (motion gating; always True without it); `regions()`: the windows to run the
+        detector on instead of the whole frame, or None (regions mode)."""
         if self.live[source_id] and age > self.stale_after:
             return Decision(dropped=f"older than {self.stale_after}s")
         rung = self.degrader.rung if self.degrader is not None else None
@@ -66,7 +82,8 @@ class Scheduler:
             self._skipped[source_id] = (self._skipped[source_id] + 1) % every
             if self._skipped[source_id]:
                 return Decision(dropped=f"slo: 1 frame in {every}")
-        if self.motion == "skip" and self._reusable(source_id, timestamp, moved):
+        refresh = self.motion != "off" and self._refresh_due(source_id, timestamp)
+        if self.motion != "off" and not refresh and not moved:
             return Decision(reused=True)
         lanes = self.schedule[source_id]
         if rung is not None and rung.variant:
@@ -76,14 +93,18 @@ class Scheduler:
                 self._until_detect[source_id] -= 1
                 return Decision(lanes[1:])
             self._until_detect[source_id] = every - 1
-        self._ran_at[source_id] = timestamp
+        if self.motion == "regions" and not refresh and regions is not None:
+            windows = regions()
+            if windows is not None:
+                return Decision((self.region_lane, *lanes[1:]), windows=windows)
+        self._full_at[source_id] = timestamp
         return Decision(lanes, full=True)
 
-    def _reusable(self, source_id: int, timestamp: float, moved: bool) -> bool:
-        """No motion since the models last ran, within the refresh interval of video time (a
-        timestamp going back, a looped file or a restarted stream, refreshes)."""
-        last = self._ran_at[source_id]
-        return not moved and last is not None and 0 <= timestamp - last < self.refresh
+    def _refresh_due(self, source_id: int, timestamp: float) -> bool:
+        """The detector has not run on a whole frame of the source within the refresh interval
+        of video time (a timestamp going back, a looped file or a restarted stream, counts)."""
+        last = self._full_at[source_id]
+        return last is None or not 0 <= timestamp - last < self.refresh
 
     def observe(self, latency: float) -> None:
         """A frame was delivered `latency` seconds after capture (the ladder's input)."""

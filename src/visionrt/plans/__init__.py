@@ -1,6 +1,8 @@
 """Plans: the configuration `tune` chose for a model on this machine, cached, and how a run takes
-it (model file, backend and inference settings, resolved before anything loads)."""
+it (model file, backend and inference settings, resolved before anything loads; the motion
+gating tune found to pay)."""
 
+from visionrt.plans.gating import GatingUse, use_gating
 from visionrt.plans.resolve import (
     PlanRequest,
     PlanUse,
@@ -23,6 +25,7 @@ from visionrt.plans.store import (
 )
 
 __all__ = [
+    "GatingUse",
     "Plan",
     "PlanRequest",
     "PlanUse",
@@ -38,5 +41,6 @@ __all__ = [
     "plan_model_sha256",
     "plan_path",
     "use_depth_plan",
+    "use_gating",
     "use_plan",
 ]

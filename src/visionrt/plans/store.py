@@ -27,6 +27,9 @@ RUN_KEYS = ("model", "backend", "inference")
 # A plan's optional `live:` section: the inference settings that win for live sources (lowest
 # latency), layered over `inference` when a run is live; the rest is the throughput winner.
 LIVE_KEY = "live"
+# A plan's optional `pipeline:` section: the pipeline options `tune` learnt pay on the video
+# (motion gating), layered under the run's own (`plans.gating`).
+PIPELINE_KEY = "pipeline"
 
 
 def _version(package: str) -> str:
@@ -62,7 +65,8 @@ def default_root() -> Path:
 @dataclass(slots=True)
 class Plan:
     """`run` holds the config sections a run needs (model, backend, inference, and optionally
-    `live`: inference settings for live sources); `tuned` what was measured (fps, latency,
+    `live`: inference settings for live sources, and `pipeline`: the motion gating that pays on
+    the tune video); `tuned` what was measured (fps, latency,
     fidelity, the reference's figures, the video), on what, and for which model
     (`source_sha256`, `source_model`) with which artifact (`artifact`: its batch, "any" or 1)."""
 
@@ -131,7 +135,7 @@ class Plan:
         if not isinstance(data, dict) or "backend" not in data or "model" not in data:
             raise ConfigError(f"plan {path}: expected a visionrt plan (model, backend, inference)")
         tuned = data.pop("tuned", {}) or {}
-        unknown = sorted(set(data) - {*RUN_KEYS, LIVE_KEY})
+        unknown = sorted(set(data) - {*RUN_KEYS, LIVE_KEY, PIPELINE_KEY})
         if unknown:
             raise ConfigError(f"plan {path}: unknown section '{unknown[0]}'")
         return cls(run=data, tuned=tuned if isinstance(tuned, dict) else {})

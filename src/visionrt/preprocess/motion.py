@@ -1,13 +1,14 @@
 """Motion on a fixed camera: how much of a frame changed since the frame the models last ran on,
-measured on a small blurred grey copy (about 0.3 ms for a 768×576 frame), so that unchanged
-frames can reuse the last results (`pipeline.motion: skip`).
+and where, measured on a small blurred grey copy (about 0.3 ms for a 768×576 frame), so that
+unchanged frames can reuse the last results (`pipeline.motion: skip`) and moving ones can run
+the detector only around what moved (`regions`).
 
 Frame differencing against that reference, not against the previous frame: an object that moves
 a pixel a frame still adds up to a change, and the results reused are those of the reference."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
@@ -18,6 +19,20 @@ from visionrt.errors import ConfigError
 WIDTH = 160  # pixels across the grey copy: a person in a corridor camera is still 5-10 wide
 BLUR = (5, 5)  # sensor noise and compression blocks are smaller than this; people are not
 OPEN = np.ones((3, 3), np.uint8)  # isolated changed pixels left after the threshold go
+# Changed areas closer than this (grey-copy pixels, ~5 % of the width) are one box: a walking
+# person's difference splits into limbs, head and the place they left.
+DILATE = np.ones((9, 9), np.uint8)
+NO_BOXES = np.zeros((0, 4), np.int32)
+
+
+@dataclass(frozen=True, slots=True)
+class Motion:
+    """One frame's change since the reference: `share` of the frame, and `boxes` around the
+    changed areas ((K, 4) int32 x1, y1, x2, y2 in source pixels; all of the frame when there is
+    no reference)."""
+
+    share: float
+    boxes: npt.NDArray[np.int32] = field(default_factory=lambda: NO_BOXES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +57,9 @@ class MotionOptions:
 
 
 class MotionGate:
-    """One source's motion: `changed(image)` is the share of the frame that differs from the
-    reference (1.0 when there is none, or the frame size changed); `keep()` makes the frame just
-    measured the reference (the models ran on it). Not thread-safe: one per source, on one
-    thread."""
+    """One source's motion: `measure(image)` is the change since the reference (all of the frame
+    when there is none, or the frame size changed); `keep()` makes the frame just measured the
+    reference (the models ran on it). Not thread-safe: one per source, on one thread."""
 
     def __init__(self, options: MotionOptions) -> None:
         self.options = options
@@ -53,7 +67,8 @@ class MotionGate:
         self._last: npt.NDArray[np.uint8] | None = None
         self._source_hw: tuple[int, int] | None = None
 
-    def changed(self, image: npt.NDArray[np.uint8]) -> float:
+    def measure(self, image: npt.NDArray[np.uint8], boxes: bool = False) -> Motion:
+        """The change of `image` since the reference; with `boxes`, where it changed."""
         hw = (int(image.shape[0]), int(image.shape[1]))
         if hw != self._source_hw:  # a new stream size: the old reference means nothing
             self._source_hw, self._reference = hw, None
@@ -62,14 +77,36 @@ class MotionGate:
         grey = small if small.ndim == 2 else cv2.cvtColor(small, cv2.COLOR_BGR2GRAY)
         self._last = cv2.GaussianBlur(grey, BLUR, 0)
         if self._reference is None:
-            return 1.0
+            return Motion(1.0, np.array([[0, 0, hw[1], hw[0]]], np.int32))
         diff = cv2.absdiff(self._last, self._reference)
         _, mask = cv2.threshold(diff, self.options.threshold - 1, 255, cv2.THRESH_BINARY)
         mask = cv2.morphologyEx(mask, cv2.MORPH_OPEN, OPEN)
-        return cv2.countNonZero(mask) / mask.size
+        share = cv2.countNonZero(mask) / mask.size
+        if not boxes or share == 0:
+            return Motion(share)
+        return Motion(share, _boxes(mask, hw))
+
+    def changed(self, image: npt.NDArray[np.uint8]) -> float:
+        """The share of the frame that differs from the reference."""
+        return self.measure(image).share
 
     def moved(self, image: npt.NDArray[np.uint8]) -> bool:
         return self.changed(image) >= self.options.min_area
 
     def keep(self) -> None:
         self._reference = self._last
+
+
+def _boxes(mask: npt.NDArray[np.uint8], source_hw: tuple[int, int]) -> npt.NDArray[np.int32]:
+    """Boxes around the changed areas of a grey-copy `mask`, in source pixels (rounded out)."""
+    grown = cv2.dilate(mask, DILATE)
+    count, _, stats, _ = cv2.connectedComponentsWithStats(grown, connectivity=8)
+    if count <= 1:
+        return NO_BOXES
+    x, y, w, h = (stats[1:, i].astype(np.float64) for i in range(4))  # label 0: unchanged
+    sy, sx = source_hw[0] / mask.shape[0], source_hw[1] / mask.shape[1]
+    boxes = np.stack(
+        [np.floor(x * sx), np.floor(y * sy), np.ceil((x + w) * sx), np.ceil((y + h) * sy)], 1
+    )
+    limit = [source_hw[1], source_hw[0]] * 2
+    return np.clip(boxes, 0, limit).astype(np.int32)

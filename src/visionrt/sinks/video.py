@@ -1,5 +1,5 @@
-"""Annotated video: boxes, class names, scores, track ids and distances drawn on each frame,
-encoded by PyAV (H.264)."""
+"""Annotated video: boxes, class names, scores, track ids and distances drawn on each frame (and,
+asked for, motion gating's moved boxes and detector windows), encoded by PyAV (H.264)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ from visionrt.sinks.base import Sink, check_writable, finalize, partial_path
 from visionrt.types import Detections, FrameResult
 
 _PALETTE = ((56, 56, 255), (151, 157, 255), (31, 112, 255), (29, 178, 255), (49, 210, 207))
+# BGR, away from the palette's reds and yellows: where the frame moved, and where the detector ran.
+MOTION_COLOR = (0, 200, 0)
+REGION_COLOR = (255, 160, 0)
 
 
 def annotate(
@@ -26,11 +29,18 @@ def annotate(
     track_ids: npt.NDArray[np.int64] | None = None,
     predicted: npt.NDArray[np.bool_] | None = None,
     distance: npt.NDArray[np.float32] | None = None,
+    motion_boxes: npt.NDArray[np.int32] | None = None,
+    regions: npt.NDArray[np.int32] | None = None,
 ) -> npt.NDArray[np.uint8]:
     """A copy of `image` with each detection's box and label drawn on it: '#id name score
     distance'. With tracks, a box's colour follows its id and predicted boxes (the detector did
-    not see them this frame) are drawn thin; a NaN distance is left out."""
+    not see them this frame) are drawn thin; a NaN distance is left out. `motion_boxes` and
+    `regions` ((K, 4) x1, y1, x2, y2 source pixels: what moved, the windows the detector ran on)
+    are drawn first, one pixel wide, in MOTION_COLOR and REGION_COLOR."""
     canvas = image.copy()
+    for boxes, color in ((regions, REGION_COLOR), (motion_boxes, MOTION_COLOR)):
+        for x1, y1, x2, y2 in boxes.tolist() if boxes is not None else ():
+            cv2.rectangle(canvas, (x1, y1), (x2, y2), color, 1)
     for i, ((x1, y1, x2, y2), score, cls) in enumerate(
         zip(detections.xyxy.astype(int), detections.confidence, detections.class_id, strict=True)
     ):
@@ -65,7 +75,8 @@ def _label(canvas: npt.NDArray[np.uint8], text: str, x: int, y: int, color: Any)
 
 
 class VideoSink(Sink):
-    """One MP4 (of one source when `source_id` is set), named `<stem>.partial.mp4` until closed."""
+    """One MP4 (of one source when `source_id` is set), named `<stem>.partial.mp4` until closed;
+    `draw_regions` adds motion gating's moved boxes and detector windows (`annotate`)."""
 
     def __init__(
         self,
@@ -74,11 +85,13 @@ class VideoSink(Sink):
         codec: str = "libx264",
         source_id: int | None = None,
         preset: str = "veryfast",
+        draw_regions: bool = False,
     ) -> None:
         import av
 
         self.path = Path(path)
         self.source_id = source_id
+        self.draw_regions = draw_regions  # motion gating's boxes and windows too
         try:  # an unknown codec fails here, before any frame is processed
             av.codec.Codec(codec, "w")
         except (av.FFmpegError, ValueError) as err:
@@ -132,6 +145,8 @@ class VideoSink(Sink):
             tracks.track_id if tracks is not None else None,
             tracks.predicted if tracks is not None else None,
             result.distance,
+            result.motion_boxes if self.draw_regions else None,
+            result.regions if self.draw_regions else None,
         )
         if self._stream is None:
             self._start(*image.shape[:2])

@@ -15,7 +15,7 @@ import numpy.typing as npt
 from visionrt.backends import Backend, BackendOptions
 from visionrt.errors import ConfigError
 from visionrt.models import SELF_DESCRIBING, read_model_spec
-from visionrt.postprocess import PostprocessOptions
+from visionrt.postprocess import HeadLayout, PostprocessOptions
 from visionrt.postprocess.tiles import cut_sides, merge_tiles, seen_better
 from visionrt.postprocess.yolo import decode_one
 from visionrt.preprocess.tile import TileGrid, TileOptions, fill_tiles, plan_tiles, tile_count
@@ -182,35 +182,7 @@ class TiledDetectTask:
 
     def decode(self, output: npt.NDArray[np.float32], grid: TileGrid) -> Detections:
         """One frame's row outputs → Detections in source pixels, merged across tiles."""
-        parts, tiles, sides = [], [], []
-        tiled = len(grid) - 1 if grid.full_frame else len(grid)
-        margin = EDGE_MARGIN / grid.letterboxes[0].scale
-        for row, window in enumerate(grid.windows):
-            found = decode_one(output[row], self.head, grid.letterboxes[row], self.postprocess)
-            xyxy = found.xyxy + window[[0, 1, 0, 1]].astype(np.float32)
-            parts.append(Detections(xyxy, found.confidence, found.class_id))
-            tiles.append(np.full(len(found), row, np.intp))
-            if row < tiled:
-                sides.append(cut_sides(xyxy, window, grid.source_hw, margin))
-            else:  # the full frame cuts nothing
-                sides.append(np.zeros((len(found), 4), np.bool_))
-        every = Detections(
-            np.concatenate([p.xyxy for p in parts]),
-            np.concatenate([p.confidence for p in parts]),
-            np.concatenate([p.class_id for p in parts]),
-        )
-        tile_id, cut = np.concatenate(tiles), np.concatenate(sides)
-        # Only tiles judge a partial view: the full frame sees small objects too coarsely.
-        spurious = seen_better(every.xyxy, cut, tile_id, grid.windows[:tiled], margin)
-        return merge_tiles(
-            every,
-            tile_id,
-            cut.any(axis=1),
-            self.tiling.merge_threshold,
-            self.postprocess.max_det,
-            self.postprocess.agnostic,
-            spurious,
-        )
+        return decode_grid(output, grid, self.head, self.postprocess, self.tiling.merge_threshold)
 
     def drain_events(self) -> dict[str, int]:
         """No events of its own."""
@@ -238,3 +210,49 @@ class TiledDetectTask:
 
     def close(self) -> None:
         self.detector.close()
+
+
+def decode_grid(
+    output: npt.NDArray[np.float32],
+    grid: TileGrid,
+    head: HeadLayout,
+    postprocess: PostprocessOptions,
+    merge_threshold: float,
+    drop_cut: bool = False,
+) -> Detections:
+    """One frame's row outputs (one per window of `grid`) → Detections in source pixels, merged
+    across windows (tiles, or motion regions). `drop_cut`: boxes a window edge inside the frame
+    cuts are dropped, not merged (motion regions: windows hold what they are for whole)."""
+    parts, tiles, sides = [], [], []
+    tiled = len(grid) - 1 if grid.full_frame else len(grid)
+    margin = EDGE_MARGIN / grid.letterboxes[0].scale
+    for row, window in enumerate(grid.windows):
+        found = decode_one(output[row], head, grid.letterboxes[row], postprocess)
+        xyxy = found.xyxy + window[[0, 1, 0, 1]].astype(np.float32)
+        parts.append(Detections(xyxy, found.confidence, found.class_id))
+        tiles.append(np.full(len(found), row, np.intp))
+        if row < tiled:
+            sides.append(cut_sides(xyxy, window, grid.source_hw, margin))
+        else:  # the full frame cuts nothing
+            sides.append(np.zeros((len(found), 4), np.bool_))
+    every = Detections(
+        np.concatenate([p.xyxy for p in parts]),
+        np.concatenate([p.confidence for p in parts]),
+        np.concatenate([p.class_id for p in parts]),
+    )
+    tile_id, cut = np.concatenate(tiles), np.concatenate(sides)
+    if drop_cut:
+        whole = ~cut.any(axis=1)
+        every = Detections(every.xyxy[whole], every.confidence[whole], every.class_id[whole])
+        tile_id, cut = tile_id[whole], cut[whole]
+    # Only tiles judge a partial view: the full frame sees small objects too coarsely.
+    spurious = seen_better(every.xyxy, cut, tile_id, grid.windows[:tiled], margin)
+    return merge_tiles(
+        every,
+        tile_id,
+        cut.any(axis=1),
+        merge_threshold,
+        postprocess.max_det,
+        postprocess.agnostic,
+        spurious,
+    )

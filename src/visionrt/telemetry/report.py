@@ -66,10 +66,17 @@ def print_summary(summary: RunSummary, console: Console | None = None) -> None:
         console.print(line, markup=False, highlight=False)
     if summary.motion:
         motion = summary.motion
+        regions = (
+            f", {motion['regions']} ran on {motion['windows_per_region_frame']:g} windows of"
+            f" {motion['region']} px on average"
+            if motion.get("regions")
+            else ""
+        )
         console.print(
             f"motion: {motion['reused']} of {summary.frames_out} frames reused their source's"
-            f" last results ({motion['share']:.0%}; min_area {motion['min_area']:g}, refresh"
-            f" {motion['refresh']:g} s)",
+            f" last results ({motion['share']:.0%}{regions}; the detector ran"
+            f" {motion.get('pixel_share', 1.0):.0%} of every frame's pixels; min_area"
+            f" {motion['min_area']:g}, refresh {motion['refresh']:g} s)",
             markup=False,
             highlight=False,
         )

@@ -1,8 +1,10 @@
 """Tune: search this machine's configurations (backend × precision × size × requests) on the
-user's own video under an accuracy budget, and keep the best as a plan `run` uses by default."""
+user's own video under an accuracy budget, and keep the best as a plan `run` uses by default,
+with the motion gating that pays there."""
 
 from visionrt.plans import Plan, cached_plan, fingerprint_differences, machine_fingerprint
 from visionrt.tune.candidates import Candidate, Machine, aligned_sizes, candidates
+from visionrt.tune.motion import MotionOutcome, tune_motion
 from visionrt.tune.search import Limits, Measurement, successive_halving
 from visionrt.tune.tuner import TuneOutcome, tune
 
@@ -11,6 +13,7 @@ __all__ = [
     "Limits",
     "Machine",
     "Measurement",
+    "MotionOutcome",
     "Plan",
     "TuneOutcome",
     "aligned_sizes",
@@ -20,4 +23,5 @@ __all__ = [
     "machine_fingerprint",
     "successive_halving",
     "tune",
+    "tune_motion",
 ]

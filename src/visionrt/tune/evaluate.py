@@ -4,6 +4,8 @@ the pipeline over the first frames, and score its detections against the FP32 re
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +13,11 @@ from visionrt.backends import BackendOptions
 from visionrt.errors import Interrupted, VisionRTError
 from visionrt.export import export_model
 from visionrt.fidelity import fidelity
-from visionrt.pipeline import Pipeline
+from visionrt.pipeline import Pipeline, PipelineOptions
 from visionrt.plans.resolve import layered
 from visionrt.postprocess import PostprocessOptions
 from visionrt.sources import SourceOptions
+from visionrt.telemetry.stats import RunSummary
 from visionrt.tune.candidates import Candidate
 from visionrt.tune.search import INTERRUPTED, Measurement
 from visionrt.types import Detections
@@ -48,6 +51,9 @@ class VideoEvaluator:
         self.reference: list[Detections] | None = None
         self.artifacts: dict[Candidate, Path] = {}
         self.reports: dict[Candidate, dict[str, Any]] = {}  # each artifact's export report
+        # The reference's detections on every frame of its longest run (gated runs are scored
+        # against every frame: a reused frame's boxes are what the user gets there).
+        self._full_reference: list[Detections] = []
         # Set by a signal handler: the search stops at the next frame, nothing is kept.
         self.stop = threading.Event()
 
@@ -95,8 +101,23 @@ class VideoEvaluator:
         }
 
     def __call__(self, candidate: Candidate, frames: int) -> Measurement:
+        return self._guarded(lambda: self._measure(candidate, frames))
+
+    def gated(self, candidate: Candidate, frames: int, options: PipelineOptions) -> Measurement:
+        """The candidate run under `options` (motion gating), scored on every frame it gave
+        (reused ones included) against the reference's detections on the same frames."""
+        return self._guarded(lambda: self._measure_gated(candidate, frames, options))
+
+    def every_frame_reference(self) -> list[Detections]:
+        """The reference's detections on every frame of its longest run (the search's final
+        round): what a gated run is scored against."""
+        return list(self._full_reference)
+
+    def _guarded(self, measure: Callable[[], Measurement]) -> Measurement:
+        """`measure()`, or a Measurement whose `error` is the failure's first line: a candidate
+        that cannot run is out, not the end of the search."""
         try:
-            return self._measure(candidate, frames)
+            return measure()
         except (Interrupted, KeyboardInterrupt):
             raise
         except (VisionRTError, RuntimeError, MemoryError) as err:
@@ -105,17 +126,20 @@ class VideoEvaluator:
             first = (str(err).splitlines() or [type(err).__name__])[0]
             return Measurement(0.0, 0.0, 0.0, 0.0, 0, error=first)
 
-    def _measure(self, candidate: Candidate, frames: int) -> Measurement:
+    def _run(
+        self, candidate: Candidate, frames: int, options: PipelineOptions | None, keep: int
+    ) -> tuple[RunSummary, list[Detections]]:
+        """Run the candidate's pipeline over the first `frames` frames; its summary and the
+        detections of the first `keep` frames."""
         config = self.run_config(candidate)
-        inference = config["inference"]
-        options = backend_options(inference)
         pipeline = Pipeline(
             [self.video],
             config["model"],
             config["backend"],
-            options,
+            backend_options(config["inference"]),
             PostprocessOptions(conf=self.conf),
             SourceOptions(mode="file", max_frames=frames),
+            options,
             plan=False,  # the candidate itself, never a cached plan
         )
         detections: list[Detections] = []
@@ -123,26 +147,52 @@ class VideoEvaluator:
             for result in pipeline:
                 if self.stop.is_set():
                     raise Interrupted(INTERRUPTED)
-                if len(detections) < self.fidelity_frames:
+                if len(detections) < keep:
                     detections.append(result.detections)
         finally:
             pipeline.close()
-        summary = pipeline.summary()
-        if candidate.reference and self.reference is None:
-            self.reference = detections
+        return pipeline.summary(), detections
+
+    def _measure(self, candidate: Candidate, frames: int) -> Measurement:
+        keep = frames if candidate.reference else self.fidelity_frames
+        summary, detections = self._run(candidate, frames, None, keep)
         if candidate.reference:
-            score = 1.0
-        else:
             if self.reference is None:
-                raise RuntimeError("the reference candidate must be measured first")
-            count = min(len(self.reference), len(detections))
-            score = fidelity(self.reference[:count], detections[:count]).map50
-        stages = summary.stages
-        return Measurement(
-            fps=summary.fps,
-            p50_ms=sum(stages[s]["p50"] for s in LATENCY_STAGES if s in stages),
-            p99_ms=sum(stages[s]["p99"] for s in LATENCY_STAGES if s in stages),
-            fidelity=score,
-            frames=summary.frames_out,
-            stages={name: figures["mean"] for name, figures in stages.items() if figures["mean"]},
-        )
+                self.reference = detections[: self.fidelity_frames]
+            if len(detections) > len(self._full_reference):
+                self._full_reference = detections
+            return _measurement(summary, 1.0)
+        if self.reference is None:
+            raise RuntimeError("the reference candidate must be measured first")
+        count = min(len(self.reference), len(detections))
+        return _measurement(summary, fidelity(self.reference[:count], detections[:count]).map50)
+
+    def _measure_gated(
+        self, candidate: Candidate, frames: int, options: PipelineOptions
+    ) -> Measurement:
+        reference = self._full_reference[:frames]
+        if len(reference) < frames:
+            raise RuntimeError(
+                f"the reference ran {len(self._full_reference)} frames, not {frames}: measure it"
+                " on as many first"
+            )
+        summary, detections = self._run(candidate, frames, options, frames)
+        # Frames in = frames out holds in file mode; a shorter run would be scored on fewer
+        # frames than the budget speaks of.
+        if len(detections) < frames:
+            raise RuntimeError(f"the gated run gave {len(detections)} of {frames} frames")
+        score = fidelity(reference, detections).map50
+        return replace(_measurement(summary, score), motion=dict(summary.motion))
+
+
+def _measurement(summary: RunSummary, score: float) -> Measurement:
+    """A run's summary and fidelity as a Measurement."""
+    stages = summary.stages
+    return Measurement(
+        fps=summary.fps,
+        p50_ms=sum(stages[s]["p50"] for s in LATENCY_STAGES if s in stages),
+        p99_ms=sum(stages[s]["p99"] for s in LATENCY_STAGES if s in stages),
+        fidelity=score,
+        frames=summary.frames_out,
+        stages={name: figures["mean"] for name, figures in stages.items() if figures["mean"]},
+    )

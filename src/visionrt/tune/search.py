@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from visionrt.tune.candidates import Candidate
 
@@ -24,6 +25,8 @@ class Measurement:
     frames: int
     error: str = ""  # set when the candidate could not run; it is then out
     stages: dict[str, float] = field(default_factory=dict)  # mean ms per frame, per stage
+    # With motion gating: the run summary's motion section (frames reused and their share).
+    motion: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,11 +17,12 @@ from visionrt.models import read_model_spec
 from visionrt.paths import file_sha256
 from visionrt.plans import Plan, machine_fingerprint, plan_path
 from visionrt.plans.proof import record, tune_proof
-from visionrt.plans.store import LIVE_KEY
+from visionrt.plans.store import LIVE_KEY, PIPELINE_KEY
 from visionrt.sources import SourceOptions, open_source
 from visionrt.tune.batch import BatchPoint, BatchSearch, batch_throughput, search_batch
 from visionrt.tune.candidates import Candidate, Machine, candidates
 from visionrt.tune.evaluate import VideoEvaluator, backend_options
+from visionrt.tune.motion import MotionOutcome, Say, tune_motion
 from visionrt.tune.search import (
     Evaluate,
     Limits,
@@ -39,6 +41,8 @@ class TuneOutcome:
     path: Path | None
     search: SearchResult
     batch: BatchSearch | None = None  # the GPU batch search, when the chosen plan is on a GPU
+    # Motion gating measured with the chosen configuration (`skipped` says why it was not).
+    motion: MotionOutcome | None = None
 
 
 def this_machine() -> Machine:
@@ -129,11 +133,16 @@ def tune(
     progress: bool = False,
     on_batch: Callable[[BatchPoint], None] | None = None,
     stop: threading.Event | None = None,
+    motion: bool = True,
+    on_motion: Say | None = None,
 ) -> TuneOutcome:
     """Find the best configuration for `model` on `video` within `limits`; save the plan.
+    With `motion`, then learn whether motion gating pays with it on this video (`tune.motion`;
+    `on_motion` hears each step); the plan's `pipeline` section keeps the mode that does.
 
     Setting `stop` (a signal handler does) ends the search at the next frame with `Interrupted`
     and nothing cached."""
+    deadline = time.monotonic() + limits.budget_s
     if model.suffix != ".onnx":
         raise ConfigError(f"tune: expected an ONNX detector, got {model.name}")
     if limits.objective not in ("throughput", "latency"):
@@ -163,12 +172,15 @@ def tune(
     if live is not None:
         search.trials.append(live)
         search.live = live
+    gating = _gating(motion, search, best, evaluator, limits, rounds[-1], deadline, on_motion)
     fingerprint = machine_fingerprint()
     reference = search.reference.last if search.reference and search.reference.runs else None
     measured = best.last
     run = evaluator.run_config(best.candidate)
     if live is not None and not live.why_out:
         run[LIVE_KEY] = {"inference": _differences(best.candidate, live.candidate)}
+    if gating.pipeline_section():
+        run[PIPELINE_KEY] = gating.pipeline_section()
     plan = Plan(
         run=run,
         tuned={
@@ -188,6 +200,7 @@ def tune(
             **({"live": _live_record(live)} if live is not None else {}),
             "search_seconds": round(search.seconds, 1),
             **({"batch_search": batching.to_json()} if batching else {}),
+            "motion": gating.record(),
             "fingerprint": fingerprint,
         },
     )
@@ -201,7 +214,25 @@ def tune(
         ),
     )
     path = plan.save(plan_path(model, fingerprint, plans_root))
-    return TuneOutcome(plan, path, search, batching)
+    return TuneOutcome(plan, path, search, batching, gating)
+
+
+def _gating(
+    asked: bool,
+    search: SearchResult,
+    best: Trial,
+    evaluator: VideoEvaluator,
+    limits: Limits,
+    frames: int,
+    deadline: float,
+    say: Say | None,
+) -> MotionOutcome:
+    """Motion gating measured with the chosen configuration, or why it was not."""
+    if not asked:
+        return MotionOutcome((), skipped="not measured (tune --no-motion)")
+    if search.out_of_time:
+        return MotionOutcome((), skipped="the search's budget was spent")
+    return tune_motion(best.candidate, evaluator, limits, frames, deadline, say)
 
 
 def live_twin(candidate: Candidate) -> Candidate | None:

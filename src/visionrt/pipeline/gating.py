@@ -1,0 +1,82 @@
+"""Motion gating's part of the preprocess stage: each frame's change since the frame the models last
+ran on (for the scheduler), where it moved and which windows the region detector would run on
+(regions mode), and the events that account for it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from visionrt.pipeline.flow import Item
+from visionrt.pipeline.schedule import Decision
+from visionrt.preprocess.motion import MotionGate
+from visionrt.preprocess.regions import RegionPlanner
+from visionrt.telemetry import Telemetry
+
+MOTION_SKIPPED = "motion: skipped"  # an event per frame that reused its source's last results
+MOTION_REGIONS = "motion: regions"  # an event per frame whose detector ran on windows
+MOTION_WINDOWS = "motion: windows"  # those frames' windows
+# The detector input pixels run, whole frames and windows: against frames × a whole frame's,
+# the share of the detector's work that gating left.
+MOTION_PIXELS = "motion: detector pixels"
+
+
+class Gating:
+    """`gates[i]` measures source i's motion; `planner` (regions mode) picks the windows;
+    `full_pixels` and `window_pixels` are a whole frame's and a window's detector input. Used
+    from the preprocess thread only."""
+
+    def __init__(
+        self,
+        gates: Sequence[MotionGate],
+        telemetry: Telemetry,
+        full_pixels: int,
+        planner: RegionPlanner | None = None,
+        window_pixels: int = 0,
+    ) -> None:
+        self.gates, self.telemetry, self.planner = list(gates), telemetry, planner
+        self.full_pixels, self.window_pixels = full_pixels, window_pixels
+
+    def measure(self, item: Item) -> tuple[bool, Callable[[], Any] | None]:
+        """Whether the frame moved, and (regions mode) how to plan its windows when the
+        scheduler asks."""
+        frame = item.frame
+        gate = self.gates[frame.source_id]
+        started = time.perf_counter()
+        motion = gate.measure(frame.image, boxes=self.planner is not None)
+        item.timings["motion"] = seconds = time.perf_counter() - started
+        self.telemetry.record("motion", seconds)
+        moved = motion.share >= gate.options.min_area
+        if self.planner is None:
+            return moved, None
+        item.motion_boxes = motion.boxes
+        planner, source_id, hw = self.planner, frame.source_id, frame.image.shape[:2]
+        return moved, lambda: planner.plan(source_id, motion.boxes, (int(hw[0]), int(hw[1])))
+
+    def decided(self, item: Item, decision: Decision, label: str) -> None:
+        """The scheduler's decision on a frame it kept: count it, and make the frame the
+        reference when the detector runs on all of it."""
+        item.reused, item.windows = decision.reused, decision.windows
+        if decision.reused:
+            self.telemetry.count(MOTION_SKIPPED, label)
+        elif decision.windows is not None:
+            windows = len(decision.windows)
+            self.telemetry.count(MOTION_REGIONS, label)
+            self.telemetry.count(MOTION_WINDOWS, label, windows)
+            self.telemetry.count(MOTION_PIXELS, label, windows * self.window_pixels)
+        elif decision.full:
+            self.telemetry.count(MOTION_PIXELS, label, self.full_pixels)
+        # The reference: the last frame the detector saw whole. A frame seen in windows is not
+        # one: motion then adds up over the frames since that one, so a person walking slowly
+        # (under the threshold from frame to frame) is still looked at, and the boxes carried
+        # over outside the windows are those of a scene that did not change.
+        if decision.full:
+            self.gates[item.frame.source_id].keep()
+
+
+def processed(item: Item) -> str:
+    """How the models saw the frame: reused, on K windows, or whole."""
+    if item.reused:
+        return "reused"
+    return "full" if item.windows is None else f"regions: {len(item.windows)}"

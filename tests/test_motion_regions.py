@@ -1,0 +1,185 @@
+"""Motion regions (`pipeline.motion: regions`): where the frame moved, the windows that cover it
+and the objects last seen, the boxes mapped back to source pixels, the scheduler's choice
+between windows and a whole frame, and a run that accounts for every frame."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from conftest import write_tiny_detector
+
+from visionrt import Pipeline, PipelineOptions
+from visionrt.errors import ConfigError
+from visionrt.pipeline.schedule import Scheduler
+from visionrt.postprocess import PostprocessOptions, detect_layout
+from visionrt.preprocess.motion import MotionGate, MotionOptions
+from visionrt.preprocess.regions import RegionPlanner, cover, region_grid
+from visionrt.tasks.tiled import decode_grid
+
+
+def scene(square_x: int | None = None, size=(480, 640)) -> np.ndarray:
+    image = np.full((*size, 3), 60, np.uint8)
+    image[::40] = 100
+    if square_x is not None:
+        image[200:280, square_x : square_x + 60] = (40, 200, 240)
+    return image
+
+
+def test_motion_boxes_hold_the_old_and_new_place_of_a_moving_square() -> None:
+    gate = MotionGate(MotionOptions())
+    whole = gate.measure(scene(100), boxes=True)
+    assert whole.boxes.tolist() == [[0, 0, 640, 480]]  # no reference: all of it is new
+    gate.keep()
+    assert len(gate.measure(scene(100), boxes=True).boxes) == 0
+    boxes = gate.measure(scene(130), boxes=True).boxes
+    assert len(boxes) == 1
+    x1, y1, x2, y2 = boxes[0]
+    assert x1 <= 100
+    assert x2 >= 190
+    assert y1 <= 200
+    assert y2 >= 280
+    assert x2 - x1 < 160
+    assert y2 - y1 < 140
+    assert gate.measure(scene(130), boxes=False).boxes.shape == (0, 4)  # skip mode: no boxes
+
+
+def test_windows_cover_each_box_whole_and_stay_inside_the_frame() -> None:
+    hw = (480, 640)
+    near = np.array([[100, 100, 150, 200], [200, 120, 260, 210]], np.float32)
+    assert cover(near, hw, 320).tolist() == [[20, 0, 340, 320]]  # one window holds both
+    far = np.array([[10, 10, 60, 60], [560, 400, 630, 470]], np.float32)
+    windows = cover(far, hw, 320)
+    assert sorted(windows.tolist()) == [[0, 0, 320, 320], [320, 160, 640, 480]]  # at the edges
+    big = np.array([[100, 50, 500, 450]], np.float32)
+    assert cover(big, hw, 320).tolist() == [[100, 50, 500, 450]]  # its own size, square
+    assert cover(np.array([[0, 0, 50, 50]], np.float32), (200, 240), 320).tolist() == [
+        [0, 0, 240, 200]  # a frame smaller than a window: the frame
+    ]
+    for boxes in (near, far, big):
+        for box in boxes:
+            held = [
+                w[0] <= box[0] and w[1] <= box[1] and w[2] >= box[2] and w[3] >= box[3]
+                for w in cover(boxes, hw, 320)
+            ]
+            assert any(held)
+
+
+def test_the_planner_looks_around_moving_objects_and_falls_back_to_the_whole_frame() -> None:
+    planner = RegionPlanner(2, 320, (640, 640))  # whole frames cost 4 windows: 3 allowed
+    assert planner.max_windows == 3
+    hw = (640, 640)  # at the whole frame's scale (1:1) a window is 320 source pixels
+    motion = np.array([[100, 100, 150, 200]], np.int32)
+    assert planner.plan(0, motion, hw).tolist() == [[0, 0, 320, 320]]
+    planner.remember(0, np.array([[500, 400, 540, 500]], np.float32))  # standing, away
+    assert planner.plan(0, motion, hw).tolist() == [[0, 0, 320, 320]]  # its box is kept
+    planner.remember(0, np.array([[140, 180, 180, 260]], np.float32))  # the motion touches it
+    windows = planner.plan(0, motion, hw)
+    assert windows.tolist() == [[0, 30, 320, 350]]  # looked at whole, with a margin
+    assert windows[0, 3] >= 260 + 20
+    assert planner.plan(1, motion, hw).tolist() == [[0, 0, 320, 320]]  # per source
+    corners = np.array([[0, 0, 9, 9], [630, 0, 639, 9], [0, 630, 9, 639], [630, 630, 639, 639]])
+    assert planner.plan(1, corners, hw) is None  # 4 windows cost a whole frame: run it
+    assert planner.plan(1, np.zeros((0, 4), np.int32), hw) is None  # moved, nothing known
+    coarse = RegionPlanner(1, 320, (320, 320))  # the whole frame runs at 1:2
+    assert coarse.plan(0, motion, hw).tolist() == [[0, 0, 640, 640]]
+
+
+def test_boxes_found_in_windows_come_back_in_source_pixels() -> None:
+    # Two windows: a 320 one at 1:1 and a 640 one (an object larger than a window) at 1:2.
+    windows = np.array([[100, 50, 420, 370], [700, 100, 1340, 740]], np.int32)
+    grid = region_grid(windows, (1080, 1920), (320, 320))
+    head = detect_layout([1, 6, 8], 2, False, "auto", input_hw=(320, 320))
+    output = np.zeros((2, 6, 8), np.float32)
+    output[0, :, 0] = [160, 160, 40, 80, 0.9, 0]  # cx, cy, w, h, person, car
+    output[1, :, 0] = [100, 200, 20, 40, 0, 0.8]
+    found = decode_grid(output, grid, head, PostprocessOptions(), 0.5)
+    order = np.argsort(-found.confidence)
+    np.testing.assert_allclose(
+        found.xyxy[order], [[240, 170, 280, 250], [880, 460, 920, 540]], atol=1e-3
+    )
+    assert found.class_id[order].tolist() == [0, 1]
+
+
+def test_the_scheduler_runs_windows_between_whole_frames() -> None:
+    options = PipelineOptions(motion="regions", motion_refresh=2.0)
+    scheduler = Scheduler([[0, 1]], options, [False], region_lane=5)
+    window = np.array([[0, 0, 320, 320]])
+    first = scheduler.decide(0, 0.0, 0.0, True, lambda: window)
+    assert first.full
+    assert first.windows is None
+    regions = scheduler.decide(0, 0.0, 0.5, True, lambda: window)
+    assert regions.lanes == (5, 1)
+    assert regions.windows is window
+    assert regions.detected
+    assert not regions.full
+    assert scheduler.decide(0, 0.0, 1.0, False, lambda: window).reused
+    assert scheduler.decide(0, 0.0, 1.5, True, lambda: None).full  # windows cost too much
+    assert scheduler.decide(0, 0.0, 3.0, True, lambda: window).windows is window
+    assert scheduler.decide(0, 0.0, 3.5, True, lambda: window).full  # 2 s since whole
+    skip = Scheduler([[0]], PipelineOptions(motion="skip"), [False])
+    skip.decide(0, 0.0, 0.0, True)
+    assert skip.decide(0, 0.0, 0.5, True, lambda: window).full  # skip mode: no windows
+
+
+def test_region_options_are_checked(tmp_path: Path, tiny_model: Path) -> None:
+    with pytest.raises(ConfigError, match="motion_region: expected a multiple of 32"):
+        PipelineOptions(motion="regions", motion_region=300)
+    with pytest.raises(ConfigError, match=r"tiling .* already cuts"):
+        PipelineOptions(motion="regions", tile=640)
+    cv2.imwrite(str(tmp_path / "a.png"), scene(100))
+    with pytest.raises(ConfigError, match=r"tiny.onnx cannot run at 320x320 .*motion_region_model"):
+        Pipeline(
+            [str(tmp_path / "a.png")], tiny_model, "onnxruntime",
+            options=PipelineOptions(motion="regions"),
+        )  # fmt: skip
+
+
+def test_a_run_detects_in_the_window_that_moved_and_accounts_for_every_frame(
+    tmp_path: Path,
+) -> None:
+    # The whole-frame detector sees nothing; the region detector (a 64-px model) finds its
+    # fixed box in the middle of whatever window it is given.
+    models = tmp_path / "models"
+    models.mkdir()
+    whole = write_tiny_detector(models / "whole.onnx", [(128, 128, 20, 10, 0.0, 0.0)], size=256)
+    region = write_tiny_detector(models / "region.onnx", [(32, 32, 20, 10, 0.9, 0.0)])
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    for i, x in enumerate([100, 130, 130, 130, 160, 130]):  # a frame per second of video
+        cv2.imwrite(str(frames / f"img{i:02d}.png"), scene(x))
+    options = PipelineOptions(
+        warmup=0, motion="regions", motion_region=64, motion_region_model=str(region),
+        motion_refresh=3.0,
+    )  # fmt: skip
+    pipeline = Pipeline([str(frames)], whole, "onnxruntime", options=options)
+    results = list(pipeline)
+    pipeline.close()
+    summary = pipeline.summary()
+    assert (summary.frames_in, summary.frames_out, summary.accounted) == (6, 6, True)
+    # Motion counts from the last whole frame: frame 2 still differs from frame 0; frame 5 is
+    # frame 3 again (the refresh, 3 s after frame 0).
+    processed = ["full", "regions: 1", "regions: 1", "full", "regions: 1", "reused"]
+    assert [r.processed for r in results] == processed
+    moved = results[1]
+    assert moved.regions is not None
+    assert moved.motion_boxes is not None
+    (x1, y1, x2, y2), (mx1, my1, mx2, my2) = moved.regions[0], moved.motion_boxes[0]
+    assert x1 <= mx1
+    assert y1 <= my1
+    assert x2 >= mx2
+    assert y2 >= my2
+    scale = 64 / (x2 - x1)  # the window letterboxed into the 64-px input
+    expected = [x1 + 22 / scale, y1 + 27 / scale, x1 + 42 / scale, y1 + 37 / scale]
+    np.testing.assert_allclose(moved.detections.xyxy, [expected], atol=1e-3)
+    assert len(results[3].detections) == 0  # the whole frame: nothing
+    np.testing.assert_allclose(results[5].detections.xyxy, results[4].detections.xyxy)  # reused
+    assert moved.to_json()["processed"] == "regions: 1"
+    motion = summary.motion
+    assert (motion["regions"], motion["reused"], motion["windows_per_region_frame"]) == (3, 1, 1)
+    full_pixels = 256 * 256
+    ran = 2 * full_pixels + 3 * 64 * 64  # two whole frames, three windows
+    assert motion["pixel_share"] == pytest.approx(ran / (6 * full_pixels), abs=1e-4)
+    assert summary.events["motion: windows"] == 3
