@@ -41,6 +41,16 @@ def test_ladder_order_every_then_sizes_then_model() -> None:
         build_ladder(4, 3, True, [])
 
 
+def test_motion_gating_is_the_first_step_and_stays_on_below() -> None:
+    rungs = build_ladder(1, 2, True, ["input 512×512"], motion=True)
+    assert [(r.every, r.variant, r.motion) for r in rungs] == [
+        (1, 0, ""), (1, 0, "skip"), (2, 0, "skip"), (2, 1, "skip")
+    ]  # fmt: skip
+    assert [r.label for r in rungs[1:]] == [
+        "motion skip", "detect every 2 + motion skip", "input 512×512 + motion skip"
+    ]  # fmt: skip
+
+
 def test_steps_down_one_rung_per_window_until_the_bottom() -> None:
     clock = FakeClock()
     degrader = Degrader(0.1, build_ladder(1, 3, True, ["input 512×512"]), 1.0, clock)
@@ -93,7 +103,13 @@ def test_live_run_degrades_under_load_and_recovers(tmp_path: Path) -> None:
         BackendOptions(input_size=(64, 64), cache_dir=tmp_path, settings={"delay_ms": "5"}),
         source_options=SourceOptions(mode="live"),
         options=PipelineOptions(
-            warmup=0, track=True, slo_ms=60, slo_window=0.5, slo_max_every=2, slo_sizes=(32,)
+            warmup=0,
+            track=True,
+            slo_ms=60,
+            slo_window=0.5,
+            slo_max_every=2,
+            slo_sizes=(32,),
+            slo_motion=False,  # the motion rung has its own tests
         ),
     )
     assert pipeline.degrader is not None

@@ -83,8 +83,9 @@ def test_the_planner_looks_around_moving_objects_and_falls_back_to_the_whole_fra
     corners = np.array([[0, 0, 9, 9], [630, 0, 639, 9], [0, 630, 9, 639], [630, 630, 639, 639]])
     assert planner.plan(1, corners, hw) is None  # 4 windows cost a whole frame: run it
     assert planner.plan(1, np.zeros((0, 4), np.int32), hw) is None  # moved, nothing known
-    coarse = RegionPlanner(1, 320, (320, 320))  # the whole frame runs at 1:2
+    coarse = RegionPlanner(1, 320, (320, 320))  # the whole frame runs at 1:2: windows of 640
     assert coarse.plan(0, motion, hw).tolist() == [[0, 0, 640, 640]]
+    assert planner.plan(1, np.array([[100, 100, 500, 300]]), hw) is None  # larger than a window
 
 
 def test_boxes_found_in_windows_come_back_in_source_pixels() -> None:

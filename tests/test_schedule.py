@@ -51,3 +51,17 @@ def test_the_ladder_thins_frames_without_tracking_and_swaps_in_a_variant() -> No
     kept = [d for d in decisions if not d.dropped]
     assert [d.dropped for d in decisions].count("slo: 1 frame in 2") == 2
     assert all(d.lanes == (2, 1) for d in kept)  # variant lane 2 in place of the detector
+
+
+def test_the_ladders_first_step_turns_motion_gating_on() -> None:
+    clock = Clock()
+    rungs = [Rung(1, 0, "as configured"), Rung(1, 0, "motion skip", "skip")]
+    degrader = Degrader(0.1, rungs, window=1.0, clock=clock)
+    scheduler = Scheduler([[0]], PipelineOptions(motion_refresh=2.0), [True], degrader)
+    assert scheduler.decide(0, 0.0, 0.0, moved=False).full
+    assert scheduler.decide(0, 0.0, 0.5, moved=False).full  # gating is off on this rung
+    degrader.level = 1
+    assert scheduler.decide(0, 0.0, 1.0, moved=False).reused
+    assert scheduler.decide(0, 0.0, 1.5, moved=True).full
+    assert scheduler.decide(0, 0.0, 3.4, moved=False).reused
+    assert scheduler.decide(0, 0.0, 3.5, moved=False).full  # the refresh still holds

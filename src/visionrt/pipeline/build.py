@@ -127,7 +127,7 @@ def build_fusers(parts: Parts, options: PipelineOptions) -> list[list[Fuser]]:
     detector = parts.detector.name
     smoothing = parts.depth.smoothing if parts.depth is not None else 0.0
     for source_id, (steps, lanes) in enumerate(zip(fusers, parts.schedule, strict=True)):
-        if options.motion != "off":
+        if options.motion != "off" or ladder_gates(options):
             steps.append(ReuseFuser(detector))
         if options.track:
             tracker = make_tracker(
@@ -211,8 +211,14 @@ def _add_degrade(
     parts.variants.extend(variants)
     parts.notes.extend(notes)
     every = options.detect_every
-    rungs = build_ladder(every, max(every, options.slo_max_every), options.track, labels)
+    gating = ladder_gates(options)
+    rungs = build_ladder(every, max(every, options.slo_max_every), options.track, labels, gating)
     parts.degrader = Degrader(options.slo_ms / 1e3, rungs, options.slo_window, on_change=on_degrade)
+
+
+def ladder_gates(options: PipelineOptions) -> bool:
+    """The latency ladder may turn motion gating on (a rung of its own)."""
+    return bool(options.slo_ms) and options.slo_motion and options.motion == "off"
 
 
 def _add_regions(
@@ -242,7 +248,7 @@ def _add_regions(
 
 def build_gating(parts: Parts, options: PipelineOptions, telemetry: Telemetry) -> Gating | None:
     """Motion gating's per-frame work when `pipeline.motion` is on, else None."""
-    if options.motion == "off":
+    if options.motion == "off" and not ladder_gates(options):
         return None
     height, width = parts.detector.input_hw
     gates = [MotionGate(options.motion_options()) for _ in parts.schedule]

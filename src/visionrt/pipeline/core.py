@@ -15,7 +15,7 @@ from visionrt.accuracy.geometry import settle
 from visionrt.backends import Backend, BackendOptions
 from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline.audit import build_auditor, finish_audit, planned_audit
-from visionrt.pipeline.build import build_fusers, build_gating, build_parts
+from visionrt.pipeline.build import build_fusers, build_gating, build_parts, ladder_gates
 from visionrt.pipeline.degrade import Change
 from visionrt.pipeline.flow import Flow
 from visionrt.pipeline.gating import (
@@ -245,7 +245,7 @@ class Pipeline:
             summary.slo = self.degrader.report()
         if self.auditor is not None:
             summary.audit = self.auditor.report()
-        if self.options.motion != "off":
+        if self.options.motion != "off" or ladder_gates(self.options):
             summary.motion = self._motion_summary(summary)
         summary.notes = list(self.notes)
         summary.interrupted = self._interrupted

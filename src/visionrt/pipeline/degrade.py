@@ -24,11 +24,13 @@ class Rung:
     """One configuration on the ladder: the detector runs on every `every`-th frame (with
     tracking the frames between get predicted boxes; without, they are skipped and counted as
     drops), using detector variant `variant` (0: the configured model; 1…: smaller inputs, then
-    a lighter model). `label` is what the log and summary say."""
+    a lighter model), with motion gating `motion` ("": as configured; "skip": frames that did not
+    change reuse the last results). `label` is what the log and summary say."""
 
     every: int
     variant: int
     label: str
+    motion: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,18 +54,24 @@ class Change:
 
 
 def build_ladder(
-    base_every: int, max_every: int, tracking: bool, variants: Sequence[str]
+    base_every: int, max_every: int, tracking: bool, variants: Sequence[str], motion: bool = False
 ) -> list[Rung]:
-    """The rungs in order: detect-every-N up to `max_every`, then each variant (`variants`
-    are their labels, smaller inputs first, a lighter model last) at that N."""
+    """The rungs in order: with `motion`, motion gating (skip) first, kept on every rung below
+    (on a fixed camera it costs least: only frames that did not change reuse results); then
+    detect-every-N up to `max_every`, then each variant (`variants` are their labels, smaller
+    inputs first, a lighter model last) at that N."""
     if max_every < base_every:
         raise ConfigError(
             f"pipeline.slo_max_every: expected >= detect_every ({base_every}), got {max_every}"
         )
     what = "detect every {}" if tracking else "1 frame in {}"
+    gate = "skip" if motion else ""
+    plus = " + motion skip" if motion else ""
     rungs = [Rung(base_every, 0, "as configured")]
-    rungs += [Rung(n, 0, what.format(n)) for n in range(base_every + 1, max_every + 1)]
-    rungs += [Rung(max_every, i, label) for i, label in enumerate(variants, start=1)]
+    if motion:
+        rungs.append(Rung(base_every, 0, "motion skip", gate))
+    rungs += [Rung(n, 0, what.format(n) + plus, gate) for n in range(base_every + 1, max_every + 1)]
+    rungs += [Rung(max_every, i, label + plus, gate) for i, label in enumerate(variants, start=1)]
     return rungs
 
 

@@ -56,6 +56,8 @@ class PipelineOptions:
     slo_sizes: tuple[int, ...] = ()
     slo_model: str = ""
     slo_max_every: int = 3
+    # With `motion` off, the ladder's first step turns motion gating on (skip), kept below.
+    slo_motion: bool = True
     slo_window: float = 2.0
     # High-resolution sources: the detector runs on `tile`-pixel tiles overlapping by
     # `tile_overlap` (0: off), batched in one call per frame, plus the whole frame when

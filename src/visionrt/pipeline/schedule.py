@@ -78,12 +78,13 @@ class Scheduler:
             return Decision(dropped=f"older than {self.stale_after}s")
         rung = self.degrader.rung if self.degrader is not None else None
         every = rung.every if rung is not None else self.detect_every
+        motion = (rung.motion or self.motion) if rung is not None else self.motion
         if every > 1 and not self.track:  # the ladder thins the frame rate
             self._skipped[source_id] = (self._skipped[source_id] + 1) % every
             if self._skipped[source_id]:
                 return Decision(dropped=f"slo: 1 frame in {every}")
-        refresh = self.motion != "off" and self._refresh_due(source_id, timestamp)
-        if self.motion != "off" and not refresh and not moved:
+        refresh = motion != "off" and self._refresh_due(source_id, timestamp)
+        if motion != "off" and not refresh and not moved:
             return Decision(reused=True)
         lanes = self.schedule[source_id]
         if rung is not None and rung.variant:
@@ -93,7 +94,7 @@ class Scheduler:
                 self._until_detect[source_id] -= 1
                 return Decision(lanes[1:])
             self._until_detect[source_id] = every - 1
-        if self.motion == "regions" and not refresh and regions is not None:
+        if motion == "regions" and not refresh and regions is not None:
             windows = regions()
             if windows is not None:
                 return Decision((self.region_lane, *lanes[1:]), windows=windows)

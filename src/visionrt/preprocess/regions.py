@@ -60,8 +60,12 @@ class RegionPlanner:
         if len(boxes) == 0:
             return None  # nothing to look at, yet the frame moved: a full pass is the safe side
         scale = min(self.full_input[0] / source_hw[0], self.full_input[1] / source_hw[1])
-        windows = cover(boxes, source_hw, max(32, round(self.side / scale)))
-        if len(windows) > self.max_windows:
+        side = max(32, round(self.side / scale))
+        windows = cover(boxes, source_hw, side)
+        # A window larger than `side` (a box that big: a pan, a cut, a person close by) would
+        # show the detector less than the whole-frame pass does: that pass runs instead.
+        larger = (windows[:, 2:] - windows[:, :2]).max(initial=0) > side
+        if len(windows) > self.max_windows or larger:
             return None
         return windows
 
