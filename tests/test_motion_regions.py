@@ -44,6 +44,13 @@ def test_motion_boxes_hold_the_old_and_new_place_of_a_moving_square() -> None:
     assert x2 - x1 < 160
     assert y2 - y1 < 140
     assert gate.measure(scene(130), boxes=False).boxes.shape == (0, 4)  # skip mode: no boxes
+    two = scene(130)
+    two[200:280, 400:460] = (40, 200, 240)  # a second square, 210 px away
+    assert len(gate.measure(two, boxes=True).boxes) == 2
+    wide = MotionGate(MotionOptions(dilate=60))  # merges areas up to 60 grey-copy px apart
+    wide.measure(scene(100))
+    wide.keep()
+    assert len(wide.measure(two, boxes=True).boxes) == 1
 
 
 def test_windows_cover_each_box_whole_and_stay_inside_the_frame() -> None:
@@ -128,6 +135,8 @@ def test_the_scheduler_runs_windows_between_whole_frames() -> None:
 def test_region_options_are_checked(tmp_path: Path, tiny_model: Path) -> None:
     with pytest.raises(ConfigError, match="motion_region: expected a multiple of 32"):
         PipelineOptions(motion="regions", motion_region=300)
+    with pytest.raises(ConfigError, match="motion_dilate: expected 1 to 80 pixels"):
+        PipelineOptions(motion="regions", motion_dilate=0)
     with pytest.raises(ConfigError, match=r"tiling .* already cuts"):
         PipelineOptions(motion="regions", tile=640)
     cv2.imwrite(str(tmp_path / "a.png"), scene(100))

@@ -75,6 +75,7 @@ class PipelineOptions:
     motion_threshold: int = 25
     motion_min_area: float = 0.002
     motion_refresh: float = 2.0
+    motion_dilate: int = 9  # regions: changed areas this close (160-px grey copy) are one box
     # Regions mode: on a frame that moved, the detector runs on square windows of
     # `motion_region` source pixels around the motion and around the objects last seen, at an
     # input of that size: `motion_region_model` (an artifact made at that size, e.g. by `visionrt
@@ -92,7 +93,7 @@ class PipelineOptions:
     audit_window: int = 30
 
     def motion_options(self) -> MotionOptions:
-        return MotionOptions(self.motion_threshold, self.motion_min_area)
+        return MotionOptions(self.motion_threshold, self.motion_min_area, self.motion_dilate)
 
     def tiling(self) -> TileOptions:
         return TileOptions(self.tile, self.tile_overlap, self.tile_full_frame, self.tile_merge)

@@ -19,9 +19,6 @@ from visionrt.errors import ConfigError
 WIDTH = 160  # pixels across the grey copy: a person in a corridor camera is still 5-10 wide
 BLUR = (5, 5)  # sensor noise and compression blocks are smaller than this; people are not
 OPEN = np.ones((3, 3), np.uint8)  # isolated changed pixels left after the threshold go
-# Changed areas closer than this (grey-copy pixels, ~5 % of the width) are one box: a walking
-# person's difference splits into limbs, head and the place they left.
-DILATE = np.ones((9, 9), np.uint8)
 NO_BOXES = np.zeros((0, 4), np.int32)
 
 
@@ -38,10 +35,14 @@ class Motion:
 @dataclass(frozen=True, slots=True)
 class MotionOptions:
     """`threshold`: a grey-level difference (1-255) that counts a pixel as changed; `min_area`:
-    the share of the frame that must change for a frame to count as moved."""
+    the share of the frame that must change for a frame to count as moved; `dilate`: changed
+    areas closer than this (pixels of the 160-wide grey copy; 9: ~5 % of the width, ~40 source
+    pixels of a 768-wide frame) merge into one motion box, since a walking person's difference
+    splits into limbs, head and the place they left."""
 
     threshold: int = 25
     min_area: float = 0.002
+    dilate: int = 9
 
     def __post_init__(self) -> None:
         if not 1 <= self.threshold <= 255:
@@ -53,6 +54,11 @@ class MotionOptions:
             raise ConfigError(
                 "pipeline.motion_min_area: expected a share of the frame between 0 and 1"
                 f" (0.002: 0.2 %), got {self.min_area:g}"
+            )
+        if not 1 <= self.dilate <= WIDTH // 2:
+            raise ConfigError(
+                f"pipeline.motion_dilate: expected 1 to {WIDTH // 2} pixels of the {WIDTH}-wide"
+                f" grey copy, got {self.dilate}"
             )
 
 
@@ -84,7 +90,7 @@ class MotionGate:
         share = cv2.countNonZero(mask) / mask.size
         if not boxes or share == 0:
             return Motion(share)
-        return Motion(share, _boxes(mask, hw))
+        return Motion(share, _boxes(mask, hw, self.options.dilate))
 
     def changed(self, image: npt.NDArray[np.uint8]) -> float:
         """The share of the frame that differs from the reference."""
@@ -97,9 +103,12 @@ class MotionGate:
         self._reference = self._last
 
 
-def _boxes(mask: npt.NDArray[np.uint8], source_hw: tuple[int, int]) -> npt.NDArray[np.int32]:
-    """Boxes around the changed areas of a grey-copy `mask`, in source pixels (rounded out)."""
-    grown = cv2.dilate(mask, DILATE)
+def _boxes(
+    mask: npt.NDArray[np.uint8], source_hw: tuple[int, int], dilate: int
+) -> npt.NDArray[np.int32]:
+    """Boxes around the changed areas of a grey-copy `mask`, in source pixels (rounded out),
+    areas closer than `dilate` pixels merged."""
+    grown = cv2.dilate(mask, np.ones((dilate, dilate), np.uint8))
     count, _, stats, _ = cv2.connectedComponentsWithStats(grown, connectivity=8)
     if count <= 1:
         return NO_BOXES
