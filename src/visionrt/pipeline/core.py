@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from visionrt.pipeline.graph import Graph
 from visionrt.pipeline.options import DepthOptions, PipelineOptions
 from visionrt.pipeline.output import SinkThread
 from visionrt.pipeline.schedule import Scheduler
-from visionrt.plans import Plan, plan_detector
+from visionrt.plans import Plan, plan_detector, use_gating
 from visionrt.postprocess import PostprocessOptions
 from visionrt.sinks import Sink
 from visionrt.sources import Source, SourceOptions
@@ -53,7 +54,8 @@ class Pipeline:
     caller chose no backend or configuration-picking option (batch and threads compose with
     it); a path runs that plan; False runs the model as given (the reference). `notes` says
     which plan ran, or why none did (also logged at INFO on the "visionrt" logger and kept in
-    the summary). A plan that runs is audited live against its FP32 reference
+    the summary). With `options` None, the plan's motion gating (`tune` keeps it where it pays)
+    runs too. A plan that runs is audited live against its FP32 reference
     (`options.audit`; `auditor`, `on_audit`, summary `audit`: see accuracy.audit).
     """
 
@@ -92,6 +94,11 @@ class Pipeline:
         # source's size goes back into the cached plan).
         self.plan: Plan | None = use.plan if use.sections is not None else None
         self.plan_use = use
+        if options is None and self.plan is not None:  # no options of the caller's: the plan's
+            gating = use_gating(self.plan, {})
+            self.options = replace(self.options, **gating.section)
+            if gating.note:
+                self.notes.append(gating.note)
         self.options = planned_audit(self.options, self.plan)  # its reference and budget
         if use.note:
             self.notes.append(use.note)

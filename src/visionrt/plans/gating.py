@@ -70,11 +70,14 @@ def _regions_for_user(plan: Plan, mine: object, given: Mapping[str, Any]) -> Gat
 def _measured(plan: Plan, mode: str) -> str:
     """'2.10× the plan alone, fidelity 0.968 on vtest.avi' from the plan's record."""
     record = plan.tuned.get(MODE_KEY) or {}
-    figures = (record.get("modes") or {}).get(mode) or {}
+    # The mode as measured ("skip 0.005"), which names its options beyond `motion`.
+    name = str(record.get("chosen") or mode)
+    figures = (record.get("modes") or {}).get(name) or {}
     video = Path(str(plan.tuned.get("video") or "its video")).name
     if not figures.get("fps"):
         return f"tuned on {video}"
+    said = f"{name}: " if name != mode else ""
     return (
-        f"{float(figures.get('speedup', 0)):.2f}× the plan alone, fidelity"
+        f"{said}{float(figures.get('speedup', 0)):.2f}× the plan alone, fidelity"
         f" {float(figures.get('fidelity', 0)):.3f} on {video}"
     )

@@ -25,6 +25,10 @@ MIN_GAIN = 0.05
 # Runs per mode, alternating the order between repeats (a machine that warms up or slows down
 # favours no mode); the median FPS decides, the worst fidelity is held to the budget.
 REPEATS = 3
+# Skip is measured at these shares of the frame that must change (`motion_min_area`): on vtest the
+# default 0.002 gives ×1.04 at fidelity 0.969, 0.005 ×1.2 at 0.963 and 0.01 ×1.62 at 0.944
+# (docs/benchmarks.md): where the budget falls between them depends on the video.
+SKIP_AREAS = (0.002, 0.005, 0.01)
 RULE = (
     f"the fastest mode by median FPS within the fidelity budget (worst run), at least"
     f" {MIN_GAIN:.0%} faster than off, that spared the detector work"
@@ -270,6 +274,11 @@ def region_mode(candidate: Candidate, evaluator: GatedEvaluator, say: Say | None
         return GatingMode("regions", error=f"cannot build its region model: {first}")
 
 
+def skip_name(min_area: float) -> str:
+    """'skip' at the default area, 'skip 0.005' at another."""
+    return "skip" if min_area == PipelineOptions().motion_min_area else f"skip {min_area:g}"
+
+
 def tune_motion(
     candidate: Candidate,
     evaluator: GatedEvaluator,
@@ -280,7 +289,8 @@ def tune_motion(
     repeats: int = REPEATS,
     clock: Callable[[], float] = time.monotonic,
 ) -> MotionOutcome:
-    """Measure `candidate` with gating off, `skip` and `regions` on the first `frames` frames
+    """Measure `candidate` with gating off, `skip` (at each of SKIP_AREAS) and `regions` on the
+    first `frames` frames
     (at most as many as the reference ran on every frame) and choose (`choose`)."""
     frames = min(frames, len(evaluator.every_frame_reference()))
     if frames < 1:
@@ -289,7 +299,10 @@ def tune_motion(
         return MotionOutcome((), skipped="the search's budget was spent")
     modes = [
         GatingMode("off", PipelineOptions()),
-        GatingMode("skip", PipelineOptions(motion="skip")),
+        *(
+            GatingMode(skip_name(area), PipelineOptions(motion="skip", motion_min_area=area))
+            for area in SKIP_AREAS
+        ),
         region_mode(candidate, evaluator, say),
     ]
 
