@@ -25,10 +25,12 @@ MIN_GAIN = 0.05
 # Runs per mode, alternating the order between repeats (a machine that warms up or slows down
 # favours no mode); the median FPS decides, the worst fidelity is held to the budget.
 REPEATS = 3
-# Skip is measured at these shares of the frame that must change (`motion_min_area`): on vtest the
-# default 0.002 gives ×1.04 at fidelity 0.969, 0.005 ×1.2 at 0.963 and 0.01 ×1.62 at 0.944
-# (docs/benchmarks.md): where the budget falls between them depends on the video.
-SKIP_AREAS = (0.002, 0.005, 0.01)
+# Skip is measured at these shares of the frame that must change (`motion_min_area`). Only the
+# default for now: tune scores the first 300 frames, and on vtest 0.005 held the budget there
+# (0.963 at ×1.2) but not over the whole video (0.948, the plan 0.963: docs/benchmarks.md), which
+# the live audit then reported. A larger area is a bet on the rest of the video being like its
+# start; the sweep comes back once tune scores spans spread over the video.
+SKIP_AREAS: tuple[float, ...] = (0.002,)
 RULE = (
     f"the fastest mode by median FPS within the fidelity budget (worst run), at least"
     f" {MIN_GAIN:.0%} faster than off, that spared the detector work"
