@@ -14,6 +14,7 @@ import yaml
 
 from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError
+from visionrt.fuse.analytics import parse_analytics
 from visionrt.pipeline.options import DepthOptions, PipelineOptions
 from visionrt.postprocess import PostprocessOptions
 from visionrt.sources import SourceOptions
@@ -72,6 +73,9 @@ class RunConfig:
     pipeline: PipelineOptions = field(default_factory=PipelineOptions)
     output: OutputOptions = field(default_factory=OutputOptions)
     depth: DepthConfig = field(default_factory=DepthConfig)
+    # Zones and lines per source name (fuse.analytics): {cam: {zones: {door: [[x, y], ...]},
+    # lines: {gate: [[x1, y1], [x2, y2]]}}}; they need pipeline.track.
+    analytics: dict[str, Any] = field(default_factory=dict)
 
 
 def _type_name(hint: Any) -> str:
@@ -163,6 +167,9 @@ def _build(cls: type[Any], values: dict[str, Any], prefix: str) -> Any:
             if not isinstance(value, dict):
                 raise ConfigError(f"{prefix}{name}: expected a section of options, got {value!r}")
             kwargs[name] = _build(hint, value, f"{prefix}{name}.")  # type: ignore[arg-type]
+        elif cls is RunConfig and name == "analytics":
+            parse_analytics(value)  # its one-line errors, before anything loads
+            kwargs[name] = value
         elif cls is RunConfig and name == "backend" and value is None:
             kwargs[name] = "null"  # YAML reads `backend: null` as None; it names the backend
         else:

@@ -235,6 +235,9 @@ class FrameResult:
     # pixels; None when not measured or the whole frame ran).
     motion_boxes: npt.NDArray[np.int32] | None = None
     regions: npt.NDArray[np.int32] | None = None
+    # Zones and lines (`analytics` config): per zone the count per class inside and each track's
+    # seconds there, per line the in/out totals so far; empty without them.
+    analytics: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         det = self.detections
@@ -266,6 +269,8 @@ class FrameResult:
         }
         if self.processed:
             line["processed"] = self.processed
+        if self.analytics:
+            line["analytics"] = self.analytics
         if self.depth is not None:
             stats = self.depth.stats()
             line["depth"] = {

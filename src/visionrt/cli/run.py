@@ -213,6 +213,7 @@ def _execute(
             cfg.pipeline,
             cfg.depth,
             plan=False,  # settled above, with the flags
+            analytics=cfg.analytics,
         )
     )
     # Which configuration runs (the plan, or why none) and what the pipeline could not honour

@@ -2,6 +2,7 @@
 (reused results on unchanged frames, tracking, distances from depth, depth smoothing). `base`
 holds the one-screen contract."""
 
+from visionrt.fuse.analytics import AnalyticsFuser, SourceAnalytics, parse_analytics
 from visionrt.fuse.base import Fused, Fuser
 from visionrt.fuse.bytetrack import Tracker
 from visionrt.fuse.depth import DepthFuser, DepthSmoother, box_distance
@@ -11,6 +12,7 @@ from visionrt.fuse.tracking import TRACKERS, TrackFuser, make_tracker
 
 __all__ = [
     "TRACKERS",
+    "AnalyticsFuser",
     "DepthFuser",
     "DepthSmoother",
     "Fused",
@@ -18,8 +20,10 @@ __all__ = [
     "OcSortTracker",
     "ReuseFuser",
     "SeenFuser",
+    "SourceAnalytics",
     "TrackFuser",
     "Tracker",
     "box_distance",
     "make_tracker",
+    "parse_analytics",
 ]

@@ -5,7 +5,7 @@ history (tracks, a smoothed depth map) without locks."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -29,6 +29,8 @@ class Fused:
     distance: npt.NDArray[np.float32] | None = None
     reused: bool = False
     windows: npt.NDArray[np.int32] | None = None
+    analytics: dict[str, Any] = field(default_factory=dict)  # zones and lines (fuse.analytics)
+    events: list[str] = field(default_factory=list)  # counted per source once the frame is fused
 
 
 class Fuser(Protocol):

@@ -5,7 +5,7 @@ fusers. `Pipeline` and `Graph` take these parts; they decide no policy themselve
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -13,11 +13,13 @@ from pathlib import Path
 from visionrt.backends import Backend, BackendOptions
 from visionrt.errors import ConfigError
 from visionrt.fuse import (
+    AnalyticsFuser,
     DepthFuser,
     DepthSmoother,
     Fuser,
     ReuseFuser,
     SeenFuser,
+    SourceAnalytics,
     TrackFuser,
     make_tracker,
 )
@@ -119,10 +121,18 @@ def build_parts(
     return parts
 
 
-def build_fusers(parts: Parts, options: PipelineOptions) -> list[list[Fuser]]:
+def build_fusers(
+    parts: Parts,
+    options: PipelineOptions,
+    analytics: Mapping[str, SourceAnalytics] | None = None,
+    names: Sequence[str] = (),
+) -> list[list[Fuser]]:
     """Each source's fusion steps, in order: with motion gating, the last results on frames no
     model ran on; tracking (its detections become the tracks'); distances from depth on the
-    sources depth runs on; in regions mode, the boxes delivered, for the next frames' windows."""
+    sources depth runs on; zones and lines (`analytics`, by source name in `names`) on the
+    tracks; in regions mode, the boxes delivered, for the next frames' windows."""
+    analytics = analytics or {}
+    check_analytics(analytics, names, options)
     fusers: list[list[Fuser]] = [[] for _ in parts.schedule]
     detector = parts.detector.name
     smoothing = parts.depth.smoothing if parts.depth is not None else 0.0
@@ -142,9 +152,25 @@ def build_fusers(parts: Parts, options: PipelineOptions) -> list[list[Fuser]]:
         for index in lanes[1:]:
             smoother = DepthSmoother(smoothing) if smoothing else None
             steps.append(DepthFuser(parts.tasks[index].name, smoother))
+        name = names[source_id] if source_id < len(names) else ""
+        if name in analytics:
+            steps.append(AnalyticsFuser(analytics[name], parts.detector.class_names))
         if parts.planner is not None:
             steps.append(SeenFuser(partial(parts.planner.remember, source_id)))
     return fusers
+
+
+def check_analytics(
+    analytics: Mapping[str, SourceAnalytics], names: Sequence[str], options: PipelineOptions
+) -> None:
+    """Zones and lines name sources of the run, and count tracks."""
+    unknown = sorted(set(analytics) - set(names))
+    if unknown:
+        raise ConfigError(
+            f"analytics: no source named '{unknown[0]}' (sources: {', '.join(names)})"
+        )
+    if analytics and not options.track:
+        raise ConfigError("analytics: zones and lines count tracks: add --track")
 
 
 def _planned_depth(depth: DepthOptions, notes: list[str]) -> DepthOptions:

@@ -4,7 +4,7 @@ sinks and accounts for every frame."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,8 +15,15 @@ from visionrt.accuracy.audit_window import AuditEvent
 from visionrt.accuracy.geometry import settle
 from visionrt.backends import Backend, BackendOptions
 from visionrt.errors import ConfigError, SinkError
+from visionrt.fuse import parse_analytics
 from visionrt.pipeline.audit import build_auditor, finish_audit, planned_audit
-from visionrt.pipeline.build import build_fusers, build_gating, build_parts, ladder_gates
+from visionrt.pipeline.build import (
+    build_fusers,
+    build_gating,
+    build_parts,
+    check_analytics,
+    ladder_gates,
+)
 from visionrt.pipeline.degrade import Change
 from visionrt.pipeline.flow import Flow
 from visionrt.pipeline.gating import (
@@ -54,7 +61,8 @@ class Pipeline:
     caller chose no backend or configuration-picking option (batch and threads compose with
     it); a path runs that plan; False runs the model as given (the reference). `notes` says
     which plan ran, or why none did (also logged at INFO on the "visionrt" logger and kept in
-    the summary). With `options` None, the plan's motion gating (`tune` keeps it where it pays)
+    the summary). `analytics`: zones and lines per source name (see fuse.analytics; needs
+    `options.track`). With `options` None, the plan's motion gating (`tune` keeps it where it pays)
     runs too. A plan that runs is audited live against its FP32 reference
     (`options.audit`; `auditor`, `on_audit`, summary `audit`: see accuracy.audit).
     """
@@ -70,14 +78,22 @@ class Pipeline:
         options: PipelineOptions | None = None,
         depth: DepthOptions | None = None,
         plan: str | Path | bool | None = None,
+        analytics: Mapping[str, Any] | None = None,
     ) -> None:
         if not sources:
             raise ConfigError("no source given")
+        self.analytics = parse_analytics(analytics or {})
         self.options = options or PipelineOptions()
         self.postprocess = postprocess or PostprocessOptions()
         source_options = source_options or SourceOptions()
         # Open sources before loading a model: a bad path fails fast.
         self.sources, self.names, self.named, specs = open_sources(sources, source_options)
+        try:
+            check_analytics(self.analytics, self.names, self.options)
+        except ConfigError:
+            for source in self.sources:
+                source.close()
+            raise
         self.live = any(s.live for s in self.sources)
         self.notes: list[str] = []
         model, backend, backend_options, use = plan_detector(
@@ -321,7 +337,7 @@ class Pipeline:
             self.named,
             self.tasks,
             scheduler,
-            build_fusers(self.parts, self.options),
+            build_fusers(self.parts, self.options, self.analytics, self.names),
             self.class_names,
             self.options,
             self.telemetry,

@@ -341,6 +341,8 @@ class Graph:
         fused = Fused(frame, item.results, detections, reused=item.reused, windows=item.windows)
         for fuser in self.fusers[frame.source_id]:
             fuser.fuse(fused)
+        for event in fused.events:
+            self.telemetry.count(event, self.labels[frame.source_id])
         done = time.perf_counter()
         item.timings["fuse"] = done - started
         self.telemetry.record("fuse", done - started)
@@ -358,6 +360,7 @@ class Graph:
             processed=processed(item) if self.gating else "",
             motion_boxes=item.motion_boxes,
             regions=item.windows,
+            analytics=fused.analytics,
         )
 
     def _drain(self) -> None:

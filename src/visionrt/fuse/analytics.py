@@ -1,0 +1,188 @@
+"""Zones and lines on a source's tracks: how many objects of each class are inside each polygon
+zone and how long each track stayed there, and how many tracks crossed each line in each
+direction, once per crossing. An object's place is its box's bottom centre (where it stands)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from visionrt.errors import ConfigError
+from visionrt.fuse.base import Fused
+
+# A track counts as on one side of a line only this far from it (pixels): a box that jitters on
+# the line would otherwise cross it on every frame.
+LINE_DEAD_BAND = 4.0
+
+
+@dataclass(frozen=True, slots=True)
+class Zone:
+    """A polygon (N, 2) in source pixels, N >= 3."""
+
+    name: str
+    polygon: npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """A segment from `a` to `b` in source pixels. Crossing it from its left to its right (seen
+    from `a` looking at `b`; image y points down) counts "in", the other way "out"."""
+
+    name: str
+    a: tuple[float, float]
+    b: tuple[float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceAnalytics:
+    """One source's zones and lines."""
+
+    zones: tuple[Zone, ...] = ()
+    lines: tuple[Line, ...] = ()
+
+
+def parse_analytics(config: Mapping[str, Any]) -> dict[str, SourceAnalytics]:
+    """The config's `analytics` section, `{source name: {zones: {name: [[x, y], ...]}, lines:
+    {name: [[x1, y1], [x2, y2]]}}}`, checked: one ConfigError line naming what is wrong."""
+    if not isinstance(config, Mapping):
+        raise ConfigError("analytics: expected a mapping of source names to zones and lines")
+    out = {}
+    for source, spec in config.items():
+        where = f"analytics.{source}"
+        if not isinstance(spec, Mapping) or set(spec) - {"zones", "lines"}:
+            raise ConfigError(f"{where}: expected `zones` and/or `lines`, got {spec!r}")
+        zones = tuple(
+            Zone(str(name), _points(points, f"{where}.zones.{name}", 3, None))
+            for name, points in _named(spec.get("zones") or {}, f"{where}.zones").items()
+        )
+        lines = []
+        for name, points in _named(spec.get("lines") or {}, f"{where}.lines").items():
+            (x1, y1), (x2, y2) = _points(points, f"{where}.lines.{name}", 2, 2)
+            if (x1, y1) == (x2, y2):
+                raise ConfigError(f"{where}.lines.{name}: expected two different points")
+            lines.append(Line(str(name), (float(x1), float(y1)), (float(x2), float(y2))))
+        out[str(source)] = SourceAnalytics(zones, tuple(lines))
+    return out
+
+
+def _named(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected names mapped to points, got {value!r}")
+    return value
+
+
+def _points(value: Any, where: str, least: int, most: int | None) -> npt.NDArray[np.float32]:
+    try:
+        points = np.asarray(value, np.float32)
+    except (TypeError, ValueError):
+        points = np.zeros((0,), np.float32)
+    many = f"{least}" if most == least else f"at least {least}"
+    if points.ndim != 2 or points.shape[1] != 2 or not least <= len(points) <= (most or 10**6):
+        raise ConfigError(f"{where}: expected {many} [x, y] points, got {value!r}")
+    if not np.isfinite(points).all() or (points < 0).any():
+        raise ConfigError(f"{where}: expected finite pixel coordinates >= 0, got {value!r}")
+    return points
+
+
+@dataclass(slots=True)
+class _Presence:
+    since: float  # video time the track entered
+    total: float = 0.0  # seconds inside before this stay
+
+
+@dataclass(slots=True)
+class ZoneState:
+    inside: dict[int, _Presence] = field(default_factory=dict)  # track id → its stay
+    dwell: dict[int, float] = field(default_factory=dict)  # track id → seconds inside, closed
+
+
+class AnalyticsFuser:
+    """One source's zones and lines, on its tracks (runs after tracking). Each frame's
+    `fused.analytics` says per zone the count per class inside, and per line the running in/out
+    totals; `fused.events` gets "zone NAME: enter/leave" and "line NAME: in/out"."""
+
+    def __init__(self, analytics: SourceAnalytics, class_names: Sequence[str]) -> None:
+        self.zones, self.lines, self.class_names = analytics.zones, analytics.lines, class_names
+        self._zones = {zone.name: ZoneState() for zone in analytics.zones}
+        self._sides: dict[str, dict[int, int]] = {line.name: {} for line in analytics.lines}
+        self._crossed = {line.name: {"in": 0, "out": 0} for line in analytics.lines}
+
+    def fuse(self, fused: Fused) -> None:
+        tracks = fused.tracks
+        if tracks is None:
+            return
+        xyxy = tracks.detections.xyxy
+        feet = np.stack([(xyxy[:, 0] + xyxy[:, 2]) / 2, xyxy[:, 3]], axis=1)
+        ids = tracks.track_id.tolist()
+        classes = tracks.detections.class_id.tolist()
+        now = fused.frame.timestamp
+        zones = {
+            zone.name: self._zone(zone, feet, ids, classes, now, fused.events)
+            for zone in self.zones
+        }
+        for line in self.lines:
+            self._line(line, feet, ids, fused.events)
+        fused.analytics = {
+            **({"zones": zones} if zones else {}),
+            **({"lines": {k: dict(v) for k, v in self._crossed.items()}} if self.lines else {}),
+        }
+
+    def _zone(
+        self,
+        zone: Zone,
+        feet: npt.NDArray[np.float32],
+        ids: list[int],
+        classes: list[int],
+        now: float,
+        events: list[str],
+    ) -> dict[str, Any]:
+        state = self._zones[zone.name]
+        contour = zone.polygon.reshape(-1, 1, 2)
+        inside_now = {
+            track: cls
+            for track, cls, point in zip(ids, classes, feet, strict=True)
+            if cv2.pointPolygonTest(contour, (float(point[0]), float(point[1])), False) >= 0
+        }
+        for track in inside_now.keys() - state.inside.keys():
+            state.inside[track] = _Presence(now, state.dwell.pop(track, 0.0))
+            events.append(f"zone {zone.name}: enter")
+        for track in state.inside.keys() - inside_now.keys():
+            stay = state.inside.pop(track)
+            state.dwell[track] = stay.total + max(0.0, now - stay.since)
+            events.append(f"zone {zone.name}: leave")
+        count: dict[str, int] = {}
+        for cls in inside_now.values():
+            name = self.class_names[cls] if 0 <= cls < len(self.class_names) else str(cls)
+            count[name] = count.get(name, 0) + 1
+        seconds = {
+            str(track): round(stay.total + max(0.0, now - stay.since), 3)
+            for track, stay in state.inside.items()
+        }
+        return {"count": count, "seconds": seconds}
+
+    def _line(
+        self, line: Line, feet: npt.NDArray[np.float32], ids: list[int], events: list[str]
+    ) -> None:
+        sides = self._sides[line.name]
+        (ax, ay), (bx, by) = line.a, line.b
+        dx, dy = bx - ax, by - ay
+        length = float(np.hypot(dx, dy))
+        for track, (x, y) in zip(ids, feet.tolist(), strict=True):
+            # Signed distance (positive: right of a→b with y down) and where along the segment.
+            distance = (dx * (y - ay) - dy * (x - ax)) / length
+            along = ((x - ax) * dx + (y - ay) * dy) / length**2
+            if abs(distance) < LINE_DEAD_BAND:
+                continue  # on the line: its side is the one it had
+            side = 1 if distance > 0 else -1
+            before = sides.get(track)
+            sides[track] = side
+            if before is None or before == side or not 0 <= along <= 1:
+                continue
+            direction = "in" if side > 0 else "out"
+            self._crossed[line.name][direction] += 1
+            events.append(f"line {line.name}: {direction}")

@@ -1,0 +1,158 @@
+"""The shipped Grafana dashboard and Prometheus alert rules: they parse, every panel queries
+something, every rule is complete, and every visionrt_ metric their PromQL names is in the
+metrics endpoint's output of a real run."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from visionrt import BackendOptions, Pipeline, PipelineOptions, SourceOptions
+from visionrt.telemetry import metrics
+from visionrt.telemetry.metrics import MetricsServer, scrape
+
+ROOT = Path(__file__).resolve().parent.parent
+DASHBOARD = ROOT / "deploy" / "grafana" / "visionrt-dashboard.json"
+RULES = ROOT / "deploy" / "prometheus" / "visionrt-alerts.yml"
+# Exported only where nvidia-ml-py sees a GPU, so a CPU machine's scrape cannot hold them.
+GPU_ONLY = "visionrt_gpu_"
+
+
+def _names(promql: str) -> set[str]:
+    """The visionrt_ metric names a PromQL expression reads, as written (no suffix stripped)."""
+    return set(re.findall(r"\bvisionrt_[A-Za-z0-9_]*", promql))
+
+
+def _sampled(text: str) -> set[str]:
+    """The names with at least one sample in a Prometheus text exposition."""
+    found = re.findall(r"^([A-Za-z_:][A-Za-z0-9_:]*)[{ ]", text, re.MULTILINE)
+    return set(found)
+
+
+def _missing(promql: str, sampled: set[str]) -> set[str]:
+    return {name for name in _names(promql) if name not in sampled}
+
+
+def _panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every panel, including those folded into collapsed rows."""
+    found = []
+    for panel in dashboard["panels"]:
+        found.extend(panel.get("panels", []) if panel["type"] == "row" else [panel])
+    return found
+
+
+def _dashboard_queries() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    queries = [t["expr"] for panel in _panels(dashboard) for t in panel["targets"]]
+    for variable in dashboard["templating"]["list"]:
+        query = variable.get("query")
+        if variable["type"] == "query":
+            queries.append(query["query"] if isinstance(query, dict) else query)
+    return queries
+
+
+def _rules() -> list[dict[str, Any]]:
+    loaded = yaml.safe_load(RULES.read_text(encoding="utf-8"))
+    return [rule for group in loaded["groups"] for rule in group["rules"]]
+
+
+@pytest.fixture(scope="module")
+def exposition(tiny_model: Path) -> str:
+    """The endpoint's text after a short live run that drops frames, counts events and audits:
+    a 80 ms null backend behind a 30 FPS synthetic camera, with the audit on 1 frame in 4."""
+    pipeline = Pipeline(
+        ["cam=synthetic:64x48:40"],
+        tiny_model,
+        "null",
+        BackendOptions(settings={"delay_ms": "80"}),
+        source_options=SourceOptions(mode="live"),
+        options=PipelineOptions(warmup=0, audit=0.25, audit_reference=str(tiny_model)),
+    )
+    assert pipeline.auditor is not None
+    server = MetricsServer(0, info={"runtime": "null"})
+    named = zip(pipeline.names, pipeline.sources, strict=True)
+    sources = {name: (lambda s=s: s.stats) for name, s in named}
+    server.watch(sources, pipeline.queue_depths, pipeline.auditor.figures)
+    pipeline.telemetry.add_listener(server)
+    server.start()
+    try:
+        summary = pipeline.run()
+        text = scrape(server.url)
+    finally:
+        server.close()
+        pipeline.close()
+    assert summary.dropped, "the run must drop frames for visionrt_frames_dropped_total to show"
+    return text
+
+
+def test_the_dashboard_parses_and_every_panel_has_a_query() -> None:
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    panels = _panels(dashboard)
+    assert panels
+    for panel in panels:
+        exprs = [target.get("expr", "").strip() for target in panel.get("targets", [])]
+        assert exprs, f"panel {panel['title']!r} has no target"
+        assert all(exprs), f"panel {panel['title']!r} has an empty expr"
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+    assert len({panel["id"] for panel in panels}) == len(panels)
+
+
+def test_every_rule_has_for_severity_and_summary() -> None:
+    rules = _rules()
+    assert {rule["alert"] for rule in rules} >= {
+        "VisionrtSourceDown",
+        "VisionrtDropsRising",
+        "VisionrtLatencyOverSLO",
+        "VisionrtFidelityUnderBudget",
+    }
+    for rule in rules:
+        assert rule["expr"].strip(), rule["alert"]
+        assert re.fullmatch(r"\d+[smh]", rule["for"]), rule["alert"]
+        assert rule["labels"]["severity"] in {"warning", "critical"}, rule["alert"]
+        assert rule["annotations"]["summary"], rule["alert"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "queries"),
+    [("dashboard", _dashboard_queries()), ("rules", [r["expr"] for r in _rules()])],
+)
+def test_every_queried_metric_is_in_the_endpoint(
+    kind: str, queries: list[str], exposition: str
+) -> None:
+    sampled = _sampled(exposition)
+    source = Path(metrics.__file__).read_text(encoding="utf-8")
+    named = set().union(*(_names(query) for query in queries))
+    assert named, f"no visionrt_ metric found in the {kind}"
+    for name in sorted(named):
+        if name.startswith(GPU_ONLY) and name not in sampled:
+            # No GPU seen by this run: the name must at least be what metrics.py exports.
+            assert f'"{name}"' in source, f"{kind}: {name} is not a metric metrics.py exports"
+        else:
+            assert name in sampled, f"{kind}: {name} is not in the endpoint's output"
+
+
+@pytest.mark.parametrize(
+    ("promql", "missing"),
+    [
+        ("rate(visionrt_frames_out_total[5m])", set()),
+        ("rate(visionrt_frames_outt_total[5m])", {"visionrt_frames_outt_total"}),
+        # A histogram is queried through its _bucket series; the bare name has no samples.
+        (
+            "histogram_quantile(0.95, rate(visionrt_latency_seconds[5m]))",
+            {"visionrt_latency_seconds"},
+        ),
+        ("visionrt_frames_in / visionrt_queue_depth", {"visionrt_frames_in"}),
+    ],
+)
+def test_a_metric_the_endpoint_lacks_is_reported(promql: str, missing: set[str]) -> None:
+    sampled = _sampled(
+        '# TYPE visionrt_frames_out counter\nvisionrt_frames_out_total{source="cam"} 3.0\n'
+        'visionrt_latency_seconds_bucket{le="0.1",source="cam"} 3.0\n'
+        'visionrt_queue_depth{queue="decoded"} 0.0\n'
+    )
+    assert _missing(promql, sampled) == missing
