@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from visionrt.fuse.base import Fused
+from visionrt.postprocess.nms import box_intersection
 from visionrt.types import Detections
 
 # A last box this much inside one window (a share of its area) was that window's to find again.
@@ -52,14 +53,10 @@ def _found(last: Detections, found: Detections) -> npt.NDArray[np.bool_]:
     """Which last boxes overlap a box of their class found in the windows (SAME_OBJECT)."""
     if len(last) == 0 or len(found) == 0:
         return np.zeros(len(last), np.bool_)
-    low = np.maximum(last.xyxy[:, None, :2], found.xyxy[None, :, :2])
-    high = np.minimum(last.xyxy[:, None, 2:], found.xyxy[None, :, 2:])
-    inter = np.prod(np.clip(high - low, 0, None), axis=2)
-    area_a = np.prod(last.xyxy[:, 2:] - last.xyxy[:, :2], axis=1)[:, None]
-    area_b = np.prod(found.xyxy[:, 2:] - found.xyxy[:, :2], axis=1)[None, :]
-    smaller = inter / np.maximum(np.minimum(area_a, area_b), 1e-9)
+    smaller = np.minimum(_areas(last.xyxy)[:, None], _areas(found.xyxy)[None, :])
+    overlap = box_intersection(last.xyxy, found.xyxy) / np.maximum(smaller, 1e-9)
     same_class = last.class_id[:, None] == found.class_id[None, :]
-    return ((smaller >= SAME_OBJECT) & same_class).any(axis=1)
+    return ((overlap >= SAME_OBJECT) & same_class).any(axis=1)
 
 
 def _outside(
@@ -68,12 +65,12 @@ def _outside(
     """Which boxes have less than SEEN_SHARE of their area inside any one window."""
     if len(xyxy) == 0:
         return np.zeros(0, np.bool_)
-    win = windows[None, :, :].astype(np.float32)
-    low = np.maximum(xyxy[:, None, :2], win[..., :2])
-    high = np.minimum(xyxy[:, None, 2:], win[..., 2:])
-    inside = np.prod(np.clip(high - low, 0, None), axis=2)
-    area = np.maximum(np.prod(xyxy[:, 2:] - xyxy[:, :2], axis=1), 1e-9)
-    return (inside.max(axis=1) / area) < SEEN_SHARE
+    inside = box_intersection(xyxy, windows).max(axis=1)
+    return inside / np.maximum(_areas(xyxy), 1e-9) < SEEN_SHARE
+
+
+def _areas(xyxy: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
+    return np.prod(np.clip(xyxy[:, 2:] - xyxy[:, :2], 0, None), axis=1, dtype=np.float64)
 
 
 class SeenFuser:

@@ -131,8 +131,7 @@ def build_fusers(
     model ran on; tracking (its detections become the tracks'); distances from depth on the
     sources depth runs on; zones and lines (`analytics`, by source name in `names`) on the
     tracks; in regions mode, the boxes delivered, for the next frames' windows."""
-    analytics = analytics or {}
-    check_analytics(analytics, names, options)
+    analytics = analytics or {}  # checked by the Pipeline against its sources (check_analytics)
     fusers: list[list[Fuser]] = [[] for _ in parts.schedule]
     detector = parts.detector.name
     smoothing = parts.depth.smoothing if parts.depth is not None else 0.0

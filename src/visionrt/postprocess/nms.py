@@ -35,12 +35,20 @@ def nms(
     return keep[:max_det]
 
 
-def box_iou(a: npt.NDArray[np.floating], b: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
-    """(A, B) IoU of xyxy boxes `a` (A, 4) and `b` (B, 4); 0 where the union has no area."""
+def box_intersection(
+    a: npt.NDArray[np.floating], b: npt.NDArray[np.floating]
+) -> npt.NDArray[np.float64]:
+    """(A, B) intersection areas of xyxy boxes `a` (A, 4) and `b` (B, 4)."""
     a64, b64 = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
     top_left = np.maximum(a64[:, None, :2], b64[None, :, :2])
     bottom_right = np.minimum(a64[:, None, 2:], b64[None, :, 2:])
-    inter = np.prod(np.clip(bottom_right - top_left, 0.0, None), axis=2)
+    return np.prod(np.clip(bottom_right - top_left, 0.0, None), axis=2)
+
+
+def box_iou(a: npt.NDArray[np.floating], b: npt.NDArray[np.floating]) -> npt.NDArray[np.float64]:
+    """(A, B) IoU of xyxy boxes `a` (A, 4) and `b` (B, 4); 0 where the union has no area."""
+    a64, b64 = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
+    inter = box_intersection(a64, b64)
     area_a = np.prod(np.clip(a64[:, 2:] - a64[:, :2], 0.0, None), axis=1)
     area_b = np.prod(np.clip(b64[:, 2:] - b64[:, :2], 0.0, None), axis=1)
     union = area_a[:, None] + area_b[None, :] - inter

@@ -6,7 +6,6 @@ much as it (Frigate's regions, with the cost rule made explicit)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -134,8 +133,3 @@ def region_grid(
         compute_letterbox((int(y2 - y1), int(x2 - x1)), input_hw) for x1, y1, x2, y2 in windows
     )
     return TileGrid(source_hw, windows.astype(np.int32), letterboxes, full_frame=False)
-
-
-def window_pixels(windows: Sequence[Sequence[int]]) -> int:
-    """Source pixels the windows hold (overlaps counted twice: each is its own input row)."""
-    return int(sum((x2 - x1) * (y2 - y1) for x1, y1, x2, y2 in windows))
