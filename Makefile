@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test bench lint
+.PHONY: setup setup-test demo test bench lint
 
 setup: $(VENV)/.installed
 
@@ -15,7 +15,11 @@ demo: setup
 	$(BIN)/visionrt tune --if-missing
 	$(BIN)/visionrt run --out out/demo
 
-test: setup
+# The tests also start a headless Chromium and a Mosquitto broker (scripts/setup_test.sh).
+setup-test: setup
+	bash scripts/setup_test.sh
+
+test: setup-test
 	$(BIN)/python -m pytest -q
 
 bench: setup

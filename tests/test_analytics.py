@@ -50,9 +50,12 @@ def test_a_track_that_crosses_twice_counts_once_each_way() -> None:
     ys = [150, 180, 195, 210, 240, 260, 230, 190, 150]  # down across, then back up
     frames = run(line_fuser(), [{7: (200, y, 0)} for y in ys])
     assert frames[-1].analytics["lines"]["gate"] == {"in": 1, "out": 1}
-    events = [e for f in frames for e in f.events]
+    events = [e.label for f in frames for e in f.events]
     assert events == ["line gate: in", "line gate: out"]
-    assert frames[3].events == ["line gate: in"]  # the frame it was first past the line
+    # The frame it was first past the line, with the track and its class.
+    assert [(e.label, e.track_id, e.class_name) for e in frames[3].events] == [
+        ("line gate: in", 7, NAMES[0])
+    ]
 
 
 def test_a_track_jittering_on_the_line_does_not_count() -> None:
@@ -80,8 +83,8 @@ def test_a_zone_counts_per_class_and_times_each_stay() -> None:
     ]
     frames = run(fuser, path)
     assert frames[0].analytics["zones"]["door"]["count"] == {"person": 1, "car": 1}
-    assert sorted(frames[0].events) == ["zone door: enter"] * 2
-    assert sorted(frames[2].events) == ["zone door: enter", "zone door: leave"]
+    assert sorted(e.label for e in frames[0].events) == ["zone door: enter"] * 2
+    assert sorted(e.label for e in frames[2].events) == ["zone door: enter", "zone door: leave"]
     last = frames[-1].analytics["zones"]["door"]
     assert last["count"] == {"person": 2, "car": 1}
     # Track 1: 0.2 s inside (0.0-0.2), out at 0.2, back at 0.3: 0.2 s so far. Track 2: 0.3 s.

@@ -1,6 +1,6 @@
 """The shipped Grafana dashboard and Prometheus alert rules: they parse, every panel queries
 something, every rule is complete, and every visionrt_ metric their PromQL names is in the
-metrics endpoint's output of a real run."""
+metrics endpoint's output of real runs (zones and lines included)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import yaml
 from visionrt import BackendOptions, Pipeline, PipelineOptions, SourceOptions
 from visionrt.telemetry import metrics
 from visionrt.telemetry.metrics import MetricsServer, scrape
+from visionrt.telemetry.stats import RunSummary
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "deploy" / "grafana" / "visionrt-dashboard.json"
@@ -61,10 +62,31 @@ def _rules() -> list[dict[str, Any]]:
     return [rule for group in loaded["groups"] for rule in group["rules"]]
 
 
+def _scraped(pipeline: Pipeline) -> tuple[RunSummary, str]:
+    """Run `pipeline` with a metrics server as `visionrt run --metrics-port` sets it up; the
+    summary and the endpoint's text at the end."""
+    server = MetricsServer(0, info={"runtime": pipeline.backend.info.runtime})
+    named = zip(pipeline.names, pipeline.sources, strict=True)
+    sources = {name: (lambda s=s: s.stats) for name, s in named}
+    figures = pipeline.auditor.figures if pipeline.auditor is not None else None
+    server.watch(sources, pipeline.queue_depths, figures)
+    pipeline.telemetry.add_listener(server)
+    server.start()
+    try:
+        summary = pipeline.run()
+        text = scrape(server.url)
+    finally:
+        server.close()
+        pipeline.close()
+    return summary, text
+
+
 @pytest.fixture(scope="module")
 def exposition(tiny_model: Path) -> str:
-    """The endpoint's text after a short live run that drops frames, counts events and audits:
-    a 80 ms null backend behind a 30 FPS synthetic camera, with the audit on 1 frame in 4."""
+    """The endpoint's text after two short runs: a live one that drops frames, counts events
+    and audits (a 80 ms null backend behind a 30 FPS synthetic camera, the audit on 1 frame in
+    4), and one whose tracked box stands in a zone beside a line (the null backend detects
+    nothing, so this one runs the tiny detector)."""
     pipeline = Pipeline(
         ["cam=synthetic:64x48:40"],
         tiny_model,
@@ -74,20 +96,21 @@ def exposition(tiny_model: Path) -> str:
         options=PipelineOptions(warmup=0, audit=0.25, audit_reference=str(tiny_model)),
     )
     assert pipeline.auditor is not None
-    server = MetricsServer(0, info={"runtime": "null"})
-    named = zip(pipeline.names, pipeline.sources, strict=True)
-    sources = {name: (lambda s=s: s.stats) for name, s in named}
-    server.watch(sources, pipeline.queue_depths, pipeline.auditor.figures)
-    pipeline.telemetry.add_listener(server)
-    server.start()
-    try:
-        summary = pipeline.run()
-        text = scrape(server.url)
-    finally:
-        server.close()
-        pipeline.close()
+    summary, text = _scraped(pipeline)
     assert summary.dropped, "the run must drop frames for visionrt_frames_dropped_total to show"
-    return text
+    # The tiny detector's box stands at (32, 29) (its feet) in a 64×48 frame.
+    analytics = {"cam": {"zones": {"all": [[0, 0], [63, 0], [63, 47], [0, 47]]},
+                         "lines": {"top": [[0, 5], [63, 5]]}}}  # fmt: skip
+    zoned = Pipeline(
+        ["cam=synthetic:64x48:5"],
+        tiny_model,
+        "onnxruntime",
+        options=PipelineOptions(warmup=0, track=True),
+        analytics=analytics,
+    )
+    summary, zones_text = _scraped(zoned)
+    assert summary.analytics["cam"]["zones"]["all"]["count"] == {"person": 1}
+    return text + zones_text
 
 
 def test_the_dashboard_parses_and_every_panel_has_a_query() -> None:

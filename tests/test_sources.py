@@ -431,6 +431,23 @@ def test_realtime_paces_a_file_like_a_camera(tmp_path: Path) -> None:
     assert not source.report()["ended_early"]
 
 
+def test_a_looped_paced_file_starts_again_with_its_times_running_on(tmp_path: Path) -> None:
+    video = write_video(tmp_path / "loop.mp4", frames=8, fps=100)
+    source = open_source(str(video), 0, SourceOptions(realtime=True, loop=True))
+    frames = []
+    for frame in source.frames():
+        frames.append(frame)
+        if len(frames) == 20:
+            source.stop()
+    source.close()
+    assert [f.index for f in frames] == list(range(20))  # on past the file's 8 frames
+    # Media time continues a frame after the last one: 0.00 … 0.07, 0.08 … 0.15, 0.16 …
+    assert [round(f.timestamp, 3) for f in frames] == [round(i / 100, 3) for i in range(20)]
+    # The same pictures again: the second round's first frame is the file's first.
+    np.testing.assert_array_equal(frames[8].image, frames[0].image)
+    assert not source.report()["ended_early"]
+
+
 def test_auto_workers_put_each_of_several_cameras_in_a_process() -> None:
     from visionrt.sources.registry import worker_options
 

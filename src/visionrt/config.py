@@ -29,6 +29,8 @@ class OutputOptions:
     jsonl: bool = True
     telemetry: str = ""
     mot: bool = False  # MOTChallenge text per source (needs pipeline.track)
+    coco: bool = False  # COCO results JSON per source (<name>.coco.json)
+    csv: bool = False  # CSV per source, a row per detection (<name>.csv)
     codec: str = "libx264"
     # x264 speed/size trade: veryfast ~4 ms of CPU per 768×576 frame, ultrafast ~2 ms at 3× size.
     preset: str = "veryfast"
@@ -61,6 +63,31 @@ class DepthConfig(DepthOptions):
 
 
 @dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """`visionrt serve`: where its HTTP API and live view listen (beyond 127.0.0.1 only with a
+    `token`, also read from VISIONRT_TOKEN), the folders the API may open video files from
+    (`files`; streams and cameras need none), previews per second and width, seconds without a
+    frame before a camera is "down", and where events go (`events`: {mqtt: {host, port, topic,
+    qos}, webhooks: [{url, attempts, headers}]}, see docs/events.md)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    token: str = ""
+    files: tuple[str, ...] = ()
+    preview_rate: float = 5.0
+    preview_width: int = 640
+    down_after: float = 5.0
+    events: dict[str, Any] = field(default_factory=dict)
+    event_queue: int = 1000
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"serve.port: expected 0 to 65535, got {self.port}")
+        if self.down_after <= 0:
+            raise ConfigError(f"serve.down_after: expected seconds > 0, got {self.down_after}")
+
+
+@dataclass(frozen=True, slots=True)
 class RunConfig:
     """Everything `visionrt run` needs; each section is the options dataclass of its stage."""
 
@@ -76,6 +103,7 @@ class RunConfig:
     # Zones and lines per source name (fuse.analytics): {cam: {zones: {door: [[x, y], ...]},
     # lines: {gate: [[x1, y1], [x2, y2]]}}}; they need pipeline.track.
     analytics: dict[str, Any] = field(default_factory=dict)
+    serve: ServeOptions = field(default_factory=ServeOptions)  # `visionrt serve` only
 
 
 def _type_name(hint: Any) -> str:
@@ -169,6 +197,12 @@ def _build(cls: type[Any], values: dict[str, Any], prefix: str) -> Any:
             kwargs[name] = _build(hint, value, f"{prefix}{name}.")  # type: ignore[arg-type]
         elif cls is RunConfig and name == "analytics":
             parse_analytics(value)  # its one-line errors, before anything loads
+            kwargs[name] = value
+        elif cls is ServeOptions and name == "events":  # checked by sinks.events, at start
+            if not isinstance(value, dict):
+                raise ConfigError(
+                    f"serve.events: expected a section (mqtt, webhooks), got {value!r}"
+                )
             kwargs[name] = value
         elif cls is RunConfig and name == "backend" and value is None:
             kwargs[name] = "null"  # YAML reads `backend: null` as None; it names the backend

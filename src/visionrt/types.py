@@ -214,6 +214,24 @@ class DepthMap:
 
 
 @dataclass(frozen=True, slots=True)
+class Event:
+    """Something a frame showed happen (fuse.analytics): `kind` "zone" (`action` enter/leave)
+    or "line" (in/out) named `name`, by track `track_id` of class `class_name`. Counted per
+    source under its `label`; a service publishes it (sinks.events)."""
+
+    kind: str
+    action: str
+    name: str
+    track_id: int | None = None
+    class_name: str | None = None
+
+    @property
+    def label(self) -> str:
+        """ "zone door: enter": the event's count in the summary and Prometheus."""
+        return f"{self.kind} {self.name}: {self.action}"
+
+
+@dataclass(frozen=True, slots=True)
 class FrameResult:
     """What the pipeline yields per frame: the frame, its detections, and per-stage seconds;
     with a depth task, its `depth` map and each detection's `distance` (NaN where the box has no
@@ -238,6 +256,7 @@ class FrameResult:
     # Zones and lines (`analytics` config): per zone the count per class inside and each track's
     # seconds there, per line the in/out totals so far; empty without them.
     analytics: dict[str, Any] = field(default_factory=dict)
+    events: tuple[Event, ...] = ()  # what the frame showed happen (zones and lines)
 
     def to_json(self) -> dict[str, Any]:
         det = self.detections

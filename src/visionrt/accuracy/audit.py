@@ -86,6 +86,14 @@ class Auditor:
         self._thread = threading.Thread(target=self._lane, name="audit", daemon=True)
 
     # -- the pipeline's side ---------------------------------------------------------------
+    def add_source(self, name: str) -> None:
+        """One more source, numbered next (a service's camera added while it runs); a name seen
+        before keeps its window."""
+        with self._lock:
+            self.names.append(name)
+            self._counts.append(0)
+            self._sources.setdefault(name, SourceAudit(self.settings.window))
+
     def start(self) -> None:
         self._thread.start()
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from visionrt.config import RunConfig
 from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline import Pipeline
-from visionrt.sinks import JsonlSink, Sink, VideoSink
+from visionrt.sinks import CocoSink, CsvSink, JsonlSink, Sink, VideoSink
 from visionrt.sinks.base import check_writable, partial_path
 from visionrt.sources.naming import default_name, split_name, unique_names
 from visionrt.telemetry.stats import RunSummary
@@ -20,8 +20,8 @@ from visionrt.telemetry.stats import RunSummary
 
 def make_sinks(config: RunConfig, pipeline: Pipeline) -> list[Sink]:
     """An annotated MP4 per source, one JSONL (each line's `source` the source's name, as in
-    summary.json), and with a depth model its colourised MP4 and map files per source it runs
-    on."""
+    summary.json), MOT text, COCO results and CSV per source when asked, and with a depth model
+    its colourised MP4 and map files per source it runs on."""
     out = Path(config.output.dir)
     names = pipeline.names
     check_writable(out / "summary.json")  # also when no other output is asked for
@@ -45,6 +45,12 @@ def make_sinks(config: RunConfig, pipeline: Pipeline) -> list[Sink]:
 
         for i in range(len(pipeline.sources)):
             sinks.append(MotSink(out / f"{names[i]}.mot.txt", source_id=i))
+    if config.output.coco:
+        sinks.extend(
+            CocoSink(out / f"{name}.coco.json", source_id=i) for i, name in enumerate(names)
+        )
+    if config.output.csv:
+        sinks.extend(CsvSink(out / f"{name}.csv", source_id=i) for i, name in enumerate(names))
     if config.depth.model:
         sinks.extend(_depth_sinks(config, pipeline, out))
     if config.output.jsonl:
@@ -131,12 +137,16 @@ def check_output_names(config: RunConfig) -> None:
     for i, name in enumerate(names):
         files = [f"{name}.mp4"] if config.output.video else []
         files += [f"{name}.mot.txt"] if config.output.mot else []
+        files += [f"{name}.coco.json"] if config.output.coco else []
+        files += [f"{name}.csv"] if config.output.csv else []
         if i in depth_on and config.depth.model:
             files += [f"{name}.depth.mp4"] if config.depth.video else []
             files += [f"{name}.depth"] if config.depth.maps else []
         if config.output.jsonl and len(names) == 1:
             files.append(f"{name}.jsonl")
-        for file in files:
+        # A file is written under its `.partial` name first: a source named `a.partial`
+        # writes a.partial.csv, where `a` writes until it is done.
+        for file in [*files, *(partial_path(Path(f)).name for f in files)]:
             if file in owners and owners[file] != name:
                 raise ConfigError(
                     f"sources '{owners[file]}' and '{name}' would both write {file}: name one"

@@ -42,7 +42,9 @@ Opt = typer.Option
 _NOT_CONFIG = frozenset({"config", "set_", "json_out", "plan", "no_plan", "quiet"})
 
 
-def _install_signal_handlers(pipeline: Pipeline) -> None:
+def install_signal_handlers(pipeline: Pipeline) -> None:
+    """Ctrl-C or SIGTERM: stop reading and finish what is in flight; a second: abort."""
+
     def handle(signum: int, _frame: Any) -> None:
         if not_ours(signum):
             return
@@ -148,6 +150,12 @@ def run_command(
     mot: Annotated[
         bool, Opt("--mot", help="With --track: write MOTChallenge text per source.")
     ] = False,
+    coco: Annotated[
+        bool, Opt("--coco", help="Write COCO detection results JSON per source (NAME.coco.json).")
+    ] = False,
+    csv: Annotated[
+        bool, Opt("--csv", help="Write a CSV per source, a row per detection (NAME.csv).")
+    ] = False,
     depth: Annotated[
         str | None,
         Opt(
@@ -246,7 +254,7 @@ def _execute(
         if metrics is not None:
             metrics.close()
         raise
-    _install_signal_handlers(pipeline)
+    install_signal_handlers(pipeline)
     try:
         summary, error = _run(pipeline, sinks, writer, cfg, console, quiet)
     finally:

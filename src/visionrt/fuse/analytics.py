@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from visionrt.errors import ConfigError
 from visionrt.fuse.base import Fused
+from visionrt.types import Event
 
 # A track counts as on one side of a line only this far from it (pixels): a box that jitters on
 # the line would otherwise cross it on every frame.
@@ -93,6 +94,7 @@ def _points(value: Any, where: str, least: int, most: int | None) -> npt.NDArray
 class _Presence:
     since: float  # video time the track entered
     total: float = 0.0  # seconds inside before this stay
+    class_id: int = -1  # its class when it entered (named in its leave event)
 
 
 @dataclass(slots=True)
@@ -104,7 +106,7 @@ class ZoneState:
 class AnalyticsFuser:
     """One source's zones and lines, on its tracks (runs after tracking). Each frame's
     `fused.analytics` says per zone the count per class inside, and per line the running in/out
-    totals; `fused.events` gets "zone NAME: enter/leave" and "line NAME: in/out"."""
+    totals; `fused.events` gets zone enter/leave and line in/out `Event`s."""
 
     def __init__(self, analytics: SourceAnalytics, class_names: Sequence[str]) -> None:
         self.zones, self.lines, self.class_names = analytics.zones, analytics.lines, class_names
@@ -126,7 +128,7 @@ class AnalyticsFuser:
             for zone in self.zones
         }
         for line in self.lines:
-            self._line(line, feet, ids, fused.events)
+            self._line(line, feet, ids, classes, fused.events)
         fused.analytics = {
             **({"zones": zones} if zones else {}),
             **({"lines": {k: dict(v) for k, v in self._crossed.items()}} if self.lines else {}),
@@ -139,7 +141,7 @@ class AnalyticsFuser:
         ids: list[int],
         classes: list[int],
         now: float,
-        events: list[str],
+        events: list[Event],
     ) -> dict[str, Any]:
         state = self._zones[zone.name]
         contour = zone.polygon.reshape(-1, 1, 2)
@@ -149,15 +151,15 @@ class AnalyticsFuser:
             if cv2.pointPolygonTest(contour, (float(point[0]), float(point[1])), False) >= 0
         }
         for track in inside_now.keys() - state.inside.keys():
-            state.inside[track] = _Presence(now, state.dwell.pop(track, 0.0))
-            events.append(f"zone {zone.name}: enter")
+            state.inside[track] = _Presence(now, state.dwell.pop(track, 0.0), inside_now[track])
+            events.append(Event("zone", "enter", zone.name, track, self._class(inside_now[track])))
         for track in state.inside.keys() - inside_now.keys():
             stay = state.inside.pop(track)
             state.dwell[track] = stay.total + max(0.0, now - stay.since)
-            events.append(f"zone {zone.name}: leave")
+            events.append(Event("zone", "leave", zone.name, track, self._class(stay.class_id)))
         count: dict[str, int] = {}
         for cls in inside_now.values():
-            name = self.class_names[cls] if 0 <= cls < len(self.class_names) else str(cls)
+            name = self._class(cls)
             count[name] = count.get(name, 0) + 1
         seconds = {
             str(track): round(stay.total + max(0.0, now - stay.since), 3)
@@ -165,14 +167,23 @@ class AnalyticsFuser:
         }
         return {"count": count, "seconds": seconds}
 
+    def _class(self, class_id: int) -> str:
+        names = self.class_names
+        return names[class_id] if 0 <= class_id < len(names) else str(class_id)
+
     def _line(
-        self, line: Line, feet: npt.NDArray[np.float32], ids: list[int], events: list[str]
+        self,
+        line: Line,
+        feet: npt.NDArray[np.float32],
+        ids: list[int],
+        classes: list[int],
+        events: list[Event],
     ) -> None:
         sides = self._sides[line.name]
         (ax, ay), (bx, by) = line.a, line.b
         dx, dy = bx - ax, by - ay
         length = float(np.hypot(dx, dy))
-        for track, (x, y) in zip(ids, feet.tolist(), strict=True):
+        for track, cls, (x, y) in zip(ids, classes, feet.tolist(), strict=True):
             # Signed distance (positive: right of a→b with y down) and where along the segment.
             distance = (dx * (y - ay) - dy * (x - ax)) / length
             along = ((x - ax) * dx + (y - ay) * dy) / length**2
@@ -185,4 +196,4 @@ class AnalyticsFuser:
                 continue
             direction = "in" if side > 0 else "out"
             self._crossed[line.name][direction] += 1
-            events.append(f"line {line.name}: {direction}")
+            events.append(Event("line", direction, line.name, track, self._class(cls)))

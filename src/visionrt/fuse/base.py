@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from visionrt.types import DepthMap, Detections, Frame, TrackedDetections
+from visionrt.types import DepthMap, Detections, Event, Frame, TrackedDetections
 
 
 @dataclass(slots=True)
@@ -30,7 +30,7 @@ class Fused:
     reused: bool = False
     windows: npt.NDArray[np.int32] | None = None
     analytics: dict[str, Any] = field(default_factory=dict)  # zones and lines (fuse.analytics)
-    events: list[str] = field(default_factory=list)  # counted per source once the frame is fused
+    events: list[Event] = field(default_factory=list)  # counted per source once the frame is fused
 
 
 class Fuser(Protocol):

@@ -30,7 +30,6 @@ from visionrt.pipeline.options import DepthOptions, PipelineOptions
 from visionrt.pipeline.variants import degrade_variants
 from visionrt.plans import plan_depth
 from visionrt.postprocess import PostprocessOptions
-from visionrt.preprocess.motion import MotionGate
 from visionrt.preprocess.regions import RegionPlanner
 from visionrt.sources import Source
 from visionrt.tasks import DetectTask, TiledDetectTask
@@ -127,36 +126,52 @@ def build_fusers(
     analytics: Mapping[str, SourceAnalytics] | None = None,
     names: Sequence[str] = (),
 ) -> list[list[Fuser]]:
-    """Each source's fusion steps, in order: with motion gating, the last results on frames no
-    model ran on; tracking (its detections become the tracks'); distances from depth on the
-    sources depth runs on; zones and lines (`analytics`, by source name in `names`) on the
-    tracks; in regions mode, the boxes delivered, for the next frames' windows."""
+    """Each source's fusion steps (`source_fusers`), `analytics` by source name in `names`."""
     analytics = analytics or {}  # checked by the Pipeline against its sources (check_analytics)
-    fusers: list[list[Fuser]] = [[] for _ in parts.schedule]
+    return [
+        source_fusers(
+            parts,
+            options,
+            source_id,
+            analytics.get(names[source_id]) if source_id < len(names) else None,
+        )
+        for source_id in range(len(parts.schedule))
+    ]
+
+
+def source_fusers(
+    parts: Parts,
+    options: PipelineOptions,
+    source_id: int,
+    analytics: SourceAnalytics | None = None,
+) -> list[Fuser]:
+    """Source `source_id`'s fusion steps, in order: with motion gating, the last results on
+    frames no model ran on; tracking (its detections become the tracks'); distances from depth
+    when depth runs on it; zones and lines (`analytics`) on the tracks; in regions mode, the
+    boxes delivered, for the next frames' windows."""
+    steps: list[Fuser] = []
     detector = parts.detector.name
     smoothing = parts.depth.smoothing if parts.depth is not None else 0.0
-    for source_id, (steps, lanes) in enumerate(zip(fusers, parts.schedule, strict=True)):
-        if options.motion != "off" or ladder_gates(options):
-            steps.append(ReuseFuser(detector))
-        if options.track:
-            tracker = make_tracker(
-                options.tracker,
-                parts.tracker_high,
-                parts.tracker_low,
-                options.track_match_iou,
-                options.track_lost_seconds,
-                options.track_per_class,
-            )
-            steps.append(TrackFuser(tracker, detector))
-        for index in lanes[1:]:
-            smoother = DepthSmoother(smoothing) if smoothing else None
-            steps.append(DepthFuser(parts.tasks[index].name, smoother))
-        name = names[source_id] if source_id < len(names) else ""
-        if name in analytics:
-            steps.append(AnalyticsFuser(analytics[name], parts.detector.class_names))
-        if parts.planner is not None:
-            steps.append(SeenFuser(partial(parts.planner.remember, source_id)))
-    return fusers
+    if options.motion != "off" or ladder_gates(options):
+        steps.append(ReuseFuser(detector))
+    if options.track:
+        tracker = make_tracker(
+            options.tracker,
+            parts.tracker_high,
+            parts.tracker_low,
+            options.track_match_iou,
+            options.track_lost_seconds,
+            options.track_per_class,
+        )
+        steps.append(TrackFuser(tracker, detector))
+    for index in parts.schedule[source_id][1:]:
+        smoother = DepthSmoother(smoothing) if smoothing else None
+        steps.append(DepthFuser(parts.tasks[index].name, smoother))
+    if analytics is not None:
+        steps.append(AnalyticsFuser(analytics, parts.detector.class_names))
+    if parts.planner is not None:
+        steps.append(SeenFuser(partial(parts.planner.remember, source_id)))
+    return steps
 
 
 def check_analytics(
@@ -201,7 +216,7 @@ def _add_depth(
         depth.inference,
         short_side=depth.short_side,
         on_nonfinite=depth.on_nonfinite,
-        source_hw=getattr(sources[on[0]], "size", None),
+        source_hw=getattr(sources[on[0]], "size", None) if on else None,
     )
     parts.tasks.append(task)
     parts.depth = depth
@@ -276,6 +291,12 @@ def build_gating(parts: Parts, options: PipelineOptions, telemetry: Telemetry) -
     if options.motion == "off" and not ladder_gates(options):
         return None
     height, width = parts.detector.input_hw
-    gates = [MotionGate(options.motion_options()) for _ in parts.schedule]
     side = options.motion_region
-    return Gating(gates, telemetry, height * width, parts.planner, side * side)
+    return Gating(
+        options.motion_options(),
+        len(parts.schedule),
+        telemetry,
+        height * width,
+        parts.planner,
+        side * side,
+    )

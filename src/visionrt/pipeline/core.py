@@ -26,15 +26,11 @@ from visionrt.pipeline.build import (
 )
 from visionrt.pipeline.degrade import Change
 from visionrt.pipeline.flow import Flow
-from visionrt.pipeline.gating import (
-    MOTION_PIXELS,
-    MOTION_REGIONS,
-    MOTION_SKIPPED,
-    MOTION_WINDOWS,
-)
+from visionrt.pipeline.gating import motion_summary
 from visionrt.pipeline.graph import Graph
 from visionrt.pipeline.options import DepthOptions, PipelineOptions
 from visionrt.pipeline.output import SinkThread
+from visionrt.pipeline.roster import Roster
 from visionrt.pipeline.schedule import Scheduler
 from visionrt.plans import Plan, plan_detector, use_gating
 from visionrt.postprocess import PostprocessOptions
@@ -79,8 +75,9 @@ class Pipeline:
         depth: DepthOptions | None = None,
         plan: str | Path | bool | None = None,
         analytics: Mapping[str, Any] | None = None,
+        service: bool = False,
     ) -> None:
-        if not sources:
+        if not sources and not service:
             raise ConfigError("no source given")
         self.analytics = parse_analytics(analytics or {})
         self.options = options or PipelineOptions()
@@ -94,7 +91,9 @@ class Pipeline:
             for source in self.sources:
                 source.close()
             raise
-        self.live = any(s.live for s in self.sources)
+        self.live = service or any(s.live for s in self.sources)
+        # A service's sources change while it runs (`add_source`, `remove_source`).
+        self.roster = Roster(self, source_options) if service else None
         self.notes: list[str] = []
         model, backend, backend_options, use = plan_detector(
             plan,
@@ -185,6 +184,33 @@ class Pipeline:
         self._flow.stopping.set()
         for source in self.sources:
             source.stop()
+        if self._graph is not None:
+            self._graph.release()
+
+    def add_source(
+        self,
+        name: str,
+        spec: str,
+        depth: bool = False,
+        analytics: Mapping[str, Any] | None = None,
+        on_open: Callable[[Source], None] | None = None,
+    ) -> Source:
+        """A service: open `spec` as source `name` and start it while the others run (see
+        Roster.add); a source that cannot be opened raises and changes nothing."""
+        if self.roster is None:
+            raise ConfigError("sources are added to a Pipeline made with service=True")
+        return self.roster.add(name, spec, depth, analytics, on_open)
+
+    def remove_source(self, name: str) -> None:
+        """A service: stop source `name` (KeyError: none runs); its frames read are delivered."""
+        if self.roster is None:
+            raise ConfigError("sources are removed from a Pipeline made with service=True")
+        self.roster.remove(name)
+
+    @property
+    def graph(self) -> Graph | None:
+        """The stage graph while it runs (None before)."""
+        return self._graph
 
     def depth_sources(self) -> list[int]:
         """Indices of the sources a depth task runs on (none without one)."""
@@ -269,7 +295,9 @@ class Pipeline:
         if self.auditor is not None:
             summary.audit = self.auditor.report()
         if self.options.motion != "off" or ladder_gates(self.options):
-            summary.motion = self._motion_summary(summary)
+            summary.motion = motion_summary(
+                self.options, self.input_hw, summary.events, summary.frames_out
+            )
         summary.notes = list(self.notes)
         summary.interrupted = self._interrupted
         errors = [str(e) for e in self._errors[:1] if not isinstance(e, KeyboardInterrupt)]
@@ -278,38 +306,14 @@ class Pipeline:
         summary.outputs = list(getattr(self, "_outputs", []))
         return summary
 
-    def _motion_summary(self, summary: RunSummary) -> dict[str, Any]:
-        """Motion gating's settings and what it left the detector: frames reused, frames run on
-        windows (and windows per such frame), detector input pixels against every frame whole."""
-        events, out = summary.events, summary.frames_out
-        reused, regions = events.get(MOTION_SKIPPED, 0), events.get(MOTION_REGIONS, 0)
-        height, width = self.input_hw
-        motion: dict[str, Any] = {
-            "mode": self.options.motion,
-            "threshold": self.options.motion_threshold,
-            "min_area": self.options.motion_min_area,
-            "refresh": self.options.motion_refresh,
-            "reused": reused,
-            "share": round(reused / out, 4) if out else 0.0,
-            "pixel_share": (
-                round(events.get(MOTION_PIXELS, 0) / (out * height * width), 4) if out else 0.0
-            ),
-        }
-        if self.options.motion == "regions":
-            motion["region"] = self.options.motion_region
-            motion["regions"] = regions
-            motion["windows_per_region_frame"] = (
-                round(events.get(MOTION_WINDOWS, 0) / regions, 3) if regions else 0.0
-            )
-        return motion
-
     def close(self) -> None:
         """Release sources and (when it loaded it) the backend; safe to call twice."""
         if self._closed:
             return
         self._closed = True
         readers = self._graph.readers if self._graph else []
-        for source, reader in zip(self.sources, readers or [None] * len(self.sources), strict=True):
+        for i, source in enumerate(self.sources):
+            reader = readers[i] if i < len(readers) else None
             if reader is not None and reader.is_alive():
                 # Still blocked in FFmpeg: closing its container under it is not safe; the
                 # thread is a daemon and lets go of it when its read times out.
@@ -346,6 +350,7 @@ class Pipeline:
             self.variants,
             build_gating(self.parts, self.options, self.telemetry),
             self.parts.regions,
+            service=self.roster is not None,
         )
         if self.options.opencv_threads:
             cv2.setNumThreads(self.options.opencv_threads)

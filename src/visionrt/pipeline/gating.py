@@ -5,12 +5,13 @@ ran on (for the scheduler), where it moved and which windows the region detector
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from visionrt.pipeline.flow import Item
+from visionrt.pipeline.options import PipelineOptions
 from visionrt.pipeline.schedule import Decision
-from visionrt.preprocess.motion import MotionGate
+from visionrt.preprocess.motion import MotionGate, MotionOptions
 from visionrt.preprocess.regions import RegionPlanner
 from visionrt.telemetry import Telemetry
 
@@ -23,20 +24,27 @@ MOTION_PIXELS = "motion: detector pixels"
 
 
 class Gating:
-    """`gates[i]` measures source i's motion; `planner` (regions mode) picks the windows;
-    `full_pixels` and `window_pixels` are a whole frame's and a window's detector input. Used
-    from the preprocess thread only."""
+    """`gates[i]` measures source i's motion (each with `options`); `planner` (regions mode)
+    picks the windows; `full_pixels` and `window_pixels` are a whole frame's and a window's
+    detector input. Used from the preprocess thread only (`add_source` before the new source's
+    first frame)."""
 
     def __init__(
         self,
-        gates: Sequence[MotionGate],
+        options: MotionOptions,
+        sources: int,
         telemetry: Telemetry,
         full_pixels: int,
         planner: RegionPlanner | None = None,
         window_pixels: int = 0,
     ) -> None:
-        self.gates, self.telemetry, self.planner = list(gates), telemetry, planner
+        self.options, self.telemetry, self.planner = options, telemetry, planner
+        self.gates = [MotionGate(options) for _ in range(sources)]
         self.full_pixels, self.window_pixels = full_pixels, window_pixels
+
+    def add_source(self) -> None:
+        """A gate for one more source, numbered next (its first frame is always "moved")."""
+        self.gates.append(MotionGate(self.options))
 
     def measure(self, item: Item) -> tuple[bool, Callable[[], Any] | None]:
         """Whether the frame moved, and (regions mode) how to plan its windows when the
@@ -80,3 +88,30 @@ def processed(item: Item) -> str:
     if item.reused:
         return "reused"
     return "full" if item.windows is None else f"regions: {len(item.windows)}"
+
+
+def motion_summary(
+    options: PipelineOptions, input_hw: tuple[int, int], events: Mapping[str, int], out: int
+) -> dict[str, Any]:
+    """Motion gating's settings and what it left the detector: frames reused, frames run on
+    windows (and windows per such frame), detector input pixels against every frame whole."""
+    reused, regions = events.get(MOTION_SKIPPED, 0), events.get(MOTION_REGIONS, 0)
+    height, width = input_hw
+    motion: dict[str, Any] = {
+        "mode": options.motion,
+        "threshold": options.motion_threshold,
+        "min_area": options.motion_min_area,
+        "refresh": options.motion_refresh,
+        "reused": reused,
+        "share": round(reused / out, 4) if out else 0.0,
+        "pixel_share": (
+            round(events.get(MOTION_PIXELS, 0) / (out * height * width), 4) if out else 0.0
+        ),
+    }
+    if options.motion == "regions":
+        motion["region"] = options.motion_region
+        motion["regions"] = regions
+        motion["windows_per_region_frame"] = (
+            round(events.get(MOTION_WINDOWS, 0) / regions, 3) if regions else 0.0
+        )
+    return motion

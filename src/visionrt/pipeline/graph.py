@@ -5,7 +5,6 @@ releases frames in order per source and runs the source's fusers into a FrameRes
 
 from __future__ import annotations
 
-import dataclasses
 import queue
 import threading
 import time
@@ -19,16 +18,14 @@ from visionrt.pipeline.gating import Gating, processed
 from visionrt.pipeline.inbox import Inboxes
 from visionrt.pipeline.options import PipelineOptions
 from visionrt.pipeline.ordering import InOrder
+from visionrt.pipeline.readers import FRESHER, Readers
 from visionrt.pipeline.schedule import Scheduler
 from visionrt.sources import Source
 from visionrt.tasks.base import Task
 from visionrt.telemetry import Telemetry
 from visionrt.types import Detections, FrameResult
 
-FRESHER = "queue full, newer frame kept"
 LARGE_BUFFER = 64 * 2**20  # bytes of one frame's input above which a lane keeps few of them
-# A source's counts that are also telemetry events (summary `events`, visionrt_events_total).
-SOURCE_EVENTS = (("reconnects", "source: reconnect"), ("restarts", "source: worker restart"))
 
 
 class Lane:
@@ -71,7 +68,10 @@ class Graph:
     latency ladder's `variants` each get a lane, numbered in that order; `scheduler` says which
     lanes run on each frame; `fusers[i]` are source i's fusion steps; `class_names` name the
     detector's classes in results; `gating` measures each frame's motion for the scheduler
-    (None: off) and `regions` is the region detector its windows run on (regions mode)."""
+    (None: off) and `regions` is the region detector its windows run on (regions mode).
+
+    `service`: sources come and go while it runs (`add_source`, `retire`); its queues are sized
+    for live sources and it ends when stopped, not when its last source ends."""
 
     def __init__(
         self,
@@ -89,14 +89,14 @@ class Graph:
         variants: Sequence[Task] = (),
         gating: Gating | None = None,
         regions: Task | None = None,
+        service: bool = False,
     ) -> None:
-        self.sources, self.labels, self.named = sources, labels, named
         self.gating = gating
         self.options, self.telemetry, self.flow = options, telemetry, flow
-        self.scheduler, self.fusers, self.class_names = scheduler, fusers, tuple(class_names)
+        self.scheduler, self.class_names = scheduler, tuple(class_names)
+        self.fusers = [list(steps) for steps in fusers]
         self._on_error = on_error
-        self.live = [s.live for s in sources]
-        any_live = any(self.live)
+        any_live = any(s.live for s in sources) or service
         self.lanes = [Lane(i, t, any_live, options, flow) for i, t in enumerate(tasks)]
         # The ladder's detector variants: lanes of their own, idle until a rung uses them.
         self.lanes += [
@@ -113,8 +113,13 @@ class Graph:
         )
         in_flight = sum(lane.concurrency * lane.task.batch for lane in self.lanes)
         self.inferred: queue.Queue[Any] = queue.Queue(maxsize=options.queue_size + in_flight)
-        self.readers: list[threading.Thread] = []
         self._next_seq = [0] * len(sources)
+        self.source_side = Readers(
+            sources, labels, named, self.decoded, telemetry, flow, self._guard, service
+        )
+        # The source side's lists, which grow as a service's sources are added.
+        self.sources, self.labels = self.source_side.sources, self.source_side.labels
+        self.live = self.source_side.live
 
     def depths(self) -> dict[str, Callable[[], int]]:
         """Readers of the frames waiting between stages, by queue name."""
@@ -126,14 +131,6 @@ class Graph:
 
     def run(self) -> Iterator[FrameResult]:
         """Start the threads and yield results; the caller's `finally` must call `finish()`."""
-        self.readers = [
-            threading.Thread(
-                target=self._guard, args=(self._read, i, s), name=f"source-{i}", daemon=True
-            )
-            for i, s in enumerate(self.sources)
-        ]
-        self._readers_left = len(self.readers)
-        self._readers_lock = threading.Lock()
         self.workers = [
             threading.Thread(target=self._guard, args=(self._preprocess,), name="preprocess"),
             *(
@@ -146,10 +143,33 @@ class Graph:
                 for i in range(lane.concurrency)
             ),
         ]
-        for thread in [*self.readers, *self.workers]:
+        for thread in self.workers:
             thread.daemon = True
             thread.start()
+        self.source_side.start()
         return self._join()
+
+    def add_source(self, source: Source, label: str, named: bool, fusers: Sequence[Fuser]) -> None:
+        """Start reading `source` (a service's camera added while it runs; opened with the next
+        source id and already known to the scheduler and gating). The other sources' frames are
+        not held up: only lists grow, each before the first frame could need it."""
+        if not self.source_side.accepting():
+            raise RuntimeError("the service is stopping: no source can be added")
+        self.fusers.append(list(fusers))
+        self._next_seq.append(0)
+        self.source_side.add(source, label, named)
+
+    def retire(self, source_id: int) -> None:
+        """Stop reading a source (a service's camera removed); what it read is still delivered."""
+        self.source_side.retire(source_id)
+
+    def release(self) -> None:
+        """A service was stopped: the graph ends once its readers have."""
+        self.source_side.release()
+
+    @property
+    def readers(self) -> list[threading.Thread]:
+        return self.source_side.threads
 
     def finish(self) -> None:
         """Wait for the threads to end, giving back what is left in the queues."""
@@ -159,7 +179,7 @@ class Graph:
     def _guard(self, stage: Callable[..., None], *args: Any) -> None:
         """Run a stage; an exception aborts the run and reaches the caller as one line."""
         try:
-            if self.options.helper_nice and stage in (self._read, self._preprocess):
+            if self.options.helper_nice and stage in (self.source_side.read, self._preprocess):
                 lower_priority(self.options.helper_nice)
             stage(*args)
         except BaseException as err:
@@ -170,48 +190,6 @@ class Graph:
                 wrapped.__cause__ = err
                 err = wrapped
             self._on_error(err)
-
-    def _read(self, source_id: int, source: Source) -> None:
-        label = self.labels[source_id]
-        seen = {key: 0 for key, _ in SOURCE_EVENTS}
-        try:
-            frames = source.frames()
-            while True:
-                started = time.perf_counter()
-                frame = next(frames, None)
-                if frame is None:
-                    break
-                if self.named[source_id]:  # the user's name for it, not its path
-                    frame = dataclasses.replace(frame, source_name=label)
-                self.telemetry.frame_in(label)
-                # Live, the wait for the camera (or a paced file's next frame time) is not
-                # decoding: only what follows the capture counts.
-                since = max(started, frame.captured_at) if source.live else started
-                decode = time.perf_counter() - since
-                item = Item(frame, timings={"decode": decode})
-                self.telemetry.record("decode", decode)
-                self._count_events(source, label, seen)
-                if not self.decoded.put(source_id, item, source.live, self._evicted):
-                    break
-        finally:
-            self._count_events(source, label, seen)
-            with self._readers_lock:
-                self._readers_left -= 1
-                if self._readers_left == 0:
-                    self.decoded.close()
-
-    def _count_events(self, source: Source, label: str, seen: dict[str, int]) -> None:
-        """The source's reconnects and worker restarts since the last look, as events. Polled
-        per frame (two integer reads): a worker process's counts reach its stats only with the
-        frames it hands over, so no call at the moment of the event could see them."""
-        for key, event in SOURCE_EVENTS:
-            count = getattr(source.stats, key)
-            if count > seen[key]:
-                self.telemetry.count(event, label, count - seen[key])
-                seen[key] = count
-
-    def _evicted(self, item: Item) -> None:
-        self.telemetry.drop("decode", FRESHER, self.labels[item.frame.source_id])
 
     def _preprocess(self) -> None:
         try:
@@ -341,13 +319,16 @@ class Graph:
         fused = Fused(frame, item.results, detections, reused=item.reused, windows=item.windows)
         for fuser in self.fusers[frame.source_id]:
             fuser.fuse(fused)
+        label = self.labels[frame.source_id]
         for event in fused.events:
-            self.telemetry.count(event, self.labels[frame.source_id])
+            self.telemetry.count(event.label, label)
+        if fused.analytics:
+            self.telemetry.set_analytics(label, fused.analytics)
         done = time.perf_counter()
         item.timings["fuse"] = done - started
         self.telemetry.record("fuse", done - started)
         latency = done - frame.captured_at
-        self.telemetry.frame_out(latency, self.labels[frame.source_id])
+        self.telemetry.frame_out(latency, label)
         self.scheduler.observe(latency)
         return FrameResult(
             frame,
@@ -361,6 +342,7 @@ class Graph:
             motion_boxes=item.motion_boxes,
             regions=item.windows,
             analytics=fused.analytics,
+            events=tuple(fused.events),
         )
 
     def _drain(self) -> None:

@@ -62,6 +62,15 @@ class Scheduler:
         # The video time of each source's last frame the detector ran on whole (motion gating).
         self._full_at: list[float | None] = [None] * len(self.schedule)
 
+    def add_source(self, lanes: Sequence[int], live: bool) -> None:
+        """One more source, numbered next (a service's camera added while it runs). Lists grow
+        by appending, so the preprocess thread reading an older source is undisturbed."""
+        self._until_detect.append(0)
+        self._skipped.append(0)
+        self._full_at.append(None)
+        self.live.append(live)
+        self.schedule.append(tuple(lanes))
+
     def decide(
         self,
         source_id: int,

@@ -39,6 +39,11 @@ class RegionPlanner:
         ]
         self._lock = threading.Lock()
 
+    def add_source(self) -> None:
+        """One more source (a service's camera added while it runs), numbered next."""
+        with self._lock:
+            self._known.append(np.zeros((0, 4), np.float32))
+
     def remember(self, source_id: int, xyxy: npt.NDArray[np.float32]) -> None:
         """The boxes delivered on a source's latest frame (tracks' when tracking)."""
         with self._lock:

@@ -34,6 +34,9 @@ class SourceOptions:
     # latency, SLO) with a file. Such a file is live in auto mode and still ends at its end.
     realtime: bool = False
     workers: str = "auto"
+    # A paced file starts again at its end, its times running on: a camera stand-in for a
+    # service and for soak tests (`visionrt serve`). Only with `realtime`.
+    loop: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "file", "live"):
@@ -44,6 +47,8 @@ class SourceOptions:
             )
         if self.max_frames < 0:
             raise ConfigError(f"source.max_frames: expected >= 0, got {self.max_frames}")
+        if self.loop and not self.realtime:
+            raise ConfigError("source.loop: loops a file paced at its frame rate: add --realtime")
         if self.reconnect_attempts < 0:
             raise ConfigError(
                 f"source.reconnect_attempts: expected >= 0 (0: never reconnect), got"

@@ -30,6 +30,8 @@ class VideoSource(Source):
         self.live = auto_live if options.mode == "auto" else options.mode == "live"
         self._container: Any = None
         self._last_error = ""
+        self._offset = 0.0  # a looped file's media time at its latest start
+        self._rounds_index = 0  # frames since then
         self._open()  # fail at construction: a bad path is reported before any model loads
 
     def _open(self) -> None:
@@ -109,11 +111,15 @@ class VideoSource(Source):
                             source_name=self.name,
                         )
                         index += 1
+                        self._rounds_index += 1
                         self.stats.frames = index
                         if self._stopped or index == self.options.max_frames:
                             return
                     if self._stopped:  # a clean stop is not a disconnect
                         return
+                    if self.paced and self.options.loop and index:
+                        self._rewind(stamp)
+                        continue
                     if not self.live or self.paced:
                         self.check_ending()
                         return
@@ -150,7 +156,8 @@ class VideoSource(Source):
         """The frame's timestamp and capture time; a paced file waits here for its media time."""
         now = time.perf_counter()
         if self.paced:  # media time, delivered when a camera would deliver it
-            stamp = float(frame.time) if frame.time is not None else index / self.fps
+            stamp = float(frame.time) if frame.time is not None else self._rounds_index / self.fps
+            stamp += self._offset
             time.sleep(max(0.0, started + stamp - now))
             return stamp, time.perf_counter()
         if self.live:
@@ -158,6 +165,13 @@ class VideoSource(Source):
         if frame.time is not None:  # damaged files can step back: clamp
             return (float(frame.time) if index == 0 else max(previous, float(frame.time))), now
         return previous + (1.0 / self.fps if self.fps else 0.0), now
+
+    def _rewind(self, last: float) -> None:
+        """A looped file starts again: reopened, its times continuing after `last`."""
+        self._offset = last + (1.0 / self.fps if self.fps else 0.0)
+        self._rounds_index = 0
+        self.close()
+        self._open()
 
     def _ended_cleanly(self) -> bool:
         """The input ended without an error after the frames, or the duration, that it

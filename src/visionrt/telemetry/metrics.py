@@ -1,10 +1,12 @@
 """Serves a run's telemetry as Prometheus metrics over HTTP (prometheus-client), on localhost by
 default: frames in/out, drops by stage and reason, events, reconnects and restarts per source,
 stage and glass-to-result latency histograms, queue depths, the live audit's fidelity per source,
-CPU/RSS, and NVIDIA GPU use where nvidia-ml-py finds a GPU."""
+objects in zones and line crossings, CPU/RSS, and NVIDIA GPU use where nvidia-ml-py finds a
+GPU."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -26,7 +28,8 @@ class MetricsServer:
 
     Counters and histograms are fed as the pipeline measures (it is a telemetry listener);
     queue depths, source reconnects/restarts, process CPU/RSS and GPU figures are read at each
-    scrape. `port` 0 picks a free port (see `port` after `start`). `sources` gives the
+    scrape, and so are the latest zone and line figures per source the listener was given.
+    `port` 0 picks a free port (see `port` after `start`). `sources` gives the
     per-source readers: name → callable returning the source's stats (reconnects, restarts,
     missed), `gauges` name → queue depth reader, `info` labels for visionrt_build_info."""
 
@@ -80,6 +83,7 @@ class MetricsServer:
         self._sources: dict[str, Callable[[], Any]] = {}
         self._gauges: Callable[[], dict[str, float | None]] = dict
         self._figures: Callable[[], dict[str, dict[str, float]]] = dict
+        self._analytics: dict[str, dict[str, Any]] = {}  # latest per source, for the scrape
         self.registry.register(_ScrapeCollector(self))
         self._server: Any = None
         self._thread: Any = None
@@ -138,6 +142,11 @@ class MetricsServer:
     def record(self, stage: str, seconds: float) -> None:
         self.stage.labels(stage).observe(seconds)
 
+    def analytics(self, source: str, analytics: dict[str, Any]) -> None:
+        # Once per frame: keep the reference, read at the scrape (the dicts are not changed
+        # after they are handed over; one assignment is atomic under the GIL).
+        self._analytics[source] = analytics
+
 
 class _ScrapeCollector:
     """Figures read when Prometheus scrapes: queue depths, source reconnects, GPU use."""
@@ -145,6 +154,10 @@ class _ScrapeCollector:
     def __init__(self, server: MetricsServer) -> None:
         self.server = server
         self._gpu = _Gpu()
+        # Classes seen inside each (source, zone) at an earlier scrape: they read 0 once gone,
+        # so a zone's series do not vanish from graphs and alerts when it empties.
+        self._zone_classes: dict[tuple[str, str], set[str]] = {}
+        self._lock = threading.Lock()  # two scrapes at once share those sets
 
     def describe(self) -> list[Any]:
         return []  # the families vary with the run: no fixed list to check at registration
@@ -174,6 +187,7 @@ class _ScrapeCollector:
                 family.add_metric([name], float(getattr(stats, key, 0)))
         yield from families.values()
         yield from self._audit()
+        yield from self._zones_and_lines()
         yield from self._gpu.collect()
 
     def _audit(self) -> Iterator[Any]:
@@ -188,6 +202,31 @@ class _ScrapeCollector:
                 if key in gauges:
                     gauges[key].add_metric([source], float(value))
         yield from (gauge for gauge in gauges.values() if gauge.samples)
+
+    def _zones_and_lines(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        zones = GaugeMetricFamily(
+            "visionrt_zone_objects", "Tracked objects inside a zone now, by class",
+            labels=["source", "zone", "class"],
+        )  # fmt: skip
+        lines = CounterMetricFamily(
+            "visionrt_line_crossings", "Tracks that crossed a line, by direction (in/out)",
+            labels=["source", "line", "direction"],
+        )  # fmt: skip
+        for source, analytics in dict(self.server._analytics).items():
+            for zone, figures in analytics.get("zones", {}).items():
+                count = figures.get("count", {})
+                with self._lock:
+                    seen = self._zone_classes.setdefault((source, zone), set())
+                    seen.update(count)
+                    names = sorted(seen)
+                for name in names:
+                    zones.add_metric([source, zone, name], float(count.get(name, 0)))
+            for line, totals in analytics.get("lines", {}).items():
+                for direction, total in totals.items():
+                    lines.add_metric([source, line, direction], float(total))
+        yield from (family for family in (zones, lines) if family.samples)
 
 
 class _Gpu:

@@ -91,6 +91,12 @@ class RunSummary:
     # Motion gating, when on: its settings, and the frames that reused their source's last
     # results (count and share of the frames out).
     motion: dict[str, Any] = field(default_factory=dict)
+    # Zones and lines, when they ran: per source name its last frame's analytics (line in/out
+    # totals, objects per class inside each zone at the end; see fuse.analytics).
+    analytics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # `visionrt serve`: its cameras at the end, and per event target what was published, sent,
+    # dropped and retried.
+    service: dict[str, Any] = field(default_factory=dict)
     # What the run says about its configuration: the plan it used or set aside and why, the
     # parts of a flag it could not honour with that plan.
     notes: list[str] = field(default_factory=list)
@@ -127,6 +133,7 @@ class Listener(Protocol):
     def drop(self, stage: str, reason: str, source: str, count: int) -> None: ...
     def count(self, event: str, source: str, count: int) -> None: ...
     def record(self, stage: str, seconds: float) -> None: ...
+    def analytics(self, source: str, analytics: dict[str, Any]) -> None: ...
 
 
 class Telemetry:
@@ -144,6 +151,7 @@ class Telemetry:
         self.dropped: Counter[str] = Counter()
         self.events: Counter[str] = Counter()
         self._per_source: dict[str, _SourceCounts] = {}
+        self._analytics: dict[str, dict[str, Any]] = {}
         self._listeners: tuple[Listener, ...] = ()
         self._lock = threading.Lock()
         self._process = psutil.Process()
@@ -217,6 +225,22 @@ class Telemetry:
             self._source(source).events[event] += count
         for listener in self._listeners:
             listener.count(event, source, count)
+
+    def set_analytics(self, source: str, analytics: dict[str, Any]) -> None:
+        """Keep `source`'s latest zone and line figures (a frame's `analytics`, which nothing
+        changes once handed over: the fuser builds new dicts each frame). Called per frame, so
+        it only stores the reference; an empty one (a frame without tracks) keeps the last."""
+        if not analytics:
+            return
+        with self._lock:
+            self._analytics[source] = analytics
+        for listener in self._listeners:
+            listener.analytics(source, analytics)
+
+    def analytics(self) -> dict[str, dict[str, Any]]:
+        """The latest zone and line figures per source name (none without zones or lines)."""
+        with self._lock:
+            return dict(self._analytics)
 
     def _source(self, name: str) -> _SourceCounts:
         counts = self._per_source.get(name)
@@ -307,6 +331,7 @@ class Telemetry:
             cpu_percent=100.0 * cpu / seconds if seconds > 0 else 0.0,
             rss_mb=self._process.memory_info().rss / 2**20,
             events=events,
+            analytics=self.analytics(),
         )
 
 

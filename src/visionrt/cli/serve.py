@@ -1,0 +1,204 @@
+"""`visionrt serve`: the pipeline as a long-running service over cameras added and removed at
+runtime, with its HTTP API, live view, events and metrics; parse, build, run until stopped."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from visionrt.cli.outputs import check_telemetry, describe_run, write_summary
+from visionrt.cli.run import install_signal_handlers
+from visionrt.cli.run_config import configure_with_plan
+from visionrt.cli.signals import STARTUP, start_up
+from visionrt.config import RunConfig, given_options
+from visionrt.errors import SinkError
+from visionrt.pipeline import Pipeline
+from visionrt.sinks.lock import OutputLock
+from visionrt.sources.naming import default_name, split_name, unique_names
+
+Opt = typer.Option
+
+
+def serve_command(
+    sources: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Cameras to start with (NAME=URI or URI): rtsp/http URLs, /dev/videoN, video"
+            " files (paced at their frame rate, looped). Default: the demo video."
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None, Opt(help="YAML: the run's sections, plus serve: and analytics:.")
+    ] = None,
+    set_: Annotated[
+        list[str] | None, Opt("--set", help="KEY=VALUE over the config, e.g. serve.port=9000.")
+    ] = None,
+    host: Annotated[
+        str | None, Opt(help="Listen address (default 127.0.0.1; others need a token).")
+    ] = None,
+    port: Annotated[int | None, Opt(help="HTTP port of the API and live view (8080).")] = None,
+    token: Annotated[
+        str | None,
+        Opt(help="API token asked of every request (also VISIONRT_TOKEN).", show_default=False),
+    ] = None,
+    out: Annotated[str | None, Opt(help="Folder for detections.jsonl and summary.json.")] = None,
+    track: Annotated[bool, Opt("--track", help="Track objects (zones and lines need it).")] = False,
+    plan: Annotated[Path | None, Opt(help="Run this tuned plan.")] = None,
+    no_plan: Annotated[bool, Opt("--no-plan", help="Run the model as given, no plan.")] = False,
+    quiet: Annotated[bool, Opt("--quiet", "-q", help="Only errors and the URL.")] = False,
+) -> None:
+    """Serve cameras until stopped: add and remove them over HTTP, watch them in a browser,
+    send zone, line and source events to MQTT and webhooks (see docs/serve.md)."""
+    STARTUP.during = " while starting: nothing processed"
+    values = _values(sources, host, port, token, out, track, config, set_)
+    console = Console(stderr=True, quiet=quiet)
+    cfg, plan_note, _ = configure_with_plan(plan, no_plan, config, set_, values)
+    cfg = _named(cfg)
+    from visionrt.serve.app import check_bind
+
+    check_bind(cfg.serve.host, cfg.serve.token)
+    if cfg.output.telemetry:
+        check_telemetry(Path(cfg.output.telemetry))
+    lock = OutputLock(Path(cfg.output.dir), "visionrt serve").acquire()
+    try:
+        _serve(cfg, plan_note, console)
+    finally:
+        lock.release()
+
+
+def _values(
+    sources: list[str] | None,
+    host: str | None,
+    port: int | None,
+    token: str | None,
+    out: str | None,
+    track: bool,
+    config: Path | None,
+    overrides: list[str] | None,
+) -> dict[str, Any]:
+    """The flags as config values; files are paced and looped unless the user said otherwise
+    (a service watches cameras; a file stands in for one); no MP4 (a service runs for weeks)."""
+    given = given_options(config, overrides, {})
+    serve = {"host": host, "port": port, "token": token or os.environ.get("VISIONRT_TOKEN")}
+    source = {key: True for key in ("realtime", "loop") if key not in (given.get("source") or {})}
+    output: dict[str, Any] = {"dir": out or (given.get("output") or {}).get("dir", "out/serve")}
+    if "video" not in (given.get("output") or {}):
+        output["video"] = False
+    values: dict[str, Any] = {
+        "serve": {k: v for k, v in serve.items() if v is not None},
+        "source": source,
+        "output": output,
+    }
+    if sources:
+        values["sources"] = list(sources)
+    if track:
+        values["pipeline"] = {"track": True}
+    return values
+
+
+def _named(cfg: RunConfig) -> RunConfig:
+    """Every source by name (`cam=URI`): the API, previews and events call cameras by name."""
+    from dataclasses import replace
+
+    split = [split_name(spec) for spec in cfg.sources]
+    given = [bool(name) for name, _ in split]
+    names = unique_names(
+        [name or default_name(spec, i) for i, (name, spec) in enumerate(split)], given
+    )
+    specs = tuple(f"{name}={spec}" for name, (_, spec) in zip(names, split, strict=True))
+    return replace(cfg, sources=specs)
+
+
+def _serve(cfg: RunConfig, plan_note: str, console: Console) -> None:
+    from visionrt.serve.app import HttpServer, make_app
+    from visionrt.serve.outputs import ServiceSinks
+    from visionrt.serve.preview import PreviewHub
+    from visionrt.serve.service import Service
+    from visionrt.sinks.events import EventPublisher, parse_event_targets
+    from visionrt.telemetry.metrics import MetricsServer
+    from visionrt.telemetry.report import TelemetryWriter, print_summary
+
+    targets = parse_event_targets(cfg.serve.events, "serve.events")  # before a model loads
+    out = Path(cfg.output.dir)
+    sinks = ServiceSinks(out, cfg.output.jsonl, cfg.output.coco, cfg.output.csv)
+    pipeline = start_up(
+        lambda: Pipeline(
+            list(cfg.sources),
+            cfg.model,
+            cfg.backend,
+            cfg.inference,
+            cfg.postprocess,
+            cfg.source,
+            cfg.pipeline,
+            cfg.depth,
+            plan=False,  # settled with the flags
+            analytics=cfg.analytics,
+            service=True,
+        )
+    )
+    pipeline.notes[:0] = plan_note.splitlines()
+    for note in pipeline.notes:
+        Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
+    telemetry = pipeline.telemetry
+    publisher = EventPublisher(
+        targets,
+        cfg.serve.event_queue,
+        on_drop=lambda transport, reason: telemetry.count(f"events: dropped ({reason})"),
+    )
+    preview = PreviewHub(cfg.serve.preview_rate, max_width=cfg.serve.preview_width)
+    uris = [split_name(spec)[1] for spec in cfg.sources]
+    service = Service(
+        pipeline, sinks, preview, publisher, uris, cfg.serve.files, cfg.serve.down_after
+    )
+    described = pipeline.task.describe()
+    info = {k: str(described.get(k, "")) for k in ("runtime", "device", "precision")}
+    metrics = MetricsServer(0, cfg.serve.host, info)  # scraped through the API's /metrics
+    service.on_change = lambda: metrics.watch(
+        {n: (lambda s=s: s.stats) for n, s in zip(pipeline.names, pipeline.sources, strict=True)},
+        pipeline.queue_depths,
+    )
+    service.on_change()
+    telemetry.add_listener(metrics)
+    http: HttpServer | None = None
+    writer = None
+    summary = None
+    try:
+        describe_run(pipeline, cfg.model, console)
+        app = make_app(service, cfg.serve.token, metrics)
+        http = HttpServer(app, cfg.serve.host, cfg.serve.port).start()
+        if cfg.output.telemetry:
+            writer = TelemetryWriter(telemetry, cfg.output.telemetry, on_error=pipeline.fail)
+            writer.start()
+        Console(stderr=True).print(
+            f"serving {len(pipeline.names)} source(s) at {http.url}/"
+            f"{'?token=…' if cfg.serve.token else ''} (Ctrl-C to stop)",
+            markup=False,
+            highlight=False,
+        )
+        install_signal_handlers(pipeline)
+        STARTUP.check()
+        summary = service.run()
+    finally:
+        if http is not None:
+            http.close()
+        if writer is not None:
+            writer.close()
+        publisher.close()
+        preview.close()
+        pipeline.close()
+        summary = summary or pipeline.summary()
+        summary.service = {"cameras": service.describe(), "events": publisher.stats()}
+        summary.outputs.append(str(out / "summary.json"))
+        try:
+            write_summary(summary, out / "summary.json")
+        except SinkError as err:
+            console.print(f"summary.json: {err}")
+    print_summary(summary, console)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve", help=serve_command.__doc__)(serve_command)

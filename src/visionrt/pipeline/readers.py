@@ -1,0 +1,154 @@
+"""The graph's source side: a reader thread per source that decodes its frames into the decoded
+inbox, counts them in, and reports its reconnects; a service's sources are added and retired
+while it runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from visionrt.errors import VisionRTError
+from visionrt.pipeline.flow import Flow, Item
+from visionrt.pipeline.inbox import Inboxes
+from visionrt.sources import Source
+from visionrt.telemetry import Telemetry
+
+FRESHER = "queue full, newer frame kept"
+# A source's counts that are also telemetry events (summary `events`, visionrt_events_total).
+SOURCE_EVENTS = (("reconnects", "source: reconnect"), ("restarts", "source: worker restart"))
+SOURCE_FAILED = "source: failed"  # a service's source that raised: it ended, the others run on
+
+
+class Readers:
+    """`sources[i]` is read by thread `threads[i]` into `decoded` under the name `labels[i]`
+    (`named[i]`: the user's name, which replaces its path in its frames). `guard` runs a thread's
+    work and reports what it raises. The last reader to end closes `decoded`; a service's
+    readers (`service`) hold it open until `release()`."""
+
+    def __init__(
+        self,
+        sources: Sequence[Source],
+        labels: Sequence[str],
+        named: Sequence[bool],
+        decoded: Inboxes[Item],
+        telemetry: Telemetry,
+        flow: Flow,
+        guard: Callable[..., None],
+        service: bool = False,
+    ) -> None:
+        # Own lists: a service appends to them (`add`) while the stages index them.
+        self.sources, self.labels, self.named = list(sources), list(labels), list(named)
+        self.live = [s.live for s in sources]
+        self.decoded, self.telemetry, self.flow, self._guard = decoded, telemetry, flow, guard
+        self.service = service
+        # A service's source that fails ends alone (its error in `failures`); a run's fails it.
+        self.contain = service
+        self.failures: dict[int, str] = {}
+        self.retired: set[int] = set()
+        self.threads: list[threading.Thread] = []
+        self._left = 0
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self.threads = [self._thread(i, s) for i, s in enumerate(self.sources)]
+        with self._lock:
+            # A service holds the inbox open for sources still to come, until it is released.
+            self._left = len(self.threads) + (1 if self.service else 0)
+            if self._left == 0:
+                self.decoded.close()
+        for thread in self.threads:
+            thread.start()
+
+    def accepting(self) -> bool:
+        """A source can still be added (a service that runs and was not stopped)."""
+        return self.service and self._left > 0 and not self.flow.stopping.is_set()
+
+    def add(self, source: Source, label: str, named: bool) -> None:
+        """Start reading `source`, opened with the next source id (`len(sources)`)."""
+        if source.source_id != len(self.sources):
+            raise ValueError(f"source id {source.source_id}: expected {len(self.sources)}")
+        with self._lock:
+            if not self.accepting():
+                raise RuntimeError("the service is stopping: no source can be added")
+            self._left += 1
+            self.labels.append(label)
+            self.named.append(named)
+            self.live.append(source.live)
+            self.sources.append(source)
+            thread = self._thread(source.source_id, source)
+            self.threads.append(thread)
+        thread.start()
+
+    def retire(self, source_id: int) -> None:
+        """Stop reading a source: the frames it read are still finished and delivered; its
+        reader closes it once out of its read."""
+        self.retired.add(source_id)
+        self.sources[source_id].stop()
+
+    def release(self) -> None:
+        """The service was stopped: once its readers end, the stages after them end too."""
+        with self._lock:
+            if self.service:
+                self.service = False
+                self._done()
+
+    def _thread(self, source_id: int, source: Source) -> threading.Thread:
+        return threading.Thread(
+            target=self._guard, args=(self.read, source_id, source), name=f"source-{source_id}"
+        )
+
+    def read(self, source_id: int, source: Source) -> None:
+        label = self.labels[source_id]
+        seen = {key: 0 for key, _ in SOURCE_EVENTS}
+        try:
+            frames = source.frames()
+            while True:
+                started = time.perf_counter()
+                frame = next(frames, None)
+                if frame is None:
+                    break
+                if self.named[source_id]:  # the user's name for it, not its path
+                    frame = dataclasses.replace(frame, source_name=label)
+                self.telemetry.frame_in(label)
+                # Live, the wait for the camera (or a paced file's next frame time) is not
+                # decoding: only what follows the capture counts.
+                since = max(started, frame.captured_at) if source.live else started
+                decode = time.perf_counter() - since
+                item = Item(frame, timings={"decode": decode})
+                self.telemetry.record("decode", decode)
+                self._count_events(source, label, seen)
+                if not self.decoded.put(source_id, item, source.live, self._evicted):
+                    break
+        except (VisionRTError, OSError) as err:
+            if not self.contain:
+                raise
+            self.failures[source_id] = str(err)
+            self.telemetry.count(SOURCE_FAILED, label)
+        finally:
+            self._count_events(source, label, seen)
+            if source_id in self.retired:
+                source.close()
+            with self._lock:
+                self._done()
+
+    def _done(self) -> None:
+        """A reader (or a service's hold) ended; the last one closes the decoded inbox."""
+        self._left -= 1
+        if self._left == 0:
+            self.decoded.close()
+
+    def _count_events(self, source: Source, label: str, seen: dict[str, int]) -> None:
+        """The source's reconnects and worker restarts since the last look, as events. Polled
+        per frame (two integer reads): a worker process's counts reach its stats only with the
+        frames it hands over, so no call at the moment of the event could see them."""
+        for key, event in SOURCE_EVENTS:
+            count = getattr(source.stats, key)
+            if count > seen[key]:
+                self.telemetry.count(event, label, count - seen[key])
+                seen[key] = count
+
+    def _evicted(self, item: Any) -> None:
+        self.telemetry.drop("decode", FRESHER, self.labels[item.frame.source_id])

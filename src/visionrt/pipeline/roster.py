@@ -1,0 +1,97 @@
+"""A running service's sources: opening one into the stages while the others run (its schedule,
+gating, fusers and audit window made for it), and retiring one."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from visionrt.errors import ConfigError
+from visionrt.fuse import parse_analytics
+from visionrt.pipeline.build import check_analytics, source_fusers
+from visionrt.sources import Source, SourceOptions
+from visionrt.sources.registry import LIVE_KINDS, open_source, source_kind
+
+if TYPE_CHECKING:
+    from visionrt.pipeline.core import Pipeline
+
+
+class Roster:
+    """The sources a service's `pipeline` runs now, by name (`active`); `add` and `remove` are
+    called from any thread (the HTTP API's), one at a time."""
+
+    def __init__(self, pipeline: Pipeline, options: SourceOptions) -> None:
+        self.pipeline, self.options = pipeline, options
+        self.active: dict[str, int] = {name: i for i, name in enumerate(pipeline.names)}
+        self._lock = threading.Lock()
+
+    def add(
+        self,
+        name: str,
+        spec: str,
+        depth: bool = False,
+        analytics: Mapping[str, Any] | None = None,
+        on_open: Callable[[Source], None] | None = None,
+    ) -> Source:
+        """Open `spec` as source `name` and start it: a bad source (SourceError) or request
+        (ConfigError) changes nothing. The other sources are not held up: opening happens
+        here, and the stages only see lists grow. `on_open` is told of the source once it is
+        open, before its first frame is read (its own outputs open there)."""
+        pipeline = self.pipeline
+        graph = pipeline.graph
+        if graph is None or not graph.source_side.accepting():
+            raise ConfigError("the service is not running: no source can be added")
+        zones = parse_analytics({name: analytics}) if analytics else {}
+        check_analytics(zones, [name], pipeline.options)
+        depth_lanes = list(range(1, len(pipeline.tasks)))
+        if depth and not depth_lanes:
+            raise ConfigError("tasks: depth needs a depth model: start the service with --depth")
+        if pipeline.options.tile:
+            raise ConfigError("pipeline.tile: sources cannot be added to a tiled service")
+        with self._lock:
+            if name in self.active:
+                raise ConfigError(f"a source named '{name}' is running: remove it first")
+            source_id = len(pipeline.sources)
+            workers = self.options.workers
+            if workers == "auto":  # each camera or stream in a worker process of its own
+                workers = "process" if source_kind(spec) in LIVE_KINDS else "thread"
+            source = open_source(spec, source_id, replace(self.options, workers=workers))
+            lanes = [0, *(depth_lanes if depth else [])]
+            try:
+                if on_open is not None:
+                    on_open(source)
+                pipeline.parts.schedule.append(lanes)
+                graph.scheduler.add_source(lanes, source.live)
+                if graph.gating is not None:
+                    graph.gating.add_source()
+                if pipeline.parts.planner is not None:
+                    pipeline.parts.planner.add_source()
+                if pipeline.auditor is not None:
+                    pipeline.auditor.add_source(name)
+                fusers = source_fusers(pipeline.parts, pipeline.options, source_id, zones.get(name))
+                graph.add_source(source, name, True, fusers)
+            except BaseException:
+                # Only while stopping: the lists grown above then see no frame, and no source
+                # is added after this one.
+                source.close()
+                raise
+            pipeline.sources.append(source)
+            pipeline.names.append(name)
+            pipeline.named.append(True)
+            self.active[name] = source_id
+        return source
+
+    def remove(self, name: str) -> int:
+        """Stop reading source `name`; the frames it read are still delivered. Its id."""
+        with self._lock:
+            source_id = self.active.pop(name, None)
+        if source_id is None:
+            raise KeyError(name)
+        graph = self.pipeline.graph
+        if graph is not None:
+            graph.retire(source_id)
+        else:
+            self.pipeline.sources[source_id].stop()
+        return source_id

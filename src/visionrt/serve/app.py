@@ -1,0 +1,249 @@
+"""The service's HTTP API and live view (Starlette): list, add, remove and restart cameras, their
+previews, the last events and the Prometheus metrics, every route behind the token when one is
+set; served by uvicorn on a socket bound before the service starts."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import socket
+import threading
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from visionrt.errors import ConfigError, SinkError, SourceError, VisionRTError
+from visionrt.serve.preview import BOUNDARY, mjpeg_chunks
+from visionrt.serve.service import Camera, Service, check_name
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+MAX_BODY = 64 * 1024  # a source request is a few hundred bytes; zones a few kB
+LOCAL = ("127.0.0.1", "localhost", "::1")
+
+
+def make_app(service: Service, token: str = "", metrics: Any = None) -> Starlette:
+    """The routes over `service`; `token` (when set) is asked of every request as
+    `Authorization: Bearer TOKEN` or `?token=TOKEN` (the page's images cannot send headers);
+    `metrics` a MetricsServer whose registry `/metrics` exposes."""
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.middleware.base import BaseHTTPMiddleware
+    from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    page = resources.files("visionrt.serve").joinpath("static/index.html").read_text("utf-8")
+
+    class TokenMiddleware(BaseHTTPMiddleware):
+        async def dispatch(self, request: Request, call_next: Any) -> Response:
+            if token and not _authorized(request, token):
+                return JSONResponse(
+                    {"error": "token required: Authorization: Bearer TOKEN or ?token=TOKEN"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+            response: Response = await call_next(request)
+            return response
+
+    def error(status: int, message: str) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status)
+
+    async def index(request: Request) -> Response:
+        return HTMLResponse(page, headers={"Cache-Control": "no-store"})
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "sources": len(service.cameras)})
+
+    def list_sources(request: Request) -> Response:
+        return JSONResponse(service.describe())
+
+    async def add_source(request: Request) -> Response:
+        body = await request.body()
+        if len(body) > MAX_BODY:
+            return error(413, f"request body over {MAX_BODY} bytes")
+        try:
+            request_json = json.loads(body or b"null")
+        except (ValueError, UnicodeDecodeError) as err:
+            return error(400, f"body: expected JSON, {err}")
+        if not isinstance(request_json, dict):
+            return error(400, "body: expected a JSON object {name, uri, tasks, zones, lines}")
+        unknown = sorted(set(request_json) - {"name", "uri", "tasks", "zones", "lines"})
+        if unknown:
+            return error(400, f"body: unknown key '{unknown[0]}' (name, uri, tasks, zones, lines)")
+        analytics = {k: request_json[k] for k in ("zones", "lines") if k in request_json}
+        # Opening a stream can take seconds: on a worker thread, not the event loop.
+        from starlette.concurrency import run_in_threadpool
+
+        try:
+            camera = await run_in_threadpool(
+                service.add,
+                request_json.get("name"),
+                request_json.get("uri"),
+                request_json.get("tasks", ["detect"]),
+                analytics or None,
+            )
+        except SourceError as err:
+            return error(422, str(err))
+        except ConfigError as err:
+            status = 409 if "is running" in str(err) else 400
+            return error(status, str(err))
+        except RuntimeError as err:  # the service is stopping
+            return error(503, str(err))
+        return JSONResponse(_camera(camera), status_code=201)
+
+    def named(request: Request) -> str:
+        name = request.path_params["name"]
+        check_name(name)
+        return str(name)
+
+    def remove_source(request: Request) -> Response:
+        try:
+            camera = service.remove(named(request))
+        except ConfigError as err:
+            return error(400, str(err))
+        except KeyError:
+            return error(404, f"no source named '{request.path_params['name']}'")
+        return JSONResponse(_camera(camera))
+
+    def restart_source(request: Request) -> Response:
+        try:
+            camera = service.restart(named(request))
+        except KeyError:
+            return error(404, f"no source named '{request.path_params['name']}'")
+        except SourceError as err:
+            return error(422, f"removed, and could not be opened again: {err}")
+        except VisionRTError as err:
+            return error(400, str(err))
+        return JSONResponse(_camera(camera))
+
+    def preview_jpeg(request: Request) -> Response:
+        try:
+            preview = service.preview.latest(named(request))
+        except ConfigError as err:
+            return error(400, str(err))
+        if preview is None:
+            return error(404, "no preview yet")
+        headers = {
+            "X-Frame-Index": str(preview.frame),
+            "X-Preview-Seq": str(preview.seq),
+            "Cache-Control": "no-store",
+        }
+        return Response(preview.jpeg, media_type="image/jpeg", headers=headers)
+
+    def preview_mjpeg(request: Request) -> Response:
+        try:
+            name = named(request)
+        except ConfigError as err:
+            return error(400, str(err))
+        if name not in service.cameras:
+            return error(404, f"no source named '{name}'")
+        stop = threading.Event()
+        stream = mjpeg_chunks(service.preview, name, stop)
+        media = f"multipart/x-mixed-replace; boundary={BOUNDARY}"
+        return StreamingResponse(stream, media_type=media, background=_Setter(stop))
+
+    def events(request: Request) -> Response:
+        try:
+            limit = min(1000, max(0, int(request.query_params.get("limit", "50"))))
+        except ValueError:
+            return error(400, "limit: expected an integer")
+        return JSONResponse(service.events(limit))
+
+    def prometheus(request: Request) -> Response:
+        if metrics is None:
+            return error(404, "metrics are off")
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    routes = [
+        Route("/", index),
+        Route("/health", health),
+        Route("/sources", list_sources, methods=["GET"]),
+        Route("/sources", add_source, methods=["POST"]),
+        Route("/sources/{name}", remove_source, methods=["DELETE"]),
+        Route("/sources/{name}/restart", restart_source, methods=["POST"]),
+        Route("/sources/{name}/preview.jpg", preview_jpeg),
+        Route("/sources/{name}/preview.mjpg", preview_mjpeg),
+        Route("/events", events),
+        Route("/metrics", prometheus),
+    ]
+    return Starlette(routes=routes, middleware=[Middleware(TokenMiddleware)])
+
+
+class _Setter:
+    """A background task that sets an Event: ends a preview stream's iterator when the response
+    is done (the client went away)."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    async def __call__(self) -> None:
+        self.event.set()
+
+
+def _authorized(request: Request, token: str) -> bool:
+    header = request.headers.get("authorization", "")
+    given = header[7:] if header.lower().startswith("bearer ") else ""
+    given = given or request.query_params.get("token", "")
+    return hmac.compare_digest(given.encode(), token.encode())
+
+
+def _camera(camera: Camera) -> dict[str, Any]:
+    return {
+        "name": camera.name,
+        "uri": camera.uri,
+        "tasks": list(camera.tasks),
+        "state": camera.state,
+        "outputs": camera.outputs,
+    }
+
+
+def check_bind(host: str, token: str) -> None:
+    """Beyond this machine only with a token."""
+    if host not in LOCAL and not token:
+        raise ConfigError(
+            f"serve.host {host}: listening beyond this machine needs a token"
+            " (--token or VISIONRT_TOKEN)"
+        )
+
+
+class HttpServer:
+    """uvicorn on a socket bound here (a taken port is one line, before anything starts), in a
+    thread of its own; `port` is the one bound (0 picks a free one)."""
+
+    def __init__(self, app: Starlette, host: str, port: int) -> None:
+        import uvicorn
+
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.socket = socket.socket(family, socket.SOCK_STREAM)
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.socket.bind((host, port))
+            self.socket.listen(2048)  # the URL works once printed: uvicorn accepts later
+        except OSError as err:
+            self.socket.close()
+            reason = err.strerror or err
+            raise SinkError(f"serve: cannot listen on {host}:{port}: {reason}") from err
+        self.host, self.port = host, int(self.socket.getsockname()[1])
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, name="http", daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> HttpServer:
+        self.thread.start()
+        return self
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        self.socket.close()
