@@ -140,7 +140,7 @@ def main() -> None:
     lines = {"walkway": LINE}
     config = {
         "sources": [f"cam1={vtest}", f"cam2={vtest}", f"cam3={vtest}"],
-        "pipeline": {"track": True, "detect_every": 2},
+        "pipeline": {"track": True, "detect_every": 3},
         "analytics": {
             "cam1": {"lines": lines, "zones": {"left": ZONE}},
             "cam3": {"lines": lines},

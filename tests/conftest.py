@@ -6,6 +6,7 @@ import os
 import tempfile
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -194,3 +195,22 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_detector(
         tmp_path_factory.mktemp("models") / "tiny.onnx", [(32, 32, 20, 10, 0.9, 0.0)]
     )
+
+
+def scraped(pipeline: Any, info: dict[str, str] | None = None) -> tuple[Any, str]:
+    """Run `pipeline` with a metrics server set up as `visionrt run --metrics-port` sets it up
+    (cli.outputs.watch_pipeline); the summary and the endpoint's text at the end."""
+    from visionrt.cli.outputs import watch_pipeline
+    from visionrt.telemetry.metrics import MetricsServer, scrape
+
+    server = MetricsServer(0, info=info)
+    watch_pipeline(server, pipeline)
+    pipeline.telemetry.add_listener(server)
+    server.start()
+    try:
+        summary = pipeline.run()
+        text = scrape(server.url)
+    finally:
+        server.close()
+        pipeline.close()
+    return summary, text

@@ -12,6 +12,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from conftest import scraped
 
 from visionrt import Pipeline, PipelineOptions
 from visionrt.cli.main import main
@@ -119,15 +120,7 @@ def test_a_run_exports_its_zones_and_lines(walking: Path, tiny_model: Path) -> N
         options=PipelineOptions(warmup=0, track=True),
         analytics=ZONES,
     )
-    server = MetricsServer(0)
-    pipeline.telemetry.add_listener(server)
-    server.start()
-    try:
-        summary = pipeline.run()
-        text = scrape(server.url)
-    finally:
-        server.close()
-        pipeline.close()
+    summary, text = scraped(pipeline)
     assert summary.frames_out == len(HEIGHTS)
     assert _samples(text, "visionrt_line_crossings_total") == {
         _line("cam", "mid", "in"): 1,

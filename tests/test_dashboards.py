@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import scraped
 
 from visionrt import BackendOptions, Pipeline, PipelineOptions, SourceOptions
 from visionrt.telemetry import metrics
-from visionrt.telemetry.metrics import MetricsServer, scrape
 from visionrt.telemetry.stats import RunSummary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,22 +63,7 @@ def _rules() -> list[dict[str, Any]]:
 
 
 def _scraped(pipeline: Pipeline) -> tuple[RunSummary, str]:
-    """Run `pipeline` with a metrics server as `visionrt run --metrics-port` sets it up; the
-    summary and the endpoint's text at the end."""
-    server = MetricsServer(0, info={"runtime": pipeline.backend.info.runtime})
-    named = zip(pipeline.names, pipeline.sources, strict=True)
-    sources = {name: (lambda s=s: s.stats) for name, s in named}
-    figures = pipeline.auditor.figures if pipeline.auditor is not None else None
-    server.watch(sources, pipeline.queue_depths, figures)
-    pipeline.telemetry.add_listener(server)
-    server.start()
-    try:
-        summary = pipeline.run()
-        text = scrape(server.url)
-    finally:
-        server.close()
-        pipeline.close()
-    return summary, text
+    return scraped(pipeline, {"runtime": pipeline.backend.info.runtime})
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import scraped
 
 from visionrt import BackendOptions, Pipeline, PipelineOptions, SourceOptions
 from visionrt.errors import ConfigError, SinkError
@@ -111,15 +112,7 @@ def test_queue_depths_are_read_at_each_scrape() -> None:
 def test_drops_are_exported_by_stage_and_reason(tiny_model: Path) -> None:
     # Synthetic frames come at 30 FPS in live mode: a 80 ms model keeps up with one in three.
     pipeline = _pipeline(tiny_model, "synthetic:64x48:40", live=True, delay_ms=80)
-    server = MetricsServer(0)
-    pipeline.telemetry.add_listener(server)
-    server.start()
-    try:
-        summary = pipeline.run()
-        text = scrape(server.url)
-    finally:
-        server.close()
-        pipeline.close()
+    summary, text = scraped(pipeline)
     assert summary.dropped, "a model slower than the camera must drop frames"
     exported = 0.0
     for key, count in summary.dropped.items():

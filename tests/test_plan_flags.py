@@ -26,13 +26,15 @@ FLAGS = dict.fromkeys(
         "conf", "iou", "mode", "max_frames", "realtime", "out", "no_video", "no_jsonl",
         "telemetry", "track", "detect_every", "mot", "depth", "depth_on", "depth_size",
         "metrics_port", "depth_smoothing", "tracker", "slo_ms", "tile", "tile_overlap",
+        "coco", "csv",
     )
 )  # fmt: skip
 
 
 def _values(**given: object) -> dict:
-    flags = {**FLAGS, **{k: None for k in ("realtime", "no_video", "no_jsonl", "track", "mot")}}
-    for key in ("realtime", "no_video", "no_jsonl", "track", "mot"):
+    switches = ("realtime", "no_video", "no_jsonl", "track", "mot", "coco", "csv")
+    flags = {**FLAGS, **dict.fromkeys(switches)}
+    for key in switches:
         flags[key] = False
     flags.update(given)
     return flag_values(**flags)
@@ -96,6 +98,7 @@ MATRIX = [
     ({"depth": "depth.onnx", "depth_size": 266, "depth_smoothing": 0.5}, "used"),
     ({"conf": 0.4, "iou": 0.5, "threads": 1, "max_frames": 5, "mode": "live"}, "used"),
     ({"metrics_port": 9464, "telemetry": "t.jsonl", "no_video": True, "no_jsonl": True}, "used"),
+    ({"coco": True, "csv": True}, "used"),
     ({"imgsz": "512x640"}, "not used"),
     ({"precision": "fp32"}, "not used"),
     ({"backend": "onnxruntime"}, "not used"),

@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from visionrt.cli.signals import start_up
 from visionrt.config import RunConfig
 from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline import Pipeline
@@ -16,6 +18,37 @@ from visionrt.sinks import CocoSink, CsvSink, JsonlSink, Sink, VideoSink
 from visionrt.sinks.base import check_writable, partial_path
 from visionrt.sources.naming import default_name, split_name, unique_names
 from visionrt.telemetry.stats import RunSummary
+
+if TYPE_CHECKING:
+    from visionrt.telemetry.metrics import MetricsServer
+
+
+def start_pipeline(cfg: RunConfig, service: bool = False) -> Pipeline:
+    """The Pipeline `cfg` describes (its plan settled with the flags already), built under the
+    start-up signal handling: a Ctrl-C while models load stops at once."""
+    return start_up(
+        lambda: Pipeline(
+            list(cfg.sources),
+            cfg.model,
+            cfg.backend,
+            cfg.inference,
+            cfg.postprocess,
+            cfg.source,
+            cfg.pipeline,
+            cfg.depth,
+            plan=False,
+            analytics=cfg.analytics,
+            service=service,
+        )
+    )
+
+
+def watch_pipeline(server: MetricsServer, pipeline: Pipeline) -> None:
+    """Point the metrics' scrape-time readers at `pipeline`: each source's stats, the queue
+    depths and the audit's figures (again after a service's sources change)."""
+    named = zip(pipeline.names, pipeline.sources, strict=True)
+    figures = pipeline.auditor.figures if pipeline.auditor is not None else None
+    server.watch({name: (lambda s=s: s.stats) for name, s in named}, pipeline.queue_depths, figures)
 
 
 def make_sinks(config: RunConfig, pipeline: Pipeline) -> list[Sink]:

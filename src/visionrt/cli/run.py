@@ -19,10 +19,12 @@ from visionrt.cli.outputs import (
     check_telemetry,
     describe_run,
     make_sinks,
+    start_pipeline,
+    watch_pipeline,
     write_summary,
 )
 from visionrt.cli.run_config import configure_with_plan, flag_values
-from visionrt.cli.signals import STARTUP, not_ours, start_up
+from visionrt.cli.signals import STARTUP, not_ours
 from visionrt.config import RunConfig
 from visionrt.errors import Interrupted, SinkError, SourceError, VisionRTError
 from visionrt.pipeline import Pipeline
@@ -210,20 +212,7 @@ def _execute(
     if cfg.backend == "auto":
         row, why = choose_auto(cfg.inference.device, Path(cfg.model))
         console.print(f"backend auto → {row.name}: {why}")
-    pipeline = start_up(
-        lambda: Pipeline(
-            list(cfg.sources),
-            cfg.model,
-            cfg.backend,
-            cfg.inference,
-            cfg.postprocess,
-            cfg.source,
-            cfg.pipeline,
-            cfg.depth,
-            plan=False,  # settled above, with the flags
-            analytics=cfg.analytics,
-        )
-    )
+    pipeline = start_pipeline(cfg)
     # Which configuration runs (the plan, or why none) and what the pipeline could not honour
     # as asked: said even with --quiet, once the model loaded (a bad model is the one line).
     pipeline.notes[:0] = plan_note.splitlines()
@@ -290,9 +279,7 @@ def _serve_metrics(pipeline: Pipeline, cfg: RunConfig, console: Console) -> Metr
     described = pipeline.task.describe()
     info = {k: str(described.get(k, "")) for k in ("runtime", "device", "precision")}
     server = MetricsServer(cfg.output.metrics_port, cfg.output.metrics_host, info)
-    named = zip(pipeline.names, pipeline.sources, strict=True)
-    figures = pipeline.auditor.figures if pipeline.auditor is not None else None
-    server.watch({name: (lambda s=s: s.stats) for name, s in named}, pipeline.queue_depths, figures)
+    watch_pipeline(server, pipeline)
     pipeline.telemetry.add_listener(server)
     server.start()
     console.print(f"metrics: {server.url}")

@@ -10,13 +10,18 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from visionrt.cli.outputs import check_telemetry, describe_run, write_summary
+from visionrt.cli.outputs import (
+    check_telemetry,
+    describe_run,
+    start_pipeline,
+    watch_pipeline,
+    write_summary,
+)
 from visionrt.cli.run import install_signal_handlers
 from visionrt.cli.run_config import configure_with_plan
-from visionrt.cli.signals import STARTUP, start_up
+from visionrt.cli.signals import STARTUP
 from visionrt.config import RunConfig, given_options
 from visionrt.errors import SinkError
-from visionrt.pipeline import Pipeline
 from visionrt.sinks.lock import OutputLock
 from visionrt.sources.naming import default_name, split_name, unique_names
 
@@ -124,22 +129,11 @@ def _serve(cfg: RunConfig, plan_note: str, console: Console) -> None:
 
     targets = parse_event_targets(cfg.serve.events, "serve.events")  # before a model loads
     out = Path(cfg.output.dir)
-    sinks = ServiceSinks(out, cfg.output.jsonl, cfg.output.coco, cfg.output.csv)
-    pipeline = start_up(
-        lambda: Pipeline(
-            list(cfg.sources),
-            cfg.model,
-            cfg.backend,
-            cfg.inference,
-            cfg.postprocess,
-            cfg.source,
-            cfg.pipeline,
-            cfg.depth,
-            plan=False,  # settled with the flags
-            analytics=cfg.analytics,
-            service=True,
-        )
+    output = cfg.output
+    sinks = ServiceSinks(
+        out, output.jsonl, output.coco, output.csv, output.video, output.codec, output.preset
     )
+    pipeline = start_pipeline(cfg, service=True)
     pipeline.notes[:0] = plan_note.splitlines()
     for note in pipeline.notes:
         Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
@@ -157,10 +151,7 @@ def _serve(cfg: RunConfig, plan_note: str, console: Console) -> None:
     described = pipeline.task.describe()
     info = {k: str(described.get(k, "")) for k in ("runtime", "device", "precision")}
     metrics = MetricsServer(0, cfg.serve.host, info)  # scraped through the API's /metrics
-    service.on_change = lambda: metrics.watch(
-        {n: (lambda s=s: s.stats) for n, s in zip(pipeline.names, pipeline.sources, strict=True)},
-        pipeline.queue_depths,
-    )
+    service.on_change = lambda: watch_pipeline(metrics, pipeline)
     service.on_change()
     telemetry.add_listener(metrics)
     http: HttpServer | None = None

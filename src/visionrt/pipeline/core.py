@@ -285,11 +285,15 @@ class Pipeline:
         summary.backend = self.task.describe()
         for task in self.tasks[1:]:
             summary.backend[task.name] = task.describe()
-        counts = self.telemetry.per_source()
-        summary.sources = [
-            {**s.report(), "name": name, "spec": s.name, **counts.get(name, {})}
-            for s, name in zip(self.sources, self.names, strict=True)
-        ]
+        # One row per name: counts are kept by name, and a service's camera removed and added
+        # again under its name is one camera (its latest source's report, `instances` of it).
+        counts, rows = self.telemetry.per_source(), {}
+        for s, name in zip(self.sources, self.names, strict=True):
+            instances = rows[name]["instances"] + 1 if name in rows else 1
+            rows[name] = {**s.report(), "name": name, "spec": s.name, **counts.get(name, {})}
+            if self.roster is not None:
+                rows[name]["instances"] = instances
+        summary.sources = list(rows.values())
         if self.degrader is not None:
             summary.slo = self.degrader.report()
         if self.auditor is not None:

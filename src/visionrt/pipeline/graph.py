@@ -154,7 +154,7 @@ class Graph:
         source id and already known to the scheduler and gating). The other sources' frames are
         not held up: only lists grow, each before the first frame could need it."""
         if not self.source_side.accepting():
-            raise RuntimeError("the service is stopping: no source can be added")
+            raise RuntimeError("the service is stopping: no source can be added")  # (503)
         self.fusers.append(list(fusers))
         self._next_seq.append(0)
         self.source_side.add(source, label, named)

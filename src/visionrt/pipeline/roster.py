@@ -18,14 +18,25 @@ if TYPE_CHECKING:
     from visionrt.pipeline.core import Pipeline
 
 
+class NameInUse(ConfigError):
+    """A source of that name runs (HTTP 409)."""
+
+
+class Stopping(RuntimeError):
+    """The service is stopping or not running: no source can be added (HTTP 503)."""
+
+
 class Roster:
     """The sources a service's `pipeline` runs now, by name (`active`); `add` and `remove` are
-    called from any thread (the HTTP API's), one at a time."""
+    called from any thread (the HTTP API's). Adds run one at a time (a source's id is its place
+    in the lists); a remove never waits for an add that is still opening its source."""
 
     def __init__(self, pipeline: Pipeline, options: SourceOptions) -> None:
         self.pipeline, self.options = pipeline, options
         self.active: dict[str, int] = {name: i for i, name in enumerate(pipeline.names)}
-        self._lock = threading.Lock()
+        self._opening: set[str] = set()  # names an add has claimed
+        self._lock = threading.Lock()  # `active` and `_opening`
+        self._adding = threading.Lock()
 
     def add(
         self,
@@ -42,7 +53,7 @@ class Roster:
         pipeline = self.pipeline
         graph = pipeline.graph
         if graph is None or not graph.source_side.accepting():
-            raise ConfigError("the service is not running: no source can be added")
+            raise Stopping("the service is not running: no source can be added")
         zones = parse_analytics({name: analytics}) if analytics else {}
         check_analytics(zones, [name], pipeline.options)
         depth_lanes = list(range(1, len(pipeline.tasks)))
@@ -51,37 +62,60 @@ class Roster:
         if pipeline.options.tile:
             raise ConfigError("pipeline.tile: sources cannot be added to a tiled service")
         with self._lock:
-            if name in self.active:
-                raise ConfigError(f"a source named '{name}' is running: remove it first")
-            source_id = len(pipeline.sources)
-            workers = self.options.workers
-            if workers == "auto":  # each camera or stream in a worker process of its own
-                workers = "process" if source_kind(spec) in LIVE_KINDS else "thread"
-            source = open_source(spec, source_id, replace(self.options, workers=workers))
-            lanes = [0, *(depth_lanes if depth else [])]
-            try:
-                if on_open is not None:
-                    on_open(source)
-                pipeline.parts.schedule.append(lanes)
-                graph.scheduler.add_source(lanes, source.live)
-                if graph.gating is not None:
-                    graph.gating.add_source()
-                if pipeline.parts.planner is not None:
-                    pipeline.parts.planner.add_source()
-                if pipeline.auditor is not None:
-                    pipeline.auditor.add_source(name)
-                fusers = source_fusers(pipeline.parts, pipeline.options, source_id, zones.get(name))
-                graph.add_source(source, name, True, fusers)
-            except BaseException:
-                # Only while stopping: the lists grown above then see no frame, and no source
-                # is added after this one.
-                source.close()
-                raise
-            pipeline.sources.append(source)
-            pipeline.names.append(name)
-            pipeline.named.append(True)
-            self.active[name] = source_id
-        return source
+            if name in self.active or name in self._opening:
+                raise NameInUse(f"a source named '{name}' is running: remove it first")
+            self._opening.add(name)
+        source_id = -1
+        try:
+            with self._adding:
+                source_id = self._start(name, spec, depth, depth_lanes, zones, on_open)
+        finally:
+            with self._lock:
+                self._opening.discard(name)
+                if source_id >= 0:
+                    self.active[name] = source_id
+        return self.pipeline.sources[source_id]
+
+    def _start(
+        self,
+        name: str,
+        spec: str,
+        depth: bool,
+        depth_lanes: list[int],
+        zones: Mapping[str, Any],
+        on_open: Callable[[Source], None] | None,
+    ) -> int:
+        """Open the source as the next id and hand it to the stages; its id."""
+        pipeline, graph = self.pipeline, self.pipeline.graph
+        assert graph is not None
+        source_id = len(pipeline.sources)
+        workers = self.options.workers
+        if workers == "auto":  # each camera or stream in a worker process of its own
+            workers = "process" if source_kind(spec) in LIVE_KINDS else "thread"
+        source = open_source(spec, source_id, replace(self.options, workers=workers))
+        lanes = [0, *(depth_lanes if depth else [])]
+        try:
+            if on_open is not None:
+                on_open(source)
+            pipeline.parts.schedule.append(lanes)
+            graph.scheduler.add_source(lanes, source.live)
+            if graph.gating is not None:
+                graph.gating.add_source()
+            if pipeline.parts.planner is not None:
+                pipeline.parts.planner.add_source()
+            if pipeline.auditor is not None:
+                pipeline.auditor.add_source(name)
+            fusers = source_fusers(pipeline.parts, pipeline.options, source_id, zones.get(name))
+            graph.add_source(source, name, True, fusers)
+        except BaseException:
+            # Only while stopping: the lists grown above then see no frame, and no source is
+            # added after this one.
+            source.close()
+            raise
+        pipeline.sources.append(source)
+        pipeline.names.append(name)
+        pipeline.named.append(True)
+        return source_id
 
     def remove(self, name: str) -> int:
         """Stop reading source `name`; the frames it read are still delivered. Its id."""

@@ -12,6 +12,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from visionrt.errors import ConfigError, SinkError, SourceError, VisionRTError
+from visionrt.pipeline.roster import NameInUse
 from visionrt.serve.preview import BOUNDARY, mjpeg_chunks
 from visionrt.serve.service import Camera, Service, check_name
 
@@ -86,9 +87,10 @@ def make_app(service: Service, token: str = "", metrics: Any = None) -> Starlett
             )
         except SourceError as err:
             return error(422, str(err))
+        except NameInUse as err:
+            return error(409, str(err))
         except ConfigError as err:
-            status = 409 if "is running" in str(err) else 400
-            return error(status, str(err))
+            return error(400, str(err))
         except RuntimeError as err:  # the service is stopping
             return error(503, str(err))
         return JSONResponse(_camera(camera), status_code=201)

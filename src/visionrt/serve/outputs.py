@@ -1,16 +1,23 @@
 """A service's files: one JSONL for every source, and per source (opened when it is added) its
-COCO results and CSV; each source's files carry a number when its name was used before in the
-same service, so a camera removed and added again never overwrites its earlier files."""
+COCO results, CSV and annotated MP4 when asked; each source's files carry a number when its name
+was used before in the same service, so a camera removed and added again never overwrites its
+earlier files."""
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from visionrt.errors import SinkError
-from visionrt.sinks import CocoSink, CsvSink, JsonlSink, Sink
+from visionrt.sinks import CocoSink, CsvSink, JsonlSink, Sink, VideoSink
 from visionrt.types import FrameResult
+
+log = logging.getLogger("visionrt")
+RETIRE_AFTER = 5.0  # seconds after a removed source's reader ended
 
 
 class ServiceSinks(Sink):
@@ -18,15 +25,29 @@ class ServiceSinks(Sink):
     sinks (`open_source`) take its results only. Written from the sink thread; `open_source` is
     called from the HTTP API's."""
 
-    def __init__(self, folder: Path, jsonl: bool, coco: bool, csv: bool) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        jsonl: bool,
+        coco: bool,
+        csv: bool,
+        video: bool = False,
+        codec: str = "libx264",
+        preset: str = "veryfast",
+    ) -> None:
         self.folder, self.coco, self.csv = folder, coco, csv
+        self.video, self.codec, self.preset = video, codec, preset
         self.shared: list[Sink] = [JsonlSink(folder / "detections.jsonl")] if jsonl else []
         self._own: dict[int, list[Sink]] = {}
         self._stems: set[str] = set()
         self._lock = threading.Lock()
+        # Removed sources: their reader, and when it was first seen ended (None: not yet).
+        self._retired: dict[int, tuple[threading.Thread, float | None]] = {}
+        self._closed: list[Path] = []
 
-    def open_source(self, source_id: int, name: str) -> list[Path]:
-        """Open source `source_id`'s own files (named after `name`); the paths they will have."""
+    def open_source(self, source_id: int, name: str, fps: float = 0.0) -> list[Path]:
+        """Open source `source_id`'s own files (named after `name`; `fps` its frame rate, for
+        the MP4); the paths they will have."""
         stem, n = name, 1
         with self._lock:
             while stem in self._stems:
@@ -38,9 +59,23 @@ class ServiceSinks(Sink):
                 makers.append((".coco.json", CocoSink))
             if self.csv:
                 makers.append((".csv", CsvSink))
+            if self.video:
+                makers.append((".mp4", partial(self._video, fps=fps or 25.0)))
             sinks = [make(self.folder / f"{stem}{suffix}", source_id) for suffix, make in makers]
             self._own[source_id] = sinks
         return [self.folder / f"{stem}{suffix}" for suffix, _ in makers]
+
+    def _video(self, path: Path, source_id: int, fps: float) -> Sink:
+        return VideoSink(path, fps, self.codec, source_id=source_id, preset=self.preset)
+
+    def retire_source(self, source_id: int, reader: threading.Thread) -> None:
+        """Source `source_id` was removed: its own files are finalized on the sink thread
+        RETIRE_AFTER seconds after `reader` ended (its last frames are through by then: a live
+        frame is dropped as stale long before), so a long service keeps no file open per camera
+        it ever had. A frame later still goes to the shared JSONL only."""
+        with self._lock:
+            if source_id in self._own:
+                self._retired[source_id] = (reader, None)
 
     def write(self, result: FrameResult) -> None:
         for sink in self.shared:
@@ -49,12 +84,33 @@ class ServiceSinks(Sink):
             own = self._own.get(result.frame.source_id, ())
         for sink in own:
             sink.write(result)
+        if self._retired:
+            self._close_retired()
+
+    def _close_retired(self) -> None:
+        now = time.monotonic()
+        due: list[Sink] = []
+        with self._lock:
+            for source_id, (reader, ended) in list(self._retired.items()):
+                if reader.is_alive():
+                    continue
+                if ended is None:
+                    self._retired[source_id] = (reader, now)
+                elif now - ended >= RETIRE_AFTER:
+                    del self._retired[source_id]
+                    due.extend(self._own.pop(source_id, []))
+        for sink in due:
+            try:
+                self._closed.extend(sink.close())
+            except SinkError as err:  # one camera's file (a full disk): the service goes on
+                log.warning("%s", err)
 
     def close(self, complete: bool = True) -> list[Path]:
         paths: list[Path] = []
         first: SinkError | None = None
         with self._lock:
             sinks = [*self.shared, *(s for own in self._own.values() for s in own)]
+        paths.extend(self._closed)
         for sink in sinks:  # finalize every file; report the first failure
             try:
                 paths.extend(sink.close(complete))

@@ -76,7 +76,8 @@ class Service:
             tasks = ("detect", "depth") if i in depth_on else ("detect",)
             uri = uris[i] if i < len(uris) else pipeline.sources[i].name
             camera = self.cameras[name] = Camera(name, uri, tasks, i)
-            camera.outputs = [str(p) for p in sinks.open_source(i, name)]
+            fps = pipeline.sources[i].fps
+            camera.outputs = [str(p) for p in sinks.open_source(i, name, fps)]
         pipeline.on_degrade = self._degraded
 
     # -- the API's side ----------------------------------------------------------------------
@@ -95,10 +96,13 @@ class Service:
         outputs: list[str] = []
 
         def opened(source: Source) -> None:  # its files exist before its first frame
-            outputs.extend(str(p) for p in self.sinks.open_source(source.source_id, name))
+            paths = self.sinks.open_source(source.source_id, name, source.fps)
+            outputs.extend(str(p) for p in paths)
 
         source = self.pipeline.add_source(name, uri, "depth" in tasks, analytics, opened)
         camera = Camera(name, uri, tasks, source.source_id, outputs=outputs)
+        # Counts are kept by name: a camera added again under it starts from where they are.
+        camera.seen_out = self.telemetry.per_source().get(name, {}).get("frames_out", 0)
         with self._lock:
             self.cameras[name] = camera
         self._publish(name, "added", {"uri": uri, "tasks": list(tasks)})
@@ -111,6 +115,9 @@ class Service:
         with self._lock:
             camera = self.cameras.pop(name)
         self.pipeline.remove_source(name)
+        graph = self.pipeline.graph
+        if graph is not None:  # its own files close once its last frames are written
+            self.sinks.retire_source(camera.source_id, graph.readers[camera.source_id])
         camera.state = "removed"
         self.preview.remove(name)
         self._publish(name, "removed", {})

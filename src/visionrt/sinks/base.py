@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import TextIO
 
 from visionrt.errors import SinkError
 from visionrt.types import FrameResult
@@ -72,3 +73,83 @@ class Sink(ABC):
         With `complete=False` (a crash) files keep their `.partial` name. With `complete=True`
         a file is renamed only once everything reached it; when the last flush fails it keeps
         its `.partial` name and a SinkError names the file and the OS error. Twice is fine."""
+
+
+class FileSink(Sink):
+    """A text file written as results come: created (as `.partial`) at the first `append`, its
+    `header()` first; flushed on each append, so what a killed process wrote is in the partial
+    file; `footer()` written at close, complete or not; renamed to `path` when complete. A run
+    that wrote nothing leaves no file. `takes(result)` says whether a result is the file's: with
+    `source_id` only that source's; a `one_source` file (`what` names it in errors) refuses a
+    second source unless `source_id` picks one."""
+
+    what = "file"
+
+    def __init__(
+        self,
+        path: str | Path,
+        source_id: int | None = None,
+        one_source: bool = True,
+        newline: str | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.source_id, self.one_source = source_id, one_source
+        check_writable(self.path)
+        self._partial = partial_path(self.path)
+        self._newline = newline  # "" for the csv module, which writes its own line ends
+        self._file: TextIO | None = None
+        self._closed = False
+        self._seen: int | None = None
+
+    def takes(self, result: FrameResult) -> bool:
+        if self._closed:
+            raise SinkError(f"{self.path}: write after close")
+        source = result.frame.source_id
+        if self.source_id is not None and source != self.source_id:
+            return False
+        if self.one_source:
+            if self._seen is None:
+                self._seen = source
+            elif source != self._seen:
+                raise SinkError(
+                    f"{self.path}: a {self.what} holds one source, got source {source} after"
+                    f" source {self._seen}; give the sink a source_id"
+                )
+        return True
+
+    def header(self) -> str:
+        return ""
+
+    def footer(self) -> str:
+        return ""
+
+    def append(self, text: str) -> None:
+        try:
+            if self._file is None:
+                self._file = self._partial.open("w", encoding="utf-8", newline=self._newline)
+                self._file.write(self.header())
+            if text:
+                self._file.write(text)
+                # ~3 µs (one write call): to the OS, which keeps it through a SIGKILL; fsync,
+                # for power loss, would cost milliseconds.
+                self._file.flush()
+        except OSError as err:
+            raise SinkError(f"cannot write {self._partial}: {err.strerror or err}") from err
+
+    def close(self, complete: bool = True) -> list[Path]:
+        if self._closed:
+            return []
+        self._closed = True
+        if self._file is None:
+            return []
+        file, self._file = self._file, None
+        try:
+            try:
+                file.write(self.footer())
+            finally:
+                file.close()  # closes the descriptor even when its last flush fails
+        except OSError as err:  # a full disk at the last flush: the file stays partial
+            raise SinkError(f"cannot finalize {self.path}: {err.strerror or err}") from err
+        if not complete:
+            return [self._partial]
+        return [finalize(self._partial, self.path)]

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TextIO
 
-from visionrt.errors import SinkError
-from visionrt.sinks.base import Sink, check_writable, finalize, partial_path
+from visionrt.sinks.base import FileSink
 from visionrt.types import FrameResult
 
 
@@ -27,7 +25,7 @@ def coco_rows(result: FrameResult) -> list[dict[str, object]]:
     return rows
 
 
-class CocoSink(Sink):
+class CocoSink(FileSink):
     """Writes a COCO results file (what pycocotools' `COCO.loadRes` reads): a JSON list with an
     entry per detection, every detection of the results (with tracking, the predicted boxes
     too, as in the JSONL). `category_id` is the model's class index as it is: COCO's ground
@@ -42,57 +40,22 @@ class CocoSink(Sink):
     `.partial` name), one a killed process left lacks its "]". A run that wrote no result
     leaves no file; one whose frames had no detections leaves `[]`."""
 
+    what = "COCO results file"
+
     def __init__(self, path: str | Path, source_id: int | None = None) -> None:
-        self.path = Path(path)
-        self.source_id = source_id
-        check_writable(self.path)
-        self._partial = partial_path(self.path)
-        self._file: TextIO | None = None
-        self._closed = False
-        self._seen_source: int | None = None
+        super().__init__(path, source_id)
         self._rows = 0
 
     def write(self, result: FrameResult) -> None:
-        if self._closed:
-            raise SinkError(f"{self.path}: write after close")
-        source = result.frame.source_id
-        if self.source_id is not None and source != self.source_id:
+        if not self.takes(result):
             return
-        if self._seen_source is None:
-            self._seen_source = source
-        elif source != self._seen_source:
-            raise SinkError(
-                f"{self.path}: a COCO results file holds one source, got source {source} after"
-                f" source {self._seen_source}; give the sink a source_id"
-            )
         rows = [json.dumps(row, separators=(",", ":")) for row in coco_rows(result)]
-        text = (",\n" if self._rows and rows else "") + ",\n".join(rows)
-        try:
-            if self._file is None:
-                self._file = self._partial.open("w", encoding="utf-8")
-                self._file.write("[\n")
-            if text:
-                self._file.write(text)
-                self._file.flush()
-        except OSError as err:
-            raise SinkError(f"cannot write {self._partial}: {err.strerror or err}") from err
+        self.append((",\n" if self._rows and rows else "") + ",\n".join(rows))
         self._rows += len(rows)
 
-    def close(self, complete: bool = True) -> list[Path]:
-        if self._closed:
-            return []
-        self._closed = True
-        if self._file is None:
-            return []
-        file, self._file = self._file, None
-        try:
-            try:
-                # Also when incomplete: the partial file then parses, with what was written.
-                file.write("\n]\n" if self._rows else "]\n")
-            finally:
-                file.close()  # closes the descriptor even when its last flush fails
-        except OSError as err:  # a full disk at the last flush: the file stays partial
-            raise SinkError(f"cannot finalize {self.path}: {err.strerror or err}") from err
-        if not complete:
-            return [self._partial]
-        return [finalize(self._partial, self.path)]
+    def header(self) -> str:
+        return "[\n"
+
+    def footer(self) -> str:
+        # Also when incomplete: the partial file then parses, with what was written.
+        return "\n]\n" if self._rows else "]\n"
