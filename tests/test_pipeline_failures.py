@@ -146,6 +146,10 @@ def test_stop_does_not_wait_for_a_stuck_reader(tiny_model: Path) -> None:
     assert time.perf_counter() - started < 3
     pipeline.close()
     assert pipeline.summary().interrupted
+    # Still stuck: only a daemon lets the process exit (pytest itself once hung on one).
+    stuck = [t for t in pipeline.graph.readers if t.is_alive()] if pipeline.graph else []
+    assert stuck, "the reader was expected to be stuck still"
+    assert all(t.daemon for t in stuck)
 
 
 def test_abort_leaves_at_once(tiny_model: Path) -> None:

@@ -6,9 +6,10 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -17,7 +18,11 @@ from visionrt.errors import ConfigError
 from visionrt.fuse.analytics import parse_analytics
 from visionrt.pipeline.options import DepthOptions, PipelineOptions
 from visionrt.postprocess import PostprocessOptions
+from visionrt.serve.options import ServeOptions
 from visionrt.sources import SourceOptions
+
+if TYPE_CHECKING:
+    from visionrt.pipeline import Pipeline
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,28 +68,28 @@ class DepthConfig(DepthOptions):
 
 
 @dataclass(frozen=True, slots=True)
-class ServeOptions:
-    """`visionrt serve`: where its HTTP API and live view listen (beyond 127.0.0.1 only with a
-    `token`, also read from VISIONRT_TOKEN), the folders the API may open video files from
-    (`files`; streams and cameras need none), previews per second and width, seconds without a
-    frame before a camera is "down", and where events go (`events`: {mqtt: {host, port, topic,
-    qos}, webhooks: [{url, attempts, headers}]}, see docs/events.md)."""
+class ClusterOptions:
+    """`--ray`: the sources run on a Ray cluster. `address` "local" (an embedded Ray on this
+    machine), "auto" or "host:port" (a running cluster), "" (one process, no cluster);
+    `workers` "auto" (every CPU the cluster has, `worker_cpus` each) or a number; each
+    worker's CPUs and GPUs; a unit whose worker died is tried at most `max_attempts` times."""
 
-    host: str = "127.0.0.1"
-    port: int = 8080
-    token: str = ""
-    files: tuple[str, ...] = ()
-    preview_rate: float = 5.0
-    preview_width: int = 640
-    down_after: float = 5.0
-    events: dict[str, Any] = field(default_factory=dict)
-    event_queue: int = 1000
+    address: str = ""
+    workers: str = "auto"
+    worker_cpus: float = 1.0
+    worker_gpus: float = 0.0
+    max_attempts: int = 3
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"serve.port: expected 0 to 65535, got {self.port}")
-        if self.down_after <= 0:
-            raise ConfigError(f"serve.down_after: expected seconds > 0, got {self.down_after}")
+        if self.workers != "auto" and not (self.workers.isdigit() and int(self.workers) > 0):
+            raise ConfigError(f"cluster.workers: expected auto or a number > 0, got {self.workers}")
+        if self.worker_cpus <= 0 or self.worker_gpus < 0:
+            raise ConfigError(
+                f"cluster.worker_cpus/worker_gpus: expected > 0 and >= 0, got"
+                f" {self.worker_cpus}, {self.worker_gpus}"
+            )
+        if self.max_attempts < 1:
+            raise ConfigError(f"cluster.max_attempts: expected >= 1, got {self.max_attempts}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +109,29 @@ class RunConfig:
     # lines: {gate: [[x1, y1], [x2, y2]]}}}; they need pipeline.track.
     analytics: dict[str, Any] = field(default_factory=dict)
     serve: ServeOptions = field(default_factory=ServeOptions)  # `visionrt serve` only
+    cluster: ClusterOptions = field(default_factory=ClusterOptions)  # `run --ray`
+
+
+def pipeline_for(
+    cfg: RunConfig, sources: Sequence[str] | None = None, service: bool = False
+) -> Pipeline:
+    """The Pipeline `cfg` describes over `sources` (default: its own), its plan settled already
+    (the plan's sections are in `cfg`, so the Pipeline takes none of its own)."""
+    from visionrt.pipeline import Pipeline
+
+    return Pipeline(
+        list(cfg.sources if sources is None else sources),
+        cfg.model,
+        cfg.backend,
+        cfg.inference,
+        cfg.postprocess,
+        cfg.source,
+        cfg.pipeline,
+        cfg.depth,
+        plan=False,
+        analytics=cfg.analytics,
+        service=service,
+    )
 
 
 def _type_name(hint: Any) -> str:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from visionrt.cli.signals import start_up
-from visionrt.config import RunConfig
+from visionrt.config import RunConfig, pipeline_for
 from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline import Pipeline
 from visionrt.sinks import CocoSink, CsvSink, JsonlSink, Sink, VideoSink
@@ -26,21 +26,7 @@ if TYPE_CHECKING:
 def start_pipeline(cfg: RunConfig, service: bool = False) -> Pipeline:
     """The Pipeline `cfg` describes (its plan settled with the flags already), built under the
     start-up signal handling: a Ctrl-C while models load stops at once."""
-    return start_up(
-        lambda: Pipeline(
-            list(cfg.sources),
-            cfg.model,
-            cfg.backend,
-            cfg.inference,
-            cfg.postprocess,
-            cfg.source,
-            cfg.pipeline,
-            cfg.depth,
-            plan=False,
-            analytics=cfg.analytics,
-            service=service,
-        )
-    )
+    return start_up(lambda: pipeline_for(cfg, service=service))
 
 
 def watch_pipeline(server: MetricsServer, pipeline: Pipeline) -> None:

@@ -186,6 +186,21 @@ def run_command(
             " low-priority lane. Default: 0.02 when a plan runs, else off."
         ),
     ] = None,
+    ray: Annotated[
+        str | None,
+        Opt(
+            help="Run the sources on Ray workers: local (an embedded Ray on this machine), auto"
+            " or HOST:PORT (a running cluster). Needs visionrt[ray]."
+        ),
+    ] = None,
+    workers: Annotated[
+        str | None, Opt(help="--ray: workers, auto (the CPUs there are) or a number.")
+    ] = None,
+    worker_cpus: Annotated[float | None, Opt(help="--ray: CPUs per worker (1).")] = None,
+    worker_gpus: Annotated[float | None, Opt(help="--ray: GPUs per worker (0).")] = None,
+    max_attempts: Annotated[
+        int | None, Opt(help="--ray: attempts per source when workers die (3).")
+    ] = None,
 ) -> None:
     """Run a detector over sources, writing annotated video, JSONL and a telemetry summary."""
     flags = {name: value for name, value in locals().items() if name not in _NOT_CONFIG}
@@ -207,6 +222,11 @@ def _execute(
 ) -> None:
     """Build the pipeline and sinks, run, write the summary, raise the error that ended it."""
     plan_note, use = planned
+    if cfg.cluster.address:
+        from visionrt.cli.cluster import run_cluster
+
+        run_cluster(cfg, plan_note, console, json_out)
+        return
     if cfg.output.telemetry:
         check_telemetry(Path(cfg.output.telemetry))
     if cfg.backend == "auto":

@@ -63,6 +63,8 @@ _RENAMED: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "depth": ("depth.model", _as_given),
     "depth_on": ("depth.on", _names),
     "depth_size": ("depth.short_side", _as_given),
+    "ray": ("cluster.address", _as_given),
+    "workers": ("cluster.workers", _as_given),
 }
 
 

@@ -96,8 +96,12 @@ class Readers:
                 self._done()
 
     def _thread(self, source_id: int, source: Source) -> threading.Thread:
+        # A daemon: a reader stuck in I/O (a stalled stream) must not keep the process alive.
         return threading.Thread(
-            target=self._guard, args=(self.read, source_id, source), name=f"source-{source_id}"
+            target=self._guard,
+            args=(self.read, source_id, source),
+            name=f"source-{source_id}",
+            daemon=True,
         )
 
     def read(self, source_id: int, source: Source) -> None:

@@ -97,6 +97,8 @@ class RunSummary:
     # `visionrt serve`: its cameras at the end, and per event target what was published, sent,
     # dropped and retried.
     service: dict[str, Any] = field(default_factory=dict)
+    # `run --ray`: workers, attempts, reassignments, frames per worker and per source.
+    cluster: dict[str, Any] = field(default_factory=dict)
     # What the run says about its configuration: the plan it used or set aside and why, the
     # parts of a flag it could not honour with that plan.
     notes: list[str] = field(default_factory=list)

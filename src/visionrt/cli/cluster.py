@@ -1,0 +1,85 @@
+"""`visionrt run --ray`: the sources as work units on Ray workers, the coordinator writing the
+JSONL and summary.json here; progress as one line of aggregate FPS and frames per worker."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+
+from visionrt.cli.outputs import write_summary
+from visionrt.config import RunConfig
+from visionrt.distributed.coordinator import ClusterReport
+from visionrt.errors import ConfigError, SourceError
+from visionrt.telemetry.stats import RunSummary
+
+
+def run_cluster(cfg: RunConfig, plan_note: str, console: Console, json_out: bool) -> None:
+    """Run `cfg`'s sources on the cluster `cfg.cluster` names; SourceError (exit 3) when a
+    source failed, after every output is finalized."""
+    from visionrt.distributed.ray_executor import RayExecutor
+    from visionrt.distributed.run import run_on_cluster, worker_settings
+
+    if cfg.output.telemetry or cfg.output.metrics_port or cfg.output.mot:
+        raise ConfigError(
+            "--ray: the telemetry file, metrics and MOT outputs are not written by cluster runs"
+            " yet (JSONL and summary.json are)"
+        )
+    for line in plan_note.splitlines():
+        Console(stderr=True, soft_wrap=True).print(line, markup=False, highlight=False)
+    if cfg.output.video:  # the default: said, not an error
+        console.print("--ray: no MP4 from cluster runs yet; JSONL and summary.json only")
+        cfg = replace(cfg, output=replace(cfg.output, video=False))
+    cluster = cfg.cluster
+    address = None if cluster.address == "local" else cluster.address
+    workers = _workers(cluster.workers, cluster.worker_cpus)
+    executor = RayExecutor(
+        address, workers, cluster.worker_cpus, cluster.worker_gpus, worker_settings(cfg)
+    )
+    console.print(f"ray: {len(executor.workers())} worker(s) at {cluster.address}")
+
+    said = [0.0]
+
+    def progress(report: ClusterReport) -> None:  # a line every 2 s, on a terminal
+        if not console.is_terminal or report.seconds - said[0] < 2.0:
+            return
+        said[0] = report.seconds
+        done = sum(s.written for s in report.sources.values())
+        per = ", ".join(f"{w} {n}" for w, n in sorted(report.frames_by_worker.items()))
+        fps = done / report.seconds if report.seconds else 0.0
+        console.print(f"{done} frames · {fps:.1f} FPS · {per}", markup=False, highlight=False)
+
+    try:
+        summary, report = run_on_cluster(cfg, executor, progress)
+    finally:
+        executor.close()
+    path = Path(cfg.output.dir) / "summary.json"
+    summary.outputs.append(str(path))
+    write_summary(summary, path)
+    if json_out:
+        import json
+
+        print(json.dumps(summary.to_json()))
+    _say(summary, report, console)
+    if report.failed:
+        raise SourceError(f"--ray: {summary.error}")
+
+
+def _say(summary: RunSummary, report: ClusterReport, console: Console) -> None:
+    cluster = summary.cluster
+    console.print(
+        f"{summary.frames_out} frames in {summary.seconds:.1f} s = {summary.fps:.1f} FPS on"
+        f" {len(cluster['workers'])} worker(s) · attempts {cluster['attempts']},"
+        f" reassigned {cluster['reassignments']}, workers lost {cluster['lost_workers']}"
+    )
+    for name, state in report.sources.items():
+        said = f"failed: {state.error}" if state.error else f"{state.written} frames"
+        console.print(f"  {name}: {said} ({state.attempts} attempt(s))", markup=False)
+
+
+def _workers(workers: str, cpus: float) -> int:
+    if workers != "auto":
+        return int(workers)
+    return max(1, int((os.cpu_count() or 1) // cpus))

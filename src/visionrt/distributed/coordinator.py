@@ -1,0 +1,225 @@
+"""The coordinator on the driver: hands work units to idle workers from one queue, commits each
+source's frames in order and once (the only writer of its outputs), and puts a unit whose worker
+died back on the queue with its next attempt, resuming after the last committed frame."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from visionrt.distributed.units import Batch, Done, Failed, Lost, Report, WorkUnit
+
+# How long the queue may wait with no worker alive before its units are failed: a shrinking
+# cluster that lost every node must end the run, not hang.
+NO_WORKERS_GRACE = 30.0
+
+
+class Executor(Protocol):
+    """Where units run (Ray actors, threads): workers come and go; `reports` says what they did."""
+
+    def workers(self) -> set[str]: ...
+
+    def start(self, worker: str, unit: WorkUnit) -> None: ...
+
+    def reports(self, timeout: float) -> list[Report]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class SourceState:
+    """One source's progress: the last frame committed (-1: none), frames written, frames a
+    retried attempt sent again (dropped, not written twice), the attempts its units took, and
+    why it failed ("" while it has not)."""
+
+    committed: int = -1
+    written: int = 0
+    duplicates: int = 0
+    attempts: int = 0
+    error: str = ""
+    units: int = 0
+    done_units: int = 0
+    summary: dict[str, Any] = field(default_factory=dict)  # its last attempt's run summary
+
+
+@dataclass
+class ClusterReport:
+    """What the run did across workers (summary.json `cluster`)."""
+
+    workers_seen: set[str] = field(default_factory=set)
+    attempts: int = 0
+    reassignments: int = 0
+    lost_workers: int = 0
+    stale_batches: int = 0  # from an attempt already given up (an actor that answered late)
+    frames_by_worker: dict[str, int] = field(default_factory=dict)
+    sources: dict[str, SourceState] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> dict[str, str]:
+        return {name: s.error for name, s in self.sources.items() if s.error}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workers": sorted(self.workers_seen),
+            "attempts": self.attempts,
+            "reassignments": self.reassignments,
+            "lost_workers": self.lost_workers,
+            "stale_batches": self.stale_batches,
+            "frames_by_worker": dict(sorted(self.frames_by_worker.items())),
+            "fps_by_worker": {
+                w: round(n / self.seconds, 2) if self.seconds else 0.0
+                for w, n in sorted(self.frames_by_worker.items())
+            },
+            "sources": {
+                name: {
+                    "frames_out": s.written,
+                    "duplicates_dropped": s.duplicates,
+                    "attempts": s.attempts,
+                    "error": s.error,
+                }
+                for name, s in self.sources.items()
+            },
+            "seconds": round(self.seconds, 3),
+        }
+
+
+class Coordinator:
+    """Runs `units` on `executor`'s workers. `write(name, frame, line)` is called for each
+    frame of each source in order, once (from this thread only); a unit is tried at most
+    `max_attempts` times; a user error (Failed with retry False) fails its source at once.
+    `on_progress(report)` is called after each round of reports."""
+
+    def __init__(
+        self,
+        units: Iterable[WorkUnit],
+        executor: Executor,
+        write: Callable[[str, int, str], None],
+        max_attempts: int = 3,
+        on_progress: Callable[[ClusterReport], None] | None = None,
+        no_workers_grace: float = NO_WORKERS_GRACE,
+    ) -> None:
+        self.executor, self.write, self.max_attempts = executor, write, max_attempts
+        self.on_progress = on_progress
+        self.no_workers_grace = no_workers_grace
+        self.queue: deque[WorkUnit] = deque(units)
+        names = [unit.name for unit in self.queue]
+        if len(set(names)) != len(names):
+            # Frame ranges of one source would commit out of order: not split (yet).
+            raise ValueError("one work unit per source: a source's frame ranges are not split")
+        self.report = ClusterReport()
+        for unit in self.queue:
+            state = self.report.sources.setdefault(unit.name, SourceState())
+            state.units += 1
+        self.running: dict[str, WorkUnit] = {}  # worker → the unit it runs
+        self._current: dict[int, int] = {u.unit_id: u.attempt for u in self.queue}
+
+    def run(self) -> ClusterReport:
+        """Until every unit is done or its source failed; the report (its `failed` sources)."""
+        started = time.monotonic()
+        alone_since: float | None = None
+        try:
+            while self.queue or self.running:
+                self._assign()
+                if not self.running and self.queue:
+                    # Nobody to run the queue: wait for a worker (a restarted actor, a node
+                    # that joins), then give up on what is left.
+                    alone_since = alone_since or time.monotonic()
+                    if time.monotonic() - alone_since > self.no_workers_grace:
+                        self._fail_queue("no worker left to run it")
+                        break
+                else:
+                    alone_since = None
+                for report in self.executor.reports(timeout=0.5):
+                    self._handle(report)
+                self.report.seconds = time.monotonic() - started
+                if self.on_progress is not None:
+                    self.on_progress(self.report)
+        finally:
+            self.report.seconds = time.monotonic() - started
+        return self.report
+
+    # -- scheduling ------------------------------------------------------------------------
+    def _assign(self) -> None:
+        """Idle workers take the next units (a pull queue: fast workers take more)."""
+        idle = sorted(self.executor.workers() - set(self.running))
+        while idle and self.queue:
+            unit = self.queue.popleft()
+            state = self.report.sources[unit.name]
+            if state.error:  # its source failed meanwhile: nothing more of it runs
+                continue
+            worker = idle.pop(0)
+            self.running[worker] = unit
+            self._current[unit.unit_id] = unit.attempt
+            self.report.workers_seen.add(worker)
+            self.report.attempts += 1
+            state.attempts += 1
+            self.executor.start(worker, unit)
+
+    def _handle(self, report: Report) -> None:
+        if isinstance(report, Lost):
+            self.report.lost_workers += 1
+            unit = self.running.pop(report.worker, None)
+            if unit is not None:
+                self._again(unit, f"worker {report.worker} lost")
+            return
+        if self._current.get(report.unit_id) != report.attempt:
+            # An attempt already given up (its actor was presumed dead, then answered):
+            # its frames are not written; the current attempt writes them.
+            self.report.stale_batches += 1
+            return
+        unit = self.running.get(report.worker)
+        if isinstance(report, Batch):
+            if unit is not None:
+                self._commit(unit.name, report)
+        elif isinstance(report, Done):
+            self.running.pop(report.worker, None)
+            if unit is not None:
+                state = self.report.sources[unit.name]
+                state.done_units += 1
+                state.summary = report.summary
+        elif isinstance(report, Failed):
+            self.running.pop(report.worker, None)
+            if unit is None:
+                return
+            if report.retry:
+                self._again(unit, report.error)
+            else:
+                self._fail(unit.name, report.error)
+
+    def _commit(self, name: str, batch: Batch) -> None:
+        state = self.report.sources[name]
+        for frame, line in batch.frames:
+            if frame <= state.committed:  # sent again by a retried attempt
+                state.duplicates += 1
+                continue
+            self.write(name, frame, line)
+            state.committed = frame
+            state.written += 1
+            self.report.frames_by_worker[batch.worker] = (
+                self.report.frames_by_worker.get(batch.worker, 0) + 1
+            )
+
+    def _again(self, unit: WorkUnit, reason: str) -> None:
+        """The unit's next attempt, after the last frame committed, first in the queue."""
+        state = self.report.sources[unit.name]
+        if unit.attempt >= self.max_attempts:
+            self._fail(unit.name, f"gave up after {unit.attempt} attempts ({reason})")
+            return
+        self.report.reassignments += 1
+        retry = unit.retried(state.committed + 1)
+        self._current[unit.unit_id] = retry.attempt
+        self.queue.appendleft(retry)
+
+    def _fail(self, name: str, error: str) -> None:
+        state = self.report.sources[name]
+        state.error = state.error or error
+        self.queue = deque(u for u in self.queue if u.name != name)
+
+    def _fail_queue(self, error: str) -> None:
+        for unit in list(self.queue):
+            self._fail(unit.name, error)
+        self.queue.clear()

@@ -1,0 +1,62 @@
+"""Workers as threads of this process: the executor the coordinator's tests use, and a way to
+run the distributed path on one machine without Ray."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+
+from visionrt.distributed.units import Batch, Done, Failed, Report, WorkUnit
+from visionrt.distributed.worker import USER_ERRORS
+
+# run(unit, send) runs a unit, calling send(frames) with (frame index, JSONL line) batches in
+# frame order; returns its summary.
+RunUnit = Callable[[WorkUnit, Callable[[tuple[tuple[int, str], ...]], None]], dict]
+
+
+class ThreadExecutor:
+    """`count` workers named `thread-N`, each running one unit at a time with `run`."""
+
+    def __init__(self, count: int, run: RunUnit) -> None:
+        self.run = run
+        self._names = {f"thread-{i}" for i in range(count)}
+        self._reports: queue.Queue[Report] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+
+    def workers(self) -> set[str]:
+        return set(self._names)
+
+    def start(self, worker: str, unit: WorkUnit) -> None:
+        thread = threading.Thread(target=self._work, args=(worker, unit), daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _work(self, worker: str, unit: WorkUnit) -> None:
+        def send(frames: tuple[tuple[int, str], ...]) -> None:
+            self._reports.put(Batch(worker, unit.unit_id, unit.attempt, frames))
+
+        try:
+            summary = self.run(unit, send)
+        except USER_ERRORS as err:
+            self._reports.put(Failed(worker, unit.unit_id, unit.attempt, str(err), retry=False))
+        except Exception as err:
+            error = f"{type(err).__name__}: {err}"
+            self._reports.put(Failed(worker, unit.unit_id, unit.attempt, error))
+        else:
+            self._reports.put(Done(worker, unit.unit_id, unit.attempt, summary))
+
+    def reports(self, timeout: float) -> list[Report]:
+        try:
+            got = [self._reports.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                got.append(self._reports.get_nowait())
+            except queue.Empty:
+                return got
+
+    def close(self) -> None:
+        for thread in self._threads:
+            thread.join(5.0)

@@ -1,0 +1,286 @@
+"""Run work units on Ray actors, each running one visionrt Pipeline and streaming its results back
+to the driver in bounded batches."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from visionrt.config import load_config
+from visionrt.distributed.units import Batch, Done, Failed, Lost, Report, WorkUnit
+from visionrt.distributed.worker import USER_ERRORS, unit_batches
+from visionrt.errors import BackendUnavailable, ConfigError
+
+log = logging.getLogger("visionrt")
+
+BATCH_FRAMES = 32  # frames per Batch report, at most
+# Batches an actor may run ahead of the driver before its generator blocks: bounds the object
+# store's share of a slow driver to a few hundred JSONL lines per actor.
+AHEAD_BATCHES = 4
+STARTUP_GRACE = 5.0  # seconds the other workers get once the first one is up
+
+
+class UnitRunner:
+    """The body of a worker actor (RayExecutor wraps it with `ray.remote`): runs one unit at a
+    time as a fresh Pipeline over that unit's source."""
+
+    def __init__(self, worker: str, run: Mapping[str, Any], cpus: float) -> None:
+        import ray
+
+        self.worker = worker
+        self.resources = ray.get_runtime_context().get_assigned_resources()
+        # Ray reserves CPUs but pins no threads: size the runtimes to the reservation.
+        self.threads = max(1, int(self.resources.get("CPU", cpus)))
+        self.run = dict(run)
+        self.node = ray.get_runtime_context().get_node_id()
+
+    def describe(self) -> dict[str, Any]:
+        """Where this worker runs and with what (`pid`: to kill it in a test)."""
+        return {
+            "worker": self.worker,
+            "node": self.node,
+            "pid": os.getpid(),
+            "threads": self.threads,
+            "resources": dict(self.resources),
+        }
+
+    def run_unit(self, unit: WorkUnit) -> Iterator[Report]:
+        """Batch reports of the unit's frames in order, then Done, or Failed on an error."""
+        try:
+            yield from self._frames(unit)
+        except USER_ERRORS as err:
+            yield Failed(self.worker, unit.unit_id, unit.attempt, str(err), retry=False)
+        except Exception as err:
+            yield Failed(self.worker, unit.unit_id, unit.attempt, _error(err), retry=True)
+
+    def _frames(self, unit: WorkUnit) -> Iterator[Report]:
+        summary: dict[str, Any] = {}
+        for frames in unit_batches(unit, self.run, self.threads, BATCH_FRAMES, summary=summary):
+            yield Batch(self.worker, unit.unit_id, unit.attempt, frames)
+        summary["worker"] = self.describe()
+        yield Done(self.worker, unit.unit_id, unit.attempt, summary)
+
+
+def _error(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
+
+
+@dataclass
+class _Worker:
+    """A worker actor as the driver tracks it."""
+
+    actor: Any
+    ready: Any = None  # the pending describe() call; None once the actor answered
+    running: Any = None  # the unit's ObjectRefGenerator while one runs
+    unit: WorkUnit | None = None  # the unit it runs
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class RayExecutor:
+    """Workers as Ray actors (`num_cpus=worker_cpus`, `num_gpus=worker_gpus` each) over an
+    embedded local Ray (`address` None) or the cluster at `address` ("auto", "host:port").
+
+    `run`: the Pipeline's configuration, RunConfig's sections as a plain dict (its plan settled
+    on the driver; `distributed.run.worker_settings`, see `worker.unit_batches`). An actor that dies
+    is reported as `Lost` and replaced by a new worker (a new id), `replacements` times in all
+    (None: `workers` times) so that a unit that kills its worker cannot spawn actors forever.
+    Waits up to `startup_timeout` seconds for the first worker, then raises ConfigError: the
+    cluster cannot place such an actor (no GPU, fewer CPUs than asked)."""
+
+    def __init__(
+        self,
+        address: str | None,
+        workers: int,
+        worker_cpus: float = 1.0,
+        worker_gpus: float = 0.0,
+        run: Mapping[str, Any] | None = None,
+        *,
+        replacements: int | None = None,
+        startup_timeout: float = 60.0,
+    ) -> None:
+        if workers < 1:
+            raise ConfigError(f"cluster.workers: expected >= 1, got {workers}")
+        self.run = dict(run or {})
+        load_config(values=self.run)  # a bad option fails here, before any actor starts
+        self.ray = _import_ray()
+        self._owns_ray = not self.ray.is_initialized()
+        if self._owns_ray:
+            _init_ray(self.ray, address, workers, worker_cpus, worker_gpus)
+        threads = max(1, int(worker_cpus))
+        self._actor_class = self.ray.remote(UnitRunner).options(
+            num_cpus=worker_cpus,
+            num_gpus=worker_gpus,
+            # Restarts are ours (a new worker id): a restarted actor under its old id could
+            # still be answering for an attempt the coordinator already gave to another worker.
+            max_restarts=0,
+            runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}},
+        )
+        self._cpus = worker_cpus
+        self._count = 0
+        self._replacements = workers if replacements is None else replacements
+        self._workers: dict[str, _Worker] = {}
+        self._lost: list[Report] = []
+        for _ in range(workers):
+            self._spawn()
+        # The first worker may wait on a cluster scaling up; the rest, started together, get a
+        # few seconds more (one that never fits must not hold the run back).
+        deadline = time.monotonic() + startup_timeout
+        while len(self.workers()) < len(self._workers) and time.monotonic() < deadline:
+            if self.workers():
+                deadline = min(deadline, time.monotonic() + STARTUP_GRACE)
+            self._settle(min(1.0, max(0.0, deadline - time.monotonic())))
+        if not self.workers():
+            self.close()
+            raise ConfigError(
+                f"no Ray worker started within {startup_timeout:g} s: each asks for"
+                f" {worker_cpus:g} CPU and {worker_gpus:g} GPU; the cluster has"
+                f" {self.ray.cluster_resources() if self.ray.is_initialized() else {}}"
+            )
+
+    # -- the executor protocol ----------------------------------------------------------------
+    def workers(self) -> set[str]:
+        """Ids of the workers alive and ready now."""
+        return {name for name, w in self._workers.items() if w.ready is None}
+
+    def info(self, worker: str) -> dict[str, Any]:
+        """What a ready worker said of itself (node, pid, threads, resources)."""
+        return dict(self._workers[worker].info)
+
+    def start(self, worker: str, unit: WorkUnit) -> None:
+        """Begin `unit` on the idle, ready `worker` (returns at once)."""
+        state = self._workers[worker]
+        if state.ready is not None or state.running is not None:
+            raise RuntimeError(f"worker {worker} is not idle: cannot start unit {unit.unit_id}")
+        state.unit = unit
+        state.running = state.actor.run_unit.options(
+            num_returns="streaming", _generator_backpressure_num_objects=AHEAD_BATCHES
+        ).remote(unit)
+
+    def reports(self, timeout: float) -> list[Report]:
+        """What happened since the last call, waiting up to `timeout` seconds for the first
+        report; returns early (possibly empty) when a worker became ready."""
+        out, self._lost = self._lost, []
+        if out:
+            timeout = 0.0
+        out.extend(self._settle(timeout))
+        return out
+
+    def close(self) -> None:
+        """Stop every worker; shut the embedded Ray down when this executor started it."""
+        for state in self._workers.values():
+            self.ray.kill(state.actor)
+        self._workers.clear()
+        if self._owns_ray and self.ray.is_initialized():
+            self.ray.shutdown()
+        self._owns_ray = False
+
+    # -- internals ------------------------------------------------------------------------
+    def _spawn(self) -> None:
+        self._count += 1
+        name = f"w{self._count}"
+        actor = self._actor_class.remote(name, self.run, self._cpus)
+        self._workers[name] = _Worker(actor, ready=actor.describe.remote())
+
+    def _settle(self, timeout: float) -> list[Report]:
+        """Wait up to `timeout` for any worker's next report or readiness; collect every one
+        that is there."""
+        waiting = {}
+        for name, state in self._workers.items():
+            pending = state.ready if state.ready is not None else state.running
+            if pending is not None:
+                waiting[pending] = name
+        if not waiting:
+            return []
+        done, _ = self.ray.wait(list(waiting), num_returns=1, timeout=timeout)
+        if done:  # take whatever else is there too
+            done, _ = self.ray.wait(list(waiting), num_returns=len(waiting), timeout=0)
+        out: list[Report] = []
+        for pending in done:
+            name = waiting[pending]
+            state = self._workers[name]
+            if state.ready is not None:
+                self._answered(name, state)
+            else:
+                out.extend(self._drain(name, state))
+        return out
+
+    def _answered(self, name: str, state: _Worker) -> None:
+        try:
+            state.info = self.ray.get(state.ready)
+        except self.ray.exceptions.RayError as err:
+            # It never ran: not replaced (the cause would repeat), reported so the caller
+            # can tell a shrinking pool.
+            log.warning("Ray worker %s did not start: %s", name, err)
+            del self._workers[name]
+            self._lost.append(Lost(name))
+            return
+        state.ready = None
+
+    def _drain(self, name: str, state: _Worker) -> list[Report]:
+        """Every report of `name`'s unit that has arrived (a Lost when the actor died)."""
+        out: list[Report] = []
+        generator = state.running
+        while True:
+            ready, _ = self.ray.wait([generator], timeout=0)
+            if not ready:
+                return out
+            try:
+                report = self.ray.get(next(generator))
+            except StopIteration:
+                state.running = None
+                return out
+            except self.ray.exceptions.RayActorError:
+                self._forget(name)
+                return [*out, Lost(name)]
+            except self.ray.exceptions.RayError as err:  # the task itself broke (not the unit)
+                state.running, unit = None, state.unit
+                assert unit is not None
+                return [*out, Failed(name, unit.unit_id, unit.attempt, _error(err), retry=True)]
+            out.append(report)
+            if isinstance(report, Done | Failed):
+                state.running = None  # the generator ends after its last report
+                return out
+
+    def _forget(self, name: str) -> None:
+        self.ray.kill(self._workers.pop(name).actor)
+        if self._replacements > 0:
+            self._replacements -= 1
+            self._spawn()
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as err:
+        raise BackendUnavailable(
+            "Ray is not installed: pip install 'visionrt[ray]' to run on a cluster"
+        ) from err
+    return ray
+
+
+def _init_ray(ray: Any, address: str | None, workers: int, cpus: float, gpus: float) -> None:
+    # Ray reads this at init: no usage report leaves the machine (the issue asks it off).
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address is not None:
+        ray.init(address=address, log_to_driver=False)
+        return
+    # An embedded Ray is this run's alone: since Ray 2.59 a local init would turn token auth on
+    # and write ~/.ray/auth_token, which a head node the user starts later picks up while the
+    # nodes joining it do not (a cluster that cannot form). Off unless the user chose.
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    # Enough CPUs that every worker fits; GPUs as Ray finds them (claiming more would place a
+    # GPU worker on a machine without one).
+    ray.init(
+        num_cpus=max(1, math.ceil(workers * cpus)), include_dashboard=False, log_to_driver=False
+    )
+    found = ray.cluster_resources().get("GPU", 0.0)
+    if gpus > found:
+        ray.shutdown()
+        raise ConfigError(
+            f"cluster.worker_gpus: {gpus:g} per worker asked, this machine has {found:g}"
+        )

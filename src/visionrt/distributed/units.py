@@ -1,0 +1,68 @@
+"""The values between the coordinator and its workers: a unit of work (a source, or a frame range
+of one, at an attempt number) and what a worker reports about it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class WorkUnit:
+    """Source `name` (`spec` as given) from frame `start_frame` (to `end_frame`, exclusive;
+    None: its end), run for the `attempt`-th time. `unit_id` names the unit across attempts."""
+
+    unit_id: int
+    name: str
+    spec: str
+    start_frame: int = 0
+    end_frame: int | None = None
+    attempt: int = 1
+    live: bool = False
+
+    def retried(self, resume_at: int) -> WorkUnit:
+        """The next attempt, from `resume_at` (after the last frame committed)."""
+        return replace(self, attempt=self.attempt + 1, start_frame=max(self.start_frame, resume_at))
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Results of a unit's attempt: (frame index, JSONL line) in frame order."""
+
+    worker: str
+    unit_id: int
+    attempt: int
+    frames: tuple[tuple[int, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """A unit's attempt ended: every frame of its range was sent (`summary`: the worker's run
+    summary for it)."""
+
+    worker: str
+    unit_id: int
+    attempt: int
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """A unit's attempt failed with `error`; `retry` False for the user's error (a bad file or
+    model), which another attempt would only repeat."""
+
+    worker: str
+    unit_id: int
+    attempt: int
+    error: str
+    retry: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """A worker is gone (its process or node died): whatever it ran is to be run again."""
+
+    worker: str
+
+
+Report = Batch | Done | Failed | Lost

@@ -1,0 +1,244 @@
+"""The distributed coordinator with scripted executors: the pull queue, a lost worker's unit run
+again from the last committed frame, frames written once and in order, late answers of a given-up
+attempt ignored, a user error not retried, attempts bounded, a cluster with no worker left."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import write_video
+
+from visionrt import Pipeline
+from visionrt.distributed.coordinator import Coordinator
+from visionrt.distributed.local import ThreadExecutor
+from visionrt.distributed.units import Batch, Done, Failed, Lost, Report, WorkUnit
+from visionrt.distributed.worker import run_unit
+from visionrt.errors import SourceError
+from visionrt.sinks import JsonlSink
+
+
+def units(*frames: int) -> list[WorkUnit]:
+    return [WorkUnit(i, f"s{i}", f"video{i}.mp4", end_frame=n) for i, n in enumerate(frames)]
+
+
+def lines(unit: WorkUnit, start: int, stop: int) -> tuple[tuple[int, str], ...]:
+    return tuple((f, f"{unit.name}:{f}") for f in range(start, stop))
+
+
+class Scripted:
+    """Workers `names`; `act(worker, unit)` returns the reports starting `unit` produces (and
+    may take workers away); reports come back one per `reports` call, in order."""
+
+    def __init__(self, names: set[str], act: Callable[[str, WorkUnit], list[Report]]) -> None:
+        self.alive, self.act = set(names), act
+        self.pending: list[Report] = []
+        self.started: list[tuple[str, WorkUnit]] = []
+
+    def workers(self) -> set[str]:
+        return set(self.alive)
+
+    def start(self, worker: str, unit: WorkUnit) -> None:
+        self.started.append((worker, unit))
+        self.pending.extend(self.act(worker, unit))
+
+    def reports(self, timeout: float) -> list[Report]:
+        return [self.pending.pop(0)] if self.pending else []
+
+    def close(self) -> None:
+        pass
+
+
+def whole(worker: str, unit: WorkUnit) -> list[Report]:
+    """A worker that runs the unit from its start frame to its end, in batches of 4."""
+    end = unit.end_frame or 0
+    batches: list[Report] = [
+        Batch(worker, unit.unit_id, unit.attempt, lines(unit, f, min(f + 4, end)))
+        for f in range(unit.start_frame, end, 4)
+    ]
+    return [*batches, Done(worker, unit.unit_id, unit.attempt)]
+
+
+def run(work: list[WorkUnit], executor: object, **options: object) -> tuple[dict, object]:
+    written: dict[str, list[int]] = {}
+
+    def write(name: str, frame: int, line: str) -> None:
+        assert line == f"{name}:{frame}"
+        written.setdefault(name, []).append(frame)
+
+    report = Coordinator(work, executor, write, **options).run()  # type: ignore[arg-type]
+    return written, report
+
+
+def test_idle_workers_pull_units_and_every_frame_is_written_once_in_order() -> None:
+    executor = Scripted({"w1", "w2"}, whole)
+    written, report = run(units(9, 5, 12, 3, 7), executor)
+    assert written == {f"s{i}": list(range(n)) for i, n in enumerate((9, 5, 12, 3, 7))}
+    assert report.failed == {}
+    assert report.attempts == 5
+    assert report.reassignments == 0
+    assert {worker for worker, _ in executor.started} == {"w1", "w2"}
+    assert sum(report.frames_by_worker.values()) == 9 + 5 + 12 + 3 + 7
+
+
+def test_a_lost_workers_unit_runs_again_after_the_last_committed_frame() -> None:
+    def act(worker: str, unit: WorkUnit) -> list[Report]:
+        if worker == "w1" and unit.attempt == 1 and unit.name == "s0":
+            executor.alive.discard("w1")  # dies after frames 0-7 of 20
+            return [
+                Batch(worker, unit.unit_id, 1, lines(unit, 0, 4)),
+                Batch(worker, unit.unit_id, 1, lines(unit, 4, 8)),
+                Lost(worker),
+                # The dead actor answers late: its attempt was given up, nothing is written.
+                Batch(worker, unit.unit_id, 1, lines(unit, 8, 12)),
+            ]
+        # The retry does not honour its start frame: it sends 0-19 again.
+        restart = WorkUnit(unit.unit_id, unit.name, unit.spec, 0, unit.end_frame, unit.attempt)
+        return whole(worker, restart)
+
+    executor = Scripted({"w1", "w2"}, act)
+    written, report = run(units(20, 6), executor)
+    assert written == {"s0": list(range(20)), "s1": list(range(6))}
+    retried = [u for w, u in executor.started if u.name == "s0" and u.attempt == 2]
+    assert len(retried) == 1
+    assert retried[0].start_frame == 8  # after the last frame committed
+    assert report.reassignments == 1
+    assert report.lost_workers == 1
+    assert report.stale_batches == 1
+    assert report.sources["s0"].duplicates == 8  # 0-7 sent again, dropped
+    assert report.to_json()["sources"]["s0"]["attempts"] == 2
+
+
+def test_a_user_error_fails_its_source_at_once_and_the_others_finish() -> None:
+    def act(worker: str, unit: WorkUnit) -> list[Report]:
+        if unit.name == "s1":
+            return [Failed(worker, unit.unit_id, unit.attempt, "not a video", retry=False)]
+        return whole(worker, unit)
+
+    written, report = run(units(5, 5, 5), Scripted({"w1"}, act))
+    assert report.failed == {"s1": "not a video"}
+    assert report.sources["s1"].attempts == 1
+    assert written == {"s0": list(range(5)), "s2": list(range(5))}
+
+
+def test_attempts_are_bounded() -> None:
+    def act(worker: str, unit: WorkUnit) -> list[Report]:
+        return [Failed(worker, unit.unit_id, unit.attempt, "segfault in the runtime")]
+
+    written, report = run(units(5), Scripted({"w1", "w2"}, act), max_attempts=3)
+    assert written == {}
+    assert report.failed == {"s0": "gave up after 3 attempts (segfault in the runtime)"}
+    assert report.attempts == 3
+
+
+def test_a_cluster_with_no_worker_left_fails_what_is_queued() -> None:
+    def act(worker: str, unit: WorkUnit) -> list[Report]:
+        executor.alive.clear()  # the last node went away
+        return [Lost(worker)]
+
+    executor = Scripted({"w1"}, act)
+    written, report = run(units(5, 5), executor, no_workers_grace=0.2)
+    assert written == {}
+    assert set(report.failed) == {"s0", "s1"}
+    assert "no worker left" in report.failed["s1"]
+
+
+def test_one_unit_per_source() -> None:
+    twice = [WorkUnit(0, "s", "a.mp4", 0, 10), WorkUnit(1, "s", "a.mp4", 10, 20)]
+    with pytest.raises(ValueError, match="one work unit per source"):
+        Coordinator(twice, Scripted(set(), whole), lambda *_: None)
+
+
+def test_threads_run_units_and_report_user_errors() -> None:
+    def run_unit(unit: WorkUnit, send: Callable[[tuple[tuple[int, str], ...]], None]) -> dict:
+        if unit.spec == "missing.mp4":
+            raise SourceError("source not found: missing.mp4")
+        end = unit.end_frame or 0
+        for start in range(unit.start_frame, end, 3):
+            send(lines(unit, start, min(start + 3, end)))
+        return {"frames": end}
+
+    work = [*units(7, 4), WorkUnit(2, "bad", "missing.mp4")]
+    executor = ThreadExecutor(2, run_unit)
+    written, report = run(work, executor)
+    executor.close()
+    assert written == {"s0": list(range(7)), "s1": list(range(4))}
+    assert report.failed == {"bad": "source not found: missing.mp4"}
+
+
+def test_units_through_real_pipelines_write_what_one_process_writes(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """Two videos as units on two thread workers, each a Pipeline of the tiny detector: the
+    lines committed per source are those a single-process run over both yields."""
+    videos = [write_video(tmp_path / f"v{i}.mp4", frames=n) for i, n in enumerate((12, 7))]
+    settings = {"model": str(tiny_model), "backend": "onnxruntime", "pipeline": {"warmup": 0}}
+    work = [WorkUnit(i, f"v{i}", str(v)) for i, v in enumerate(videos)]
+    executor = ThreadExecutor(2, lambda unit, send: run_unit(unit, settings, send))
+    got: dict[str, list[str]] = {}
+    report = Coordinator(
+        work, executor, lambda n, f, line: got.setdefault(n, []).append(line)
+    ).run()
+    executor.close()
+    assert report.failed == {}
+    alone = Pipeline([f"v{i}={v}" for i, v in enumerate(videos)], tiny_model, "onnxruntime")
+    expected: dict[str, list[str]] = {}
+    for result in alone:
+        record = result.to_json()
+        expected.setdefault(record["source"], []).append(record)
+    alone.close()
+    committed = {name: [json.loads(line) for line in rows] for name, rows in got.items()}
+    for rows in [*committed.values(), *expected.values()]:
+        for row in rows:
+            row.pop("source_id")  # each worker's Pipeline numbers its one source 0
+    assert committed == expected
+    assert {name: len(rows) for name, rows in committed.items()} == {"v0": 12, "v1": 7}
+
+
+def test_a_cluster_run_writes_the_jsonl_a_single_process_run_writes(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """`run_on_cluster` over thread workers and a plain run of the same sources write the same
+    detections.jsonl, line for line per source (source ids included); a missing file fails its
+    source alone, named in the summary's error."""
+    from visionrt.config import load_config
+    from visionrt.distributed.run import run_on_cluster, worker_settings
+
+    videos = [str(write_video(tmp_path / f"v{i}.mp4", frames=n)) for i, n in enumerate((9, 6))]
+    values = {
+        "sources": [f"a={videos[0]}", videos[1]],
+        "model": str(tiny_model),
+        "backend": "onnxruntime",
+        "output": {"dir": str(tmp_path / "cluster"), "video": False},
+        "pipeline": {"warmup": 0},
+    }
+    cfg = load_config(values=values)
+    executor = ThreadExecutor(2, lambda unit, send: run_unit(unit, worker_settings(cfg), send))
+    summary, report = run_on_cluster(cfg, executor)
+    executor.close()
+    assert summary.error == ""
+    assert (summary.frames_in, summary.frames_out) == (15, 15)
+    assert summary.accounted
+    assert summary.cluster["sources"]["a"]["frames_out"] == 9
+
+    alone = Pipeline(values["sources"], tiny_model, "onnxruntime")  # as `visionrt run` writes
+    plain = tmp_path / "plain.jsonl"
+    alone.run([JsonlSink(plain, alone.names, [source.name for source in alone.sources])])
+    alone.close()
+    expected = [json.loads(line) for line in plain.read_text().splitlines()]
+    lines = (tmp_path / "cluster" / "detections.jsonl").read_text().splitlines()
+    got = [json.loads(line) for line in lines]
+    for name in ("a", "v1"):
+        assert [r for r in got if r["source"] == name] == [
+            r for r in expected if r["source"] == name
+        ]
+
+    broken = load_config(values={**values, "sources": [videos[0], str(tmp_path / "gone.mp4")]})
+    executor = ThreadExecutor(2, lambda unit, send: run_unit(unit, worker_settings(broken), send))
+    summary, report = run_on_cluster(broken, executor)
+    executor.close()
+    assert report.failed.keys() == {"gone"}
+    assert "gone: source not found" in summary.error
+    assert summary.frames_out == 9

@@ -1,0 +1,224 @@
+"""The Ray executor on a local 2-CPU Ray: units stream every frame once in order, equal to a
+single-process run; a bad file is the user's error; a killed actor is Lost and replaced."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import write_video
+
+from visionrt.distributed.units import Batch, Done, Failed, Lost, Report, WorkUnit
+from visionrt.pipeline import Pipeline
+
+ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'visionrt[ray]'")
+from visionrt.distributed.ray_executor import RayExecutor  # noqa: E402
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def executor(tiny_model: Path) -> Iterator[RayExecutor]:
+    with pytest.MonkeyPatch.context() as env:
+        # Since Ray 2.59 a local cluster turns token auth on and writes ~/.ray/auth_token,
+        # which a later head node on this machine would pick up: tests opt out.
+        env.setenv("RAY_AUTH_MODE", "disabled")
+        env.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        run = {"model": str(tiny_model), "backend": "onnxruntime"}
+        workers = RayExecutor(None, workers=2, worker_cpus=1, worker_gpus=0, run=run)
+        try:
+            yield workers
+        finally:
+            workers.close()
+            ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("ray_media")
+    return {
+        "a": write_video(folder / "a.mp4", frames=45),
+        "b": write_video(folder / "b.mp4", frames=30, width=96, height=128),
+        "long": write_video(folder / "long.mp4", frames=600),
+    }
+
+
+def collect(executor: RayExecutor, units: int, timeout: float = 30.0) -> list[Report]:
+    """Reports until `units` units ended (Done or Failed) or a worker was Lost."""
+    out: list[Report] = []
+    deadline = time.monotonic() + timeout
+    while sum(isinstance(r, Done | Failed) for r in out) < units:
+        assert time.monotonic() < deadline, f"no end after {timeout} s: {out[-3:]}"
+        out.extend(executor.reports(1.0))
+        if any(isinstance(r, Lost) for r in out):
+            break
+    return out
+
+
+def lines(reports: list[Report], unit_id: int) -> list[tuple[int, str]]:
+    return [f for r in reports if isinstance(r, Batch) and r.unit_id == unit_id for f in r.frames]
+
+
+def reference(name: str, video: Path, model: Path) -> list[dict]:
+    pipeline = Pipeline([f"{name}={video}"], model, "onnxruntime", plan=False)
+    try:
+        return [result.to_json() for result in pipeline]
+    finally:
+        pipeline.close()
+
+
+def test_units_stream_every_frame_once_equal_to_one_process(
+    executor: RayExecutor, videos: dict[str, Path], tiny_model: Path
+) -> None:
+    workers = sorted(executor.workers())
+    assert len(workers) == 2
+    for unit_id, (worker, name) in enumerate(zip(workers, ("a", "b"), strict=True)):
+        executor.start(worker, WorkUnit(unit_id, name, str(videos[name])))
+    reports = collect(executor, 2)
+    assert sorted((r.unit_id, r.worker) for r in reports if isinstance(r, Done)) == [
+        (0, workers[0]),
+        (1, workers[1]),
+    ]
+    for unit_id, name, frames in ((0, "a", 45), (1, "b", 30)):
+        got = lines(reports, unit_id)
+        assert [index for index, _ in got] == list(range(frames))
+        # to_json holds no timings: the records are equal outright (one source per Pipeline,
+        # so source_id is 0 on both sides).
+        records = [json.loads(line) for _, line in got]
+        assert records == reference(name, videos[name], tiny_model)
+    batches = [r for r in reports if isinstance(r, Batch)]
+    assert all(0 < len(b.frames) <= 32 for b in batches)
+    done = next(r for r in reports if isinstance(r, Done) and r.unit_id == 0)
+    assert done.summary["frames_out"] == 45
+    assert done.summary["worker"]["threads"] == 1  # from the 1 CPU Ray assigned
+
+
+def test_unit_range_sends_only_its_frames(executor: RayExecutor, videos: dict[str, Path]) -> None:
+    worker = min(executor.workers())
+    executor.start(worker, WorkUnit(7, "a", str(videos["a"]), start_frame=10, end_frame=25))
+    reports = collect(executor, 1)
+    assert [index for index, _ in lines(reports, 7)] == list(range(10, 25))
+    assert isinstance(reports[-1], Done)
+
+
+def test_bad_file_is_the_users_error(executor: RayExecutor, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"not a video" * 100)
+    worker = min(executor.workers())
+    executor.start(worker, WorkUnit(3, "bad", str(bad), attempt=2))
+    reports = collect(executor, 1)
+    assert len(reports) == 1
+    failed = reports[0]
+    assert isinstance(failed, Failed)
+    assert (failed.worker, failed.unit_id, failed.attempt, failed.retry) == (worker, 3, 2, False)
+    assert "bad.mp4" in failed.error
+    assert worker in executor.workers()  # a user's error leaves the worker up
+
+
+def test_killed_actor_is_lost_and_its_unit_resumes_on_a_new_worker(
+    executor: RayExecutor, videos: dict[str, Path]
+) -> None:
+    victim = min(executor.workers())
+    unit = WorkUnit(9, "long", str(videos["long"]))
+    executor.start(victim, unit)
+    first: list[Report] = []
+    while not first:
+        first = executor.reports(10.0)
+    assert all(isinstance(r, Batch) for r in first)
+    # Not asking for more reports leaves the actor blocked a few batches ahead (Ray's
+    # generator backpressure), so it is still mid-file when it is killed.
+    os.kill(executor.info(victim)["pid"], signal.SIGKILL)
+    reports = collect(executor, 1, timeout=20)
+    assert reports[-1] == Lost(victim)
+    survivors = executor.workers()
+    assert victim not in survivors
+    sent = lines(first + reports, 9)
+    assert [index for index, _ in sent] == list(range(len(sent)))
+    assert len(sent) < 600
+    deadline = time.monotonic() + 20
+    while len(executor.workers()) < 2:  # its replacement, under a new id
+        assert time.monotonic() < deadline, "no replacement worker"
+        assert executor.reports(1.0) == []
+    (replacement,) = executor.workers() - survivors
+    executor.start(replacement, unit.retried(resume_at=len(sent)))
+    reports = collect(executor, 1)
+    assert isinstance(reports[-1], Done)
+    assert reports[-1].attempt == 2
+    assert [index for index, _ in lines(reports, 9)] == list(range(len(sent), 600))
+
+
+def test_a_run_whose_actor_is_killed_mid_file_completes_every_frame_once(
+    executor: RayExecutor, videos: dict[str, Path], tiny_model: Path, tmp_path: Path
+) -> None:
+    """The coordinator over Ray: one worker is SIGKILLed once its first frames are committed;
+    its unit runs again on a survivor (or the replacement) from the last committed frame, and
+    the JSONL holds each frame of each source once, in order; no `.partial` is left."""
+    from visionrt.config import load_config
+    from visionrt.distributed.run import run_on_cluster
+
+    values = {
+        "sources": [f"long={videos['long']}", f"a={videos['a']}"],
+        "model": str(tiny_model),
+        "backend": "onnxruntime",
+        "output": {"dir": str(tmp_path / "out"), "video": False},
+    }
+    cfg = load_config(values=values)
+    killed: list[str] = []
+
+    def kill_once(report: Any) -> None:
+        for worker, frames in report.frames_by_worker.items():
+            if not killed and frames >= 32 and worker in executor.workers():
+                killed.append(worker)
+                os.kill(executor.info(worker)["pid"], signal.SIGKILL)
+
+    summary, report = run_on_cluster(cfg, executor, kill_once)
+    assert killed, "no worker was killed"
+    assert report.failed == {}
+    assert report.lost_workers == 1
+    assert report.reassignments == 1
+    assert (summary.frames_in, summary.frames_out) == (645, 645)
+    lines = [json.loads(line) for line in (tmp_path / "out" / "detections.jsonl").open()]
+    for source, count in (("long", 600), ("a", 45)):
+        assert [r["frame"] for r in lines if r["source"] == source] == list(range(count))
+    assert not list((tmp_path / "out").glob("*.partial*"))
+
+
+def test_run_ray_writes_what_a_plain_run_writes(
+    videos: dict[str, Path], tiny_model: Path, tmp_path: Path
+) -> None:
+    """`visionrt run --ray local` (its own embedded Ray, after the module's: run in a
+    subprocess) and a plain run write the same JSONL; summary.json has the cluster section."""
+    import subprocess
+    import sys
+
+    sources = [f"a={videos['a']}", f"b={videos['b']}"]
+    common = ["--model", str(tiny_model), "--backend", "onnxruntime", "--no-plan", "--no-video"]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    for out, extra in (("plain", []), ("ray", ["--ray", "local", "--workers", "2"])):
+        done = subprocess.run(
+            [sys.executable, "-m", "visionrt.cli.main", "run", *sources, *common, *extra,
+             "--out", str(tmp_path / out)],
+            capture_output=True, text=True, timeout=240, env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    plain = (tmp_path / "plain" / "detections.jsonl").read_text().splitlines()
+    clustered = (tmp_path / "ray" / "detections.jsonl").read_text().splitlines()
+
+    def by_source(rows: list[str]) -> dict[str, list[dict]]:
+        out: dict[str, list[dict]] = {}
+        for row in map(json.loads, rows):
+            out.setdefault(row["source"], []).append(row)
+        return out
+
+    assert by_source(clustered) == by_source(plain)
+    summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
+    assert summary["accounted"]
+    assert summary["cluster"]["attempts"] == 2
+    assert sorted(summary["cluster"]["sources"]) == ["a", "b"]
