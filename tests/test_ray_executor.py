@@ -222,3 +222,11 @@ def test_run_ray_writes_what_a_plain_run_writes(
     assert summary["accounted"]
     assert summary["cluster"]["attempts"] == 2
     assert sorted(summary["cluster"]["sources"]) == ["a", "b"]
+
+
+def test_auto_workers_are_what_the_cluster_holds() -> None:
+    from visionrt.distributed.ray_executor import _fitting
+
+    assert _fitting({"CPU": 8.0}, 2.0, 0.0) == 4
+    assert _fitting({"CPU": 8.0, "GPU": 2.0}, 2.0, 1.0) == 2  # one per GPU
+    assert _fitting({"CPU": 1.0}, 2.0, 0.0) == 1  # at least one (Ray then waits for room)

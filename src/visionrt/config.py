@@ -71,12 +71,14 @@ class DepthConfig(DepthOptions):
 class ClusterOptions:
     """`--ray`: the sources run on a Ray cluster. `address` "local" (an embedded Ray on this
     machine), "auto" or "host:port" (a running cluster), "" (one process, no cluster);
-    `workers` "auto" (every CPU the cluster has, `worker_cpus` each) or a number; each
-    worker's CPUs and GPUs; a unit whose worker died is tried at most `max_attempts` times."""
+    `workers` "auto" (as many as the cluster's CPUs, or GPUs, hold) or a number; each worker's
+    CPUs (2: a pipeline overlaps decoding with inference; with 1 it cannot, and two 1-CPU
+    workers ran at half a 2-CPU one's FPS) and GPUs; a unit whose worker died is tried at most
+    `max_attempts` times."""
 
     address: str = ""
     workers: str = "auto"
-    worker_cpus: float = 1.0
+    worker_cpus: float = 2.0
     worker_gpus: float = 0.0
     max_attempts: int = 3
 

@@ -3,7 +3,6 @@ JSONL and summary.json here; progress as one line of aggregate FPS and frames pe
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,7 +33,7 @@ def run_cluster(cfg: RunConfig, plan_note: str, console: Console, json_out: bool
         cfg = replace(cfg, output=replace(cfg.output, video=False))
     cluster = cfg.cluster
     address = None if cluster.address == "local" else cluster.address
-    workers = _workers(cluster.workers, cluster.worker_cpus)
+    workers = 0 if cluster.workers == "auto" else int(cluster.workers)  # 0: what fits
     executor = RayExecutor(
         address, workers, cluster.worker_cpus, cluster.worker_gpus, worker_settings(cfg)
     )
@@ -77,9 +76,3 @@ def _say(summary: RunSummary, report: ClusterReport, console: Console) -> None:
     for name, state in report.sources.items():
         said = f"failed: {state.error}" if state.error else f"{state.written} frames"
         console.print(f"  {name}: {said} ({state.attempts} attempt(s))", markup=False)
-
-
-def _workers(workers: str, cpus: float) -> int:
-    if workers != "auto":
-        return int(workers)
-    return max(1, int((os.cpu_count() or 1) // cpus))

@@ -194,9 +194,9 @@ def run_command(
         ),
     ] = None,
     workers: Annotated[
-        str | None, Opt(help="--ray: workers, auto (the CPUs there are) or a number.")
+        str | None, Opt(help="--ray: workers, auto (what the cluster holds) or a number.")
     ] = None,
-    worker_cpus: Annotated[float | None, Opt(help="--ray: CPUs per worker (1).")] = None,
+    worker_cpus: Annotated[float | None, Opt(help="--ray: CPUs per worker (2).")] = None,
     worker_gpus: Annotated[float | None, Opt(help="--ray: GPUs per worker (0).")] = None,
     max_attempts: Annotated[
         int | None, Opt(help="--ray: attempts per source when workers die (3).")

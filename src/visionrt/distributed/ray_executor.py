@@ -90,7 +90,9 @@ class RayExecutor:
     is reported as `Lost` and replaced by a new worker (a new id), `replacements` times in all
     (None: `workers` times) so that a unit that kills its worker cannot spawn actors forever.
     Waits up to `startup_timeout` seconds for the first worker, then raises ConfigError: the
-    cluster cannot place such an actor (no GPU, fewer CPUs than asked)."""
+    cluster cannot place such an actor (no GPU, fewer CPUs than asked). `workers` 0: as many as
+    the cluster holds (its GPUs / `worker_gpus` when a worker asks for GPUs, else its CPUs /
+    `worker_cpus`; an embedded Ray has this machine's CPUs)."""
 
     def __init__(
         self,
@@ -103,14 +105,16 @@ class RayExecutor:
         replacements: int | None = None,
         startup_timeout: float = 60.0,
     ) -> None:
-        if workers < 1:
-            raise ConfigError(f"cluster.workers: expected >= 1, got {workers}")
+        if workers < 0:
+            raise ConfigError(f"cluster.workers: expected >= 0 (0: auto), got {workers}")
         self.run = dict(run or {})
         load_config(values=self.run)  # a bad option fails here, before any actor starts
         self.ray = _import_ray()
         self._owns_ray = not self.ray.is_initialized()
         if self._owns_ray:
             _init_ray(self.ray, address, workers, worker_cpus, worker_gpus)
+        if workers == 0:
+            workers = _fitting(self.ray.cluster_resources(), worker_cpus, worker_gpus)
         threads = max(1, int(worker_cpus))
         self._actor_class = self.ray.remote(UnitRunner).options(
             num_cpus=worker_cpus,
@@ -263,6 +267,13 @@ def _import_ray() -> Any:
     return ray
 
 
+def _fitting(resources: Mapping[str, float], cpus: float, gpus: float) -> int:
+    """Workers the cluster's `resources` hold, each `cpus` CPUs and `gpus` GPUs (at least 1)."""
+    if gpus:
+        return max(1, int(resources.get("GPU", 0.0) // gpus))
+    return max(1, int(resources.get("CPU", 1.0) // cpus))
+
+
 def _init_ray(ray: Any, address: str | None, workers: int, cpus: float, gpus: float) -> None:
     # Ray reads this at init: no usage report leaves the machine (the issue asks it off).
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -276,7 +287,9 @@ def _init_ray(ray: Any, address: str | None, workers: int, cpus: float, gpus: fl
     # Enough CPUs that every worker fits; GPUs as Ray finds them (claiming more would place a
     # GPU worker on a machine without one).
     ray.init(
-        num_cpus=max(1, math.ceil(workers * cpus)), include_dashboard=False, log_to_driver=False
+        num_cpus=max(1, math.ceil(workers * cpus)) if workers else os.cpu_count() or 1,
+        include_dashboard=False,
+        log_to_driver=False,
     )
     found = ray.cluster_resources().get("GPU", 0.0)
     if gpus > found:
