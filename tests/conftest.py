@@ -214,3 +214,15 @@ def scraped(pipeline: Any, info: dict[str, str] | None = None) -> tuple[Any, str
         server.close()
         pipeline.close()
     return summary, text
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """`visionrt ARGS` in this process: its exit code and what it printed on stderr."""
+    from visionrt.cli.main import main
+
+    try:
+        main(args)
+    except SystemExit as exit_info:
+        code = exit_info.code
+        return (code if isinstance(code, int) else 1), capsys.readouterr().err
+    return 0, capsys.readouterr().err

@@ -12,10 +12,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import write_tiny_detector
+from conftest import run_cli, write_tiny_detector
 
 from visionrt import Pipeline, PipelineOptions
-from visionrt.cli.main import main
 from visionrt.cli.outputs import check_output_names
 from visionrt.config import OutputOptions, RunConfig
 from visionrt.errors import ConfigError, SinkError
@@ -56,15 +55,6 @@ def _result(
     return FrameResult(frame, detections, {}, NAMES, distance=far, tracks=tracked)
 
 
-def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    try:
-        main(args)
-    except SystemExit as exit_info:
-        code = exit_info.code
-        return (code if isinstance(code, int) else 1), capsys.readouterr().err
-    return 0, capsys.readouterr().err
-
-
 def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     with path.open(encoding="utf-8", newline="") as file:
         reader = csv.DictReader(file)
@@ -75,7 +65,7 @@ def test_run_writes_coco_and_csv_per_source_as_the_jsonl_says(
     two_box_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
-    code, err = _cli(
+    code, err = run_cli(
         ["run", "a=synthetic:64x48:5", "b=synthetic:80x48:3", "-m", str(two_box_model),
          "--no-plan", "--no-video", "--track", "--coco", "--csv", "-o", str(out), "-q"],
         capsys,

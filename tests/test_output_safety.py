@@ -12,20 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
-from visionrt.cli.main import main
 from visionrt.errors import SinkError
 from visionrt.sinks.lock import OutputLock
 from visionrt.sources.naming import unique_names
-
-
-def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    try:
-        main(args)
-    except SystemExit as exit_info:
-        code = exit_info.code
-        return (code if isinstance(code, int) else 1), capsys.readouterr().err
-    return 0, capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -47,7 +38,7 @@ def test_repeated_sources_write_their_own_files(
     small_video: Path, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
-    code, err = _cli(
+    code, err = run_cli(
         ["run", str(small_video), str(small_video), f"small-1={small_video}", "-m",
          str(tiny_model), "--no-plan", "-o", str(out), "-q", "--max-frames", "3"],
         capsys,
@@ -67,7 +58,7 @@ def test_output_files_that_would_collide_are_refused_up_front(
     clip = tmp_path / "a.depth.mp4"
     clip.write_bytes(small_video.read_bytes())
     out = tmp_path / "out"
-    code, err = _cli(
+    code, err = run_cli(
         ["run", f"a={small_video}", str(clip), "-m", str(tiny_model), "--no-plan", "--depth",
          str(tiny_model), "-o", str(out), "-q"],
         capsys,

@@ -23,7 +23,7 @@ from visionrt.cli.signals import STARTUP
 from visionrt.config import RunConfig, given_options
 from visionrt.errors import SinkError
 from visionrt.sinks.lock import OutputLock
-from visionrt.sources.naming import default_name, split_name, unique_names
+from visionrt.sources.naming import named_specs, split_name
 
 Opt = typer.Option
 
@@ -109,12 +109,7 @@ def _named(cfg: RunConfig) -> RunConfig:
     """Every source by name (`cam=URI`): the API, previews and events call cameras by name."""
     from dataclasses import replace
 
-    split = [split_name(spec) for spec in cfg.sources]
-    given = [bool(name) for name, _ in split]
-    names = unique_names(
-        [name or default_name(spec, i) for i, (name, spec) in enumerate(split)], given
-    )
-    specs = tuple(f"{name}={spec}" for name, (_, spec) in zip(names, split, strict=True))
+    specs = tuple(f"{name}={spec}" for name, spec in named_specs(cfg.sources))
     return replace(cfg, sources=specs)
 
 

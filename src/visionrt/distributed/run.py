@@ -14,7 +14,7 @@ from visionrt.config import RunConfig
 from visionrt.distributed.coordinator import ClusterReport, Coordinator, Executor
 from visionrt.distributed.units import WorkUnit
 from visionrt.sinks.base import FileSink
-from visionrt.sources.naming import default_name, split_name, unique_names
+from visionrt.sources.naming import named_specs
 from visionrt.sources.registry import LIVE_KINDS, source_kind
 from visionrt.telemetry.stats import RunSummary
 from visionrt.types import FrameResult
@@ -32,12 +32,9 @@ class LinesSink(FileSink):
 
 def work_units(cfg: RunConfig) -> list[WorkUnit]:
     """A unit per source, named as a single-process run names it."""
-    split = [split_name(spec) for spec in cfg.sources]
-    given = [bool(name) for name, _ in split]
-    names = unique_names([n or default_name(s, i) for i, (n, s) in enumerate(split)], given)
     return [
         WorkUnit(i, name, spec, live=source_kind(spec) in LIVE_KINDS or cfg.source.realtime)
-        for i, (name, (_, spec)) in enumerate(zip(names, split, strict=True))
+        for i, (name, spec) in enumerate(named_specs(cfg.sources))
     ]
 
 

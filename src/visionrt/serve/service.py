@@ -9,6 +9,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from visionrt.errors import ConfigError
@@ -92,7 +93,7 @@ class Service:
         opened) change nothing."""
         check_name(name)
         tasks = check_tasks(tasks)
-        self._check_uri(uri)
+        check_uri(uri, self.files)
         outputs: list[str] = []
 
         def opened(source: Source) -> None:  # its files exist before its first frame
@@ -252,10 +253,6 @@ class Service:
         if self.publisher is not None:
             self.publisher.publish(event)
 
-    def _check_uri(self, uri: str) -> None:
-        """Streams, cameras and synthetic sources; files only under the `files` folders."""
-        check_uri(uri, self.files)
-
 
 ENDED = ("ended", "failed", "removed")
 STREAMS = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "srt://", "udp://", "tcp://")
@@ -280,8 +277,6 @@ def check_tasks(tasks: Any) -> tuple[str, ...]:
 def check_uri(uri: Any, files: Sequence[str]) -> None:
     """A URI the API may open: a stream URL, a camera (/dev/videoN), `synthetic:…`, or a video
     file inside one of `files` (resolved, so `..` and links cannot leave them)."""
-    from pathlib import Path
-
     if not isinstance(uri, str) or not uri or len(uri) > 2048 or "\n" in uri or "\0" in uri:
         raise ConfigError("uri: expected a stream URL, a camera or a video file path")
     lowered = uri.lower()

@@ -45,3 +45,12 @@ def unique_names(names: Sequence[str], given: Sequence[bool]) -> list[str]:
             name = f"{name}-{suffix}"
         result.append(name)
     return result
+
+
+def named_specs(specs: Sequence[str]) -> list[tuple[str, str]]:
+    """(name, spec) of each source string, named as a run names them: the user's name, else
+    its file stem made unique (`vtest`, `vtest-1`)."""
+    split = [split_name(spec) for spec in specs]
+    given = [bool(name) for name, _ in split]
+    names = unique_names([n or default_name(s, i) for i, (n, s) in enumerate(split)], given)
+    return [(name, spec) for name, (_, spec) in zip(names, split, strict=True)]
