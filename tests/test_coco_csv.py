@@ -170,7 +170,9 @@ def test_a_sink_that_fails_in_a_run_keeps_its_partial_name(
     failing: str, two_box_model: Path, tmp_path: Path
 ) -> None:
     """A sink without a source_id given two sources fails; the run ends, the other sink (for
-    source 0) is finalized with what it got, the failed one keeps its `.partial` name."""
+    source 0) is finalized with what it got, the failed one keeps its `.partial` name. The
+    other sink goes first: which camera's frame leads is not fixed, and a sink after the
+    failing one would never see source 0 when source 1 leads."""
     if failing == "coco":
         broken: Any = CocoSink(tmp_path / "all.coco.json")
         other: Any = CsvSink(tmp_path / "a.csv", source_id=0)
@@ -184,7 +186,7 @@ def test_a_sink_that_fails_in_a_run_keeps_its_partial_name(
     )
     try:
         with pytest.raises(SinkError, match="holds one source, got source"):
-            pipeline.run([broken, other])
+            pipeline.run([other, broken])
     finally:
         pipeline.close()
     assert not broken.path.exists()
