@@ -20,7 +20,7 @@ setup-test: setup
 	bash scripts/setup_test.sh
 
 test: setup-test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=20
 
 bench: setup
 	$(BIN)/python scripts/bench_e2e.py

@@ -5,6 +5,7 @@ attempt ignored, a user error not retried, attempts bounded, a cluster with no w
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from visionrt import Pipeline
 from visionrt.distributed.coordinator import Coordinator
 from visionrt.distributed.local import ThreadExecutor
 from visionrt.distributed.units import Batch, Done, Failed, Lost, Report, WorkUnit
-from visionrt.distributed.worker import run_unit
+from visionrt.distributed.worker import run_group
 from visionrt.errors import SourceError
 from visionrt.sinks import JsonlSink
 
@@ -30,21 +31,26 @@ def lines(unit: WorkUnit, start: int, stop: int) -> tuple[tuple[int, str], ...]:
 
 class Scripted:
     """Workers `names`; `act(worker, unit)` returns the reports starting `unit` produces (and
-    may take workers away); reports come back one per `reports` call, in order."""
+    may take workers away); reports come back one per `reports` call (after `pause` s), in
+    order."""
 
-    def __init__(self, names: set[str], act: Callable[[str, WorkUnit], list[Report]]) -> None:
-        self.alive, self.act = set(names), act
+    def __init__(
+        self, names: set[str], act: Callable[[str, WorkUnit], list[Report]], pause: float = 0.0
+    ) -> None:
+        self.alive, self.act, self.pause = set(names), act, pause
         self.pending: list[Report] = []
         self.started: list[tuple[str, WorkUnit]] = []
 
     def workers(self) -> set[str]:
         return set(self.alive)
 
-    def start(self, worker: str, unit: WorkUnit) -> None:
-        self.started.append((worker, unit))
-        self.pending.extend(self.act(worker, unit))
+    def start(self, worker: str, units: tuple[WorkUnit, ...]) -> None:
+        for unit in units:
+            self.started.append((worker, unit))
+            self.pending.extend(self.act(worker, unit))
 
     def reports(self, timeout: float) -> list[Report]:
+        time.sleep(self.pause)
         return [self.pending.pop(0)] if self.pending else []
 
     def close(self) -> None:
@@ -152,16 +158,17 @@ def test_one_unit_per_source() -> None:
 
 
 def test_threads_run_units_and_report_user_errors() -> None:
-    def run_unit(unit: WorkUnit, send: Callable[[tuple[tuple[int, str], ...]], None]) -> dict:
+    def run_one(group: tuple[WorkUnit, ...], send: Callable[..., None]) -> dict:
+        (unit,) = group
         if unit.spec == "missing.mp4":
             raise SourceError("source not found: missing.mp4")
         end = unit.end_frame or 0
         for start in range(unit.start_frame, end, 3):
-            send(lines(unit, start, min(start + 3, end)))
-        return {"frames": end}
+            send(unit.unit_id, lines(unit, start, min(start + 3, end)))
+        return {unit.unit_id: {"frames": end}}
 
     work = [*units(7, 4), WorkUnit(2, "bad", "missing.mp4")]
-    executor = ThreadExecutor(2, run_unit)
+    executor = ThreadExecutor(2, run_one)
     written, report = run(work, executor)
     executor.close()
     assert written == {"s0": list(range(7)), "s1": list(range(4))}
@@ -176,7 +183,7 @@ def test_units_through_real_pipelines_write_what_one_process_writes(
     videos = [write_video(tmp_path / f"v{i}.mp4", frames=n) for i, n in enumerate((12, 7))]
     settings = {"model": str(tiny_model), "backend": "onnxruntime", "pipeline": {"warmup": 0}}
     work = [WorkUnit(i, f"v{i}", str(v)) for i, v in enumerate(videos)]
-    executor = ThreadExecutor(2, lambda unit, send: run_unit(unit, settings, send))
+    executor = ThreadExecutor(2, lambda group, send: run_group(group, settings, send))
     got: dict[str, list[str]] = {}
     report = Coordinator(
         work, executor, lambda n, f, line: got.setdefault(n, []).append(line)
@@ -215,7 +222,7 @@ def test_a_cluster_run_writes_the_jsonl_a_single_process_run_writes(
         "pipeline": {"warmup": 0},
     }
     cfg = load_config(values=values)
-    executor = ThreadExecutor(2, lambda unit, send: run_unit(unit, worker_settings(cfg), send))
+    executor = ThreadExecutor(2, lambda group, send: run_group(group, worker_settings(cfg), send))
     summary, report = run_on_cluster(cfg, executor)
     executor.close()
     assert summary.error == ""
@@ -236,9 +243,91 @@ def test_a_cluster_run_writes_the_jsonl_a_single_process_run_writes(
         ]
 
     broken = load_config(values={**values, "sources": [videos[0], str(tmp_path / "gone.mp4")]})
-    executor = ThreadExecutor(2, lambda unit, send: run_unit(unit, worker_settings(broken), send))
+    executor = ThreadExecutor(
+        2, lambda group, send: run_group(group, worker_settings(broken), send)
+    )
     summary, report = run_on_cluster(broken, executor)
     executor.close()
     assert report.failed.keys() == {"gone"}
     assert "gone: source not found" in summary.error
     assert summary.frames_out == 9
+
+
+def test_idle_workers_take_files_in_groups_that_leave_no_worker_idle() -> None:
+    executor = Scripted({"w1", "w2"}, whole)
+    written, report = run(units(4, 4, 4, 4, 4, 4, 4), executor, group=3)
+    groups: dict[str, list[str]] = {}
+    for worker, unit in executor.started:
+        groups.setdefault(worker, []).append(unit.name)
+    # 7 files, 2 idle workers, 3 at most to one: 3 + 3 at once; the 7th to whoever is idle.
+    assert sorted(len(names) for names in groups.values()) in ([3, 4], [1, 3, 3])
+    assert written == {f"s{i}": list(range(4)) for i in range(7)}
+    assert report.attempts == 7
+    few = Scripted({"w1", "w2", "w3"}, whole)
+    run(units(4, 4), few, group=4)  # 2 files on 3 workers: one each, not both on one
+    assert len({worker for worker, _ in few.started}) == 2
+
+
+def test_a_group_failing_on_a_users_file_runs_its_units_alone_and_fails_only_that_file() -> None:
+    def act(worker: str, unit: WorkUnit) -> list[Report]:
+        if not unit.alone:  # the group's Pipeline cannot open s1: every unit of it fails
+            return [Failed(worker, unit.unit_id, unit.attempt, "s1: not a video", retry=False)]
+        if unit.name == "s1":
+            return [Failed(worker, unit.unit_id, unit.attempt, "s1: not a video", retry=False)]
+        return whole(worker, unit)
+
+    executor = Scripted({"w1"}, act)
+    written, report = run(units(5, 5, 5), executor, group=3)
+    assert report.failed == {"s1": "s1: not a video"}
+    assert written == {"s0": list(range(5)), "s2": list(range(5))}
+    assert [u.alone for _, u in executor.started] == [False] * 3 + [True] * 3
+
+
+def test_live_streams_are_spread_by_cost_and_a_lost_ones_gap_is_counted() -> None:
+    """Four live streams on two workers: the 4K one alone, the three small ones together.
+    The worker with the three dies; they restart on its replacement, numbered after the gap
+    (estimated from each stream's rate and how long nobody read it) that counts as lost."""
+    costs = {"a": 1.0, "big": 8.0, "b": 1.0, "c": 1.0}
+    streams = [
+        WorkUnit(i, n, f"rtsp://{n}", live=True, cost=c) for i, (n, c) in enumerate(costs.items())
+    ]
+    placed: dict[str, list[tuple[str, int]]] = {}
+    big_worker: list[str] = []
+
+    def act(worker: str, unit: WorkUnit) -> list[Report]:
+        placed.setdefault(worker, []).append((unit.name, unit.attempt))
+        if unit.attempt == 1:
+            if unit.name == "big":
+                big_worker.append(worker)
+            # Frames 0-9 in 5 batches (the executor takes 20 ms over each report).
+            reports: list[Report] = [
+                Batch(worker, unit.unit_id, 1, lines(unit, f, f + 2)) for f in range(0, 10, 2)
+            ]
+            if unit.name == "c":  # the third of its group: then its worker dies
+                reports.append(Lost(worker))
+                executor.alive.discard(worker)
+                executor.alive.add("w3")
+            return reports
+        time.sleep(0.1)  # the replacement takes its time to open the stream again
+        # A live retry numbers its frames from 0 again.
+        reports = [
+            Batch(worker, unit.unit_id, unit.attempt, lines(unit, 0, 5)),
+            Done(worker, unit.unit_id, unit.attempt),
+        ]
+        if unit.name == "c":  # the big one ends too (the test's end)
+            reports.append(Done(big_worker[0], 1, 1))
+        return reports
+
+    executor = Scripted({"w1", "w2"}, act, pause=0.02)
+    got: dict[str, list[int]] = {}
+    report = Coordinator(streams, executor, lambda n, f, _: got.setdefault(n, []).append(f)).run()
+    first = [sorted(n for n, attempt in units if attempt == 1) for units in placed.values()]
+    assert sorted(names for names in first if names) == [["a", "b", "c"], ["big"]]
+    assert sorted(placed["w3"]) == [("a", 2), ("b", 2), ("c", 2)]  # restarted on the survivor
+    for name in ("a", "b", "c"):
+        lost = report.sources[name].lost
+        # Its retry's frames came over 0.1 s after its last ones, which came at ~100 a second.
+        assert lost >= 1, (name, report.sources[name])
+        assert got[name] == [*range(10), *range(10 + lost, 15 + lost)]
+    assert got["big"] == list(range(10))
+    assert report.sources["big"].lost == 0

@@ -80,7 +80,7 @@ def test_units_stream_every_frame_once_equal_to_one_process(
     workers = sorted(executor.workers())
     assert len(workers) == 2
     for unit_id, (worker, name) in enumerate(zip(workers, ("a", "b"), strict=True)):
-        executor.start(worker, WorkUnit(unit_id, name, str(videos[name])))
+        executor.start(worker, (WorkUnit(unit_id, name, str(videos[name])),))
     reports = collect(executor, 2)
     assert sorted((r.unit_id, r.worker) for r in reports if isinstance(r, Done)) == [
         (0, workers[0]),
@@ -100,9 +100,32 @@ def test_units_stream_every_frame_once_equal_to_one_process(
     assert done.summary["worker"]["threads"] == 1  # from the 1 CPU Ray assigned
 
 
+def test_a_group_runs_in_one_pipeline_and_each_unit_gets_its_frames(
+    executor: RayExecutor, videos: dict[str, Path], tiny_model: Path
+) -> None:
+    """Two files as one group on one worker (one Pipeline, batched across them): each unit's
+    frames come back in order under its id, equal to the file run alone but for source_id
+    (the group's Pipeline numbers its sources 0 and 1), and each unit ends with a Done
+    holding its own counts. A resumed unit in the group skips what was committed."""
+    worker = min(executor.workers())
+    group = (WorkUnit(4, "a", str(videos["a"])), WorkUnit(5, "b", str(videos["b"]), start_frame=12))
+    executor.start(worker, group)
+    reports = collect(executor, 2)
+    assert {r.unit_id for r in reports if isinstance(r, Done)} == {4, 5}
+    assert all(r.worker == worker for r in reports)
+    got = [json.loads(line) for _, line in lines(reports, 4)]
+    assert {r.pop("source_id") for r in got} == {0}
+    alone = reference("a", videos["a"], tiny_model)
+    assert got == [{k: v for k, v in r.items() if k != "source_id"} for r in alone]
+    assert [index for index, _ in lines(reports, 5)] == list(range(12, 30))
+    done = {r.unit_id: r.summary for r in reports if isinstance(r, Done)}
+    assert (done[4]["frames_in"], done[4]["frames_out"]) == (45, 45)
+    assert (done[5]["frames_in"], done[5]["frames_out"]) == (30, 30)  # 0-11 read, not sent
+
+
 def test_unit_range_sends_only_its_frames(executor: RayExecutor, videos: dict[str, Path]) -> None:
     worker = min(executor.workers())
-    executor.start(worker, WorkUnit(7, "a", str(videos["a"]), start_frame=10, end_frame=25))
+    executor.start(worker, (WorkUnit(7, "a", str(videos["a"]), start_frame=10, end_frame=25),))
     reports = collect(executor, 1)
     assert [index for index, _ in lines(reports, 7)] == list(range(10, 25))
     assert isinstance(reports[-1], Done)
@@ -112,7 +135,7 @@ def test_bad_file_is_the_users_error(executor: RayExecutor, tmp_path: Path) -> N
     bad = tmp_path / "bad.mp4"
     bad.write_bytes(b"not a video" * 100)
     worker = min(executor.workers())
-    executor.start(worker, WorkUnit(3, "bad", str(bad), attempt=2))
+    executor.start(worker, (WorkUnit(3, "bad", str(bad), attempt=2),))
     reports = collect(executor, 1)
     assert len(reports) == 1
     failed = reports[0]
@@ -127,7 +150,7 @@ def test_killed_actor_is_lost_and_its_unit_resumes_on_a_new_worker(
 ) -> None:
     victim = min(executor.workers())
     unit = WorkUnit(9, "long", str(videos["long"]))
-    executor.start(victim, unit)
+    executor.start(victim, (unit,))
     first: list[Report] = []
     while not first:
         first = executor.reports(10.0)
@@ -147,7 +170,7 @@ def test_killed_actor_is_lost_and_its_unit_resumes_on_a_new_worker(
         assert time.monotonic() < deadline, "no replacement worker"
         assert executor.reports(1.0) == []
     (replacement,) = executor.workers() - survivors
-    executor.start(replacement, unit.retried(resume_at=len(sent)))
+    executor.start(replacement, (unit.retried(resume_at=len(sent)),))
     reports = collect(executor, 1)
     assert isinstance(reports[-1], Done)
     assert reports[-1].attempt == 2

@@ -74,13 +74,15 @@ class ClusterOptions:
     `workers` "auto" (as many as the cluster's CPUs, or GPUs, hold) or a number; each worker's
     CPUs (2: a pipeline overlaps decoding with inference; with 1 it cannot, and two 1-CPU
     workers ran at half a 2-CPU one's FPS) and GPUs; a unit whose worker died is tried at most
-    `max_attempts` times."""
+    `max_attempts` times; an idle worker takes up to `files_per_worker` files into one
+    Pipeline (batched across them, one model load)."""
 
     address: str = ""
     workers: str = "auto"
     worker_cpus: float = 2.0
     worker_gpus: float = 0.0
     max_attempts: int = 3
+    files_per_worker: int = 4
 
     def __post_init__(self) -> None:
         if self.workers != "auto" and not (self.workers.isdigit() and int(self.workers) > 0):
@@ -92,6 +94,10 @@ class ClusterOptions:
             )
         if self.max_attempts < 1:
             raise ConfigError(f"cluster.max_attempts: expected >= 1, got {self.max_attempts}")
+        if self.files_per_worker < 1:
+            raise ConfigError(
+                f"cluster.files_per_worker: expected >= 1, got {self.files_per_worker}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

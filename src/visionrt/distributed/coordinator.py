@@ -4,13 +4,14 @@ died back on the queue with its next attempt, resuming after the last committed 
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from visionrt.distributed.units import Batch, Done, Failed, Lost, Report, WorkUnit
+from visionrt.distributed.units import Batch, Done, Group, Lost, Report, WorkUnit
 
 # How long the queue may wait with no worker alive before its units are failed: a shrinking
 # cluster that lost every node must end the run, not hang.
@@ -18,11 +19,13 @@ NO_WORKERS_GRACE = 30.0
 
 
 class Executor(Protocol):
-    """Where units run (Ray actors, threads): workers come and go; `reports` says what they did."""
+    """Where units run (Ray actors, threads): workers come and go; `reports` says what they did.
+    A worker runs one group of units at a time, in one Pipeline, and reports Done or Failed
+    for each unit of it."""
 
     def workers(self) -> set[str]: ...
 
-    def start(self, worker: str, unit: WorkUnit) -> None: ...
+    def start(self, worker: str, units: Group) -> None: ...
 
     def reports(self, timeout: float) -> list[Report]: ...
 
@@ -33,7 +36,9 @@ class Executor(Protocol):
 class SourceState:
     """One source's progress: the last frame committed (-1: none), frames written, frames a
     retried attempt sent again (dropped, not written twice), the attempts its units took, and
-    why it failed ("" while it has not)."""
+    why it failed ("" while it has not). A live stream's retry numbers its frames from 0
+    again: `base` places them after the gap, whose frames (`lost`, estimated from the
+    stream's rate and how long it was not read) are counted as dropped, `worker lost`."""
 
     committed: int = -1
     written: int = 0
@@ -43,6 +48,10 @@ class SourceState:
     units: int = 0
     done_units: int = 0
     summary: dict[str, Any] = field(default_factory=dict)  # its last attempt's run summary
+    base: int | None = 0  # added to a live attempt's frame numbers (None: not known yet)
+    lost: int = 0
+    first_at: float = 0.0  # when its first and last frames were committed (monotonic)
+    last_at: float = 0.0
 
 
 @dataclass
@@ -79,6 +88,7 @@ class ClusterReport:
                     "frames_out": s.written,
                     "duplicates_dropped": s.duplicates,
                     "attempts": s.attempts,
+                    "lost_frames": s.lost,
                     "error": s.error,
                 }
                 for name, s in self.sources.items()
@@ -90,7 +100,11 @@ class ClusterReport:
 class Coordinator:
     """Runs `units` on `executor`'s workers. `write(name, frame, line)` is called for each
     frame of each source in order, once (from this thread only); a unit is tried at most
-    `max_attempts` times; a user error (Failed with retry False) fails its source at once.
+    `max_attempts` times; a user error (Failed with retry False) fails its source at once (a
+    unit that failed in a group runs again alone first: the error may be another source's).
+    An idle worker takes up to `group` files at once (fewer when that leaves other idle
+    workers nothing), so one Pipeline batches across them; live streams are spread over the
+    idle workers by cost, all of them placed at once (they never end).
     `on_progress(report)` is called after each round of reports."""
 
     def __init__(
@@ -101,8 +115,10 @@ class Coordinator:
         max_attempts: int = 3,
         on_progress: Callable[[ClusterReport], None] | None = None,
         no_workers_grace: float = NO_WORKERS_GRACE,
+        group: int = 1,
     ) -> None:
         self.executor, self.write, self.max_attempts = executor, write, max_attempts
+        self.group = max(1, group)
         self.on_progress = on_progress
         self.no_workers_grace = no_workers_grace
         self.queue: deque[WorkUnit] = deque(units)
@@ -114,7 +130,8 @@ class Coordinator:
         for unit in self.queue:
             state = self.report.sources.setdefault(unit.name, SourceState())
             state.units += 1
-        self.running: dict[str, WorkUnit] = {}  # worker → the unit it runs
+        self.running: dict[str, dict[int, WorkUnit]] = {}  # worker → its units by id
+        self._sizes: dict[str, int] = {}  # worker → how many units its group started with
         self._current: dict[int, int] = {u.unit_id: u.attempt for u in self.queue}
 
     def run(self) -> ClusterReport:
@@ -145,25 +162,54 @@ class Coordinator:
     # -- scheduling ------------------------------------------------------------------------
     def _assign(self) -> None:
         """Idle workers take the next units (a pull queue: fast workers take more)."""
+        self.queue = deque(u for u in self.queue if not self.report.sources[u.name].error)
         idle = sorted(self.executor.workers() - set(self.running))
-        while idle and self.queue:
-            unit = self.queue.popleft()
-            state = self.report.sources[unit.name]
-            if state.error:  # its source failed meanwhile: nothing more of it runs
+        for group in self._groups(len(idle)):
+            self._start(idle.pop(0), group)
+
+    def _groups(self, idle: int) -> list[Group]:
+        """What `idle` workers start now: every live stream, spread by cost (longest first
+        onto the lightest worker); then files, `group` or fewer to a worker."""
+        if not idle or not self.queue:
+            return []
+        live = [u for u in self.queue if u.live and not u.alone]
+        loads: list[list[WorkUnit]] = [[] for _ in range(min(idle, len(live)))]
+        for unit in sorted(live, key=lambda u: -u.cost):
+            min(loads, key=lambda units: sum(u.cost for u in units)).append(unit)
+        groups = [tuple(units) for units in loads]
+        rest = deque(u for u in self.queue if not u.live or u.alone)
+        while rest and len(groups) < idle:
+            first = rest.popleft()
+            if first.alone or first.live:
+                groups.append((first,))
                 continue
-            worker = idle.pop(0)
-            self.running[worker] = unit
+            size = min(self.group, math.ceil((len(rest) + 1) / (idle - len(groups))))
+            units = [first]
+            for unit in list(rest):
+                if len(units) >= size:
+                    break
+                if not unit.alone and not unit.live:
+                    rest.remove(unit)
+                    units.append(unit)
+            groups.append(tuple(units))
+        self.queue = rest
+        return groups
+
+    def _start(self, worker: str, group: Group) -> None:
+        self.running[worker] = {unit.unit_id: unit for unit in group}
+        self._sizes[worker] = len(group)
+        self.report.workers_seen.add(worker)
+        for unit in group:
             self._current[unit.unit_id] = unit.attempt
-            self.report.workers_seen.add(worker)
             self.report.attempts += 1
-            state.attempts += 1
-            self.executor.start(worker, unit)
+            self.report.sources[unit.name].attempts += 1
+        self.executor.start(worker, group)
 
     def _handle(self, report: Report) -> None:
         if isinstance(report, Lost):
             self.report.lost_workers += 1
-            unit = self.running.pop(report.worker, None)
-            if unit is not None:
+            # Back first in the queue in their order (each goes to its front).
+            for unit in reversed(self.running.pop(report.worker, {}).values()):
                 self._again(unit, f"worker {report.worker} lost")
             return
         if self._current.get(report.unit_id) != report.attempt:
@@ -171,34 +217,50 @@ class Coordinator:
             # its frames are not written; the current attempt writes them.
             self.report.stale_batches += 1
             return
-        unit = self.running.get(report.worker)
+        units = self.running.get(report.worker, {})
+        unit = units.get(report.unit_id)
+        if unit is None:
+            return
         if isinstance(report, Batch):
-            if unit is not None:
-                self._commit(unit.name, report)
-        elif isinstance(report, Done):
+            self._commit(unit, report)
+            return
+        del units[report.unit_id]
+        if not units:
             self.running.pop(report.worker, None)
-            if unit is not None:
-                state = self.report.sources[unit.name]
-                state.done_units += 1
-                state.summary = report.summary
-        elif isinstance(report, Failed):
-            self.running.pop(report.worker, None)
-            if unit is None:
-                return
-            if report.retry:
-                self._again(unit, report.error)
-            else:
-                self._fail(unit.name, report.error)
+        if isinstance(report, Done):
+            state = self.report.sources[unit.name]
+            state.done_units += 1
+            state.summary = report.summary
+        elif report.retry:
+            self._again(unit, report.error)
+        elif self._sizes.get(report.worker, 1) > 1 and not unit.alone:
+            # A group's Pipeline failed on the user's error: whose, its own run tells.
+            self._current[unit.unit_id] = unit.attempt + 1
+            self.queue.appendleft(replace(unit, attempt=unit.attempt + 1, alone=True))
+        else:
+            self._fail(unit.name, report.error)
 
-    def _commit(self, name: str, batch: Batch) -> None:
-        state = self.report.sources[name]
-        for frame, line in batch.frames:
+    def _commit(self, unit: WorkUnit, batch: Batch) -> None:
+        state = self.report.sources[unit.name]
+        frames = batch.frames
+        now = time.monotonic()
+        if unit.live and state.base is None:  # a live retry's first frames: after the gap
+            span = state.last_at - state.first_at
+            rate = (state.written - 1) / span if state.written > 1 and span > 0 else 0.0
+            gap = max(0, round((now - state.last_at) * rate) - len(frames))
+            state.lost += gap
+            state.base = state.committed + 1 + gap
+        base = state.base if unit.live else 0
+        for frame, line in frames:
+            frame += base or 0
             if frame <= state.committed:  # sent again by a retried attempt
                 state.duplicates += 1
                 continue
-            self.write(name, frame, line)
+            self.write(unit.name, frame, line)
             state.committed = frame
             state.written += 1
+            state.first_at = state.first_at or now
+            state.last_at = now
             self.report.frames_by_worker[batch.worker] = (
                 self.report.frames_by_worker.get(batch.worker, 0) + 1
             )
@@ -210,6 +272,8 @@ class Coordinator:
             self._fail(unit.name, f"gave up after {unit.attempt} attempts ({reason})")
             return
         self.report.reassignments += 1
+        if unit.live:
+            state.base = None  # placed after the gap when its frames come
         retry = unit.retried(state.committed + 1)
         self._current[unit.unit_id] = retry.attempt
         self.queue.appendleft(retry)
@@ -217,7 +281,6 @@ class Coordinator:
     def _fail(self, name: str, error: str) -> None:
         state = self.report.sources[name]
         state.error = state.error or error
-        self.queue = deque(u for u in self.queue if u.name != name)
 
     def _fail_queue(self, error: str) -> None:
         for unit in list(self.queue):

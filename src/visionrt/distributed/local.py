@@ -7,18 +7,18 @@ import queue
 import threading
 from collections.abc import Callable
 
-from visionrt.distributed.units import Batch, Done, Failed, Report, WorkUnit
-from visionrt.distributed.worker import USER_ERRORS
+from visionrt.distributed.units import Batch, Done, Failed, Group, Report
+from visionrt.distributed.worker import USER_ERRORS, Send
 
-# run(unit, send) runs a unit, calling send(frames) with (frame index, JSONL line) batches in
-# frame order; returns its summary.
-RunUnit = Callable[[WorkUnit, Callable[[tuple[tuple[int, str], ...]], None]], dict]
+# run(units, send) runs a group, calling send(unit id, frames) with (frame index, JSONL line)
+# batches, each unit's in frame order; returns each unit's summary by unit id.
+RunGroup = Callable[[Group, Send], dict]
 
 
 class ThreadExecutor:
     """`count` workers named `thread-N`, each running one unit at a time with `run`."""
 
-    def __init__(self, count: int, run: RunUnit) -> None:
+    def __init__(self, count: int, run: RunGroup) -> None:
         self.run = run
         self._names = {f"thread-{i}" for i in range(count)}
         self._reports: queue.Queue[Report] = queue.Queue()
@@ -27,24 +27,30 @@ class ThreadExecutor:
     def workers(self) -> set[str]:
         return set(self._names)
 
-    def start(self, worker: str, unit: WorkUnit) -> None:
-        thread = threading.Thread(target=self._work, args=(worker, unit), daemon=True)
+    def start(self, worker: str, units: Group) -> None:
+        thread = threading.Thread(target=self._work, args=(worker, units), daemon=True)
         self._threads.append(thread)
         thread.start()
 
-    def _work(self, worker: str, unit: WorkUnit) -> None:
-        def send(frames: tuple[tuple[int, str], ...]) -> None:
-            self._reports.put(Batch(worker, unit.unit_id, unit.attempt, frames))
+    def _work(self, worker: str, units: Group) -> None:
+        attempts = {unit.unit_id: unit.attempt for unit in units}
+
+        def send(unit_id: int, frames: tuple[tuple[int, str], ...]) -> None:
+            self._reports.put(Batch(worker, unit_id, attempts[unit_id], frames))
 
         try:
-            summary = self.run(unit, send)
+            summaries = self.run(units, send)
         except USER_ERRORS as err:
-            self._reports.put(Failed(worker, unit.unit_id, unit.attempt, str(err), retry=False))
+            for unit in units:
+                self._reports.put(Failed(worker, unit.unit_id, unit.attempt, str(err), False))
         except Exception as err:
             error = f"{type(err).__name__}: {err}"
-            self._reports.put(Failed(worker, unit.unit_id, unit.attempt, error))
+            for unit in units:
+                self._reports.put(Failed(worker, unit.unit_id, unit.attempt, error))
         else:
-            self._reports.put(Done(worker, unit.unit_id, unit.attempt, summary))
+            for unit in units:
+                summary = summaries.get(unit.unit_id, {})
+                self._reports.put(Done(worker, unit.unit_id, unit.attempt, summary))
 
     def reports(self, timeout: float) -> list[Report]:
         try:

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from visionrt.config import load_config
-from visionrt.distributed.units import Batch, Done, Failed, Lost, Report, WorkUnit
-from visionrt.distributed.worker import USER_ERRORS, unit_batches
+from visionrt.distributed.units import Batch, Done, Failed, Group, Lost, Report
+from visionrt.distributed.worker import USER_ERRORS, group_batches
 from visionrt.errors import BackendUnavailable, ConfigError
 
 log = logging.getLogger("visionrt")
@@ -26,8 +26,8 @@ STARTUP_GRACE = 5.0  # seconds the other workers get once the first one is up
 
 
 class UnitRunner:
-    """The body of a worker actor (RayExecutor wraps it with `ray.remote`): runs one unit at a
-    time as a fresh Pipeline over that unit's source."""
+    """The body of a worker actor (RayExecutor wraps it with `ray.remote`): runs one group of
+    units at a time as a fresh Pipeline over that group's sources."""
 
     def __init__(self, worker: str, run: Mapping[str, Any], cpus: float) -> None:
         import ray
@@ -49,21 +49,29 @@ class UnitRunner:
             "resources": dict(self.resources),
         }
 
-    def run_unit(self, unit: WorkUnit) -> Iterator[Report]:
-        """Batch reports of the unit's frames in order, then Done, or Failed on an error."""
+    def run_group(self, units: Group) -> Iterator[Report]:
+        """Batch reports of the units' frames (each unit's in order), then Done for each
+        unit, or Failed for each on an error."""
+        attempts = {unit.unit_id: unit.attempt for unit in units}
+        summaries: dict[int, dict[str, Any]] = {}
         try:
-            yield from self._frames(unit)
+            batches = group_batches(
+                units, self.run, self.threads, BATCH_FRAMES, summaries=summaries
+            )
+            for unit_id, frames in batches:
+                yield Batch(self.worker, unit_id, attempts[unit_id], frames)
         except USER_ERRORS as err:
-            yield Failed(self.worker, unit.unit_id, unit.attempt, str(err), retry=False)
+            for unit in units:
+                yield Failed(self.worker, unit.unit_id, unit.attempt, str(err), retry=False)
+            return
         except Exception as err:
-            yield Failed(self.worker, unit.unit_id, unit.attempt, _error(err), retry=True)
-
-    def _frames(self, unit: WorkUnit) -> Iterator[Report]:
-        summary: dict[str, Any] = {}
-        for frames in unit_batches(unit, self.run, self.threads, BATCH_FRAMES, summary=summary):
-            yield Batch(self.worker, unit.unit_id, unit.attempt, frames)
-        summary["worker"] = self.describe()
-        yield Done(self.worker, unit.unit_id, unit.attempt, summary)
+            for unit in units:
+                yield Failed(self.worker, unit.unit_id, unit.attempt, _error(err), retry=True)
+            return
+        worker = self.describe()
+        for unit in units:
+            summary = {**summaries.get(unit.unit_id, {}), "worker": worker}
+            yield Done(self.worker, unit.unit_id, unit.attempt, summary)
 
 
 def _error(err: BaseException) -> str:
@@ -76,8 +84,8 @@ class _Worker:
 
     actor: Any
     ready: Any = None  # the pending describe() call; None once the actor answered
-    running: Any = None  # the unit's ObjectRefGenerator while one runs
-    unit: WorkUnit | None = None  # the unit it runs
+    running: Any = None  # the group's ObjectRefGenerator while one runs
+    units: dict[int, int] = field(default_factory=dict)  # unit id → attempt, not yet ended
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -86,9 +94,10 @@ class RayExecutor:
     embedded local Ray (`address` None) or the cluster at `address` ("auto", "host:port").
 
     `run`: the Pipeline's configuration, RunConfig's sections as a plain dict (its plan settled
-    on the driver; `distributed.run.worker_settings`, see `worker.unit_batches`). An actor that dies
-    is reported as `Lost` and replaced by a new worker (a new id), `replacements` times in all
-    (None: `workers` times) so that a unit that kills its worker cannot spawn actors forever.
+    on the driver; `distributed.run.worker_settings`, see `worker.group_batches`). An actor
+    that dies is reported as `Lost` and replaced by a new worker (a new id), `replacements`
+    times in all (None: `workers` times) so that a unit that kills its worker cannot spawn
+    actors forever.
     Waits up to `startup_timeout` seconds for the first worker, then raises ConfigError: the
     cluster cannot place such an actor (no GPU, fewer CPUs than asked). `workers` 0: as many as
     the cluster holds (its GPUs / `worker_gpus` when a worker asks for GPUs, else its CPUs /
@@ -155,15 +164,15 @@ class RayExecutor:
         """What a ready worker said of itself (node, pid, threads, resources)."""
         return dict(self._workers[worker].info)
 
-    def start(self, worker: str, unit: WorkUnit) -> None:
-        """Begin `unit` on the idle, ready `worker` (returns at once)."""
+    def start(self, worker: str, units: Group) -> None:
+        """Begin `units` on the idle, ready `worker` (returns at once)."""
         state = self._workers[worker]
         if state.ready is not None or state.running is not None:
-            raise RuntimeError(f"worker {worker} is not idle: cannot start unit {unit.unit_id}")
-        state.unit = unit
-        state.running = state.actor.run_unit.options(
+            raise RuntimeError(f"worker {worker} is not idle: cannot start {len(units)} unit(s)")
+        state.units = {unit.unit_id: unit.attempt for unit in units}
+        state.running = state.actor.run_group.options(
             num_returns="streaming", _generator_backpressure_num_objects=AHEAD_BATCHES
-        ).remote(unit)
+        ).remote(units)
 
     def reports(self, timeout: float) -> list[Report]:
         """What happened since the last call, waiting up to `timeout` seconds for the first
@@ -226,7 +235,7 @@ class RayExecutor:
         state.ready = None
 
     def _drain(self, name: str, state: _Worker) -> list[Report]:
-        """Every report of `name`'s unit that has arrived (a Lost when the actor died)."""
+        """Every report of `name`'s group that has arrived (a Lost when the actor died)."""
         out: list[Report] = []
         generator = state.running
         while True:
@@ -241,14 +250,16 @@ class RayExecutor:
             except self.ray.exceptions.RayActorError:
                 self._forget(name)
                 return [*out, Lost(name)]
-            except self.ray.exceptions.RayError as err:  # the task itself broke (not the unit)
-                state.running, unit = None, state.unit
-                assert unit is not None
-                return [*out, Failed(name, unit.unit_id, unit.attempt, _error(err), retry=True)]
+            except self.ray.exceptions.RayError as err:  # the task itself broke (not a unit)
+                ended, state.running, state.units = state.units, None, {}
+                failed = [Failed(name, uid, n, _error(err), retry=True) for uid, n in ended.items()]
+                return [*out, *failed]
             out.append(report)
             if isinstance(report, Done | Failed):
-                state.running = None  # the generator ends after its last report
-                return out
+                state.units.pop(report.unit_id, None)
+                if not state.units:
+                    state.running = None  # the generator ends after its last report
+                    return out
 
     def _forget(self, name: str) -> None:
         self.ray.kill(self._workers.pop(name).actor)

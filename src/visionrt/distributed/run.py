@@ -11,13 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from visionrt.config import RunConfig
-from visionrt.distributed.coordinator import ClusterReport, Coordinator, Executor
+from visionrt.distributed.coordinator import ClusterReport, Coordinator, Executor, SourceState
 from visionrt.distributed.units import WorkUnit
 from visionrt.sinks.base import FileSink
 from visionrt.sources.naming import named_specs
 from visionrt.sources.registry import LIVE_KINDS, source_kind
 from visionrt.telemetry.stats import RunSummary
 from visionrt.types import FrameResult
+
+WORKER_LOST = "cluster: worker lost"
 
 
 class LinesSink(FileSink):
@@ -30,12 +32,39 @@ class LinesSink(FileSink):
         self.append(json.dumps(result.to_json(), separators=(",", ":")) + "\n")
 
 
+# What a live stream that cannot be probed from the driver (a camera, an RTSP URL) is taken to
+# cost: 1080p at 30 FPS. Opening a stream only to size it would hold a connection it may refuse.
+UNPROBED_COST = 1920 * 1080 * 30.0
+
+
 def work_units(cfg: RunConfig) -> list[WorkUnit]:
-    """A unit per source, named as a single-process run names it."""
-    return [
-        WorkUnit(i, name, spec, live=source_kind(spec) in LIVE_KINDS or cfg.source.realtime)
-        for i, (name, spec) in enumerate(named_specs(cfg.sources))
-    ]
+    """A unit per source, named as a single-process run names it; a live one costs its pixels
+    a second (placed by it)."""
+    units = []
+    for i, (name, spec) in enumerate(named_specs(cfg.sources)):
+        live = source_kind(spec) in LIVE_KINDS or cfg.source.realtime
+        units.append(WorkUnit(i, name, spec, live=live, cost=stream_cost(spec) if live else 1.0))
+    return units
+
+
+def stream_cost(spec: str) -> float:
+    """Pixels a second of a file or synthetic source read in real time (its header, no frame
+    decoded); UNPROBED_COST for a camera or stream."""
+    kind = source_kind(spec)
+    if kind == "synthetic":
+        width, height = (int(v) for v in spec.split(":")[1].split("x"))
+        return width * height * 30.0
+    if kind != "file":
+        return UNPROBED_COST
+    import cv2
+
+    capture = cv2.VideoCapture(spec)
+    try:
+        size = capture.get(cv2.CAP_PROP_FRAME_WIDTH) * capture.get(cv2.CAP_PROP_FRAME_HEIGHT)
+        fps = capture.get(cv2.CAP_PROP_FPS) or 30.0
+    finally:
+        capture.release()
+    return size * fps or UNPROBED_COST
 
 
 def worker_settings(cfg: RunConfig) -> dict[str, Any]:
@@ -61,33 +90,43 @@ def run_on_cluster(
     sink = LinesSink(out / name) if cfg.output.jsonl else None
     ids = {unit.name: unit.unit_id for unit in units}
 
-    def write(source: str, _frame: int, line: str) -> None:
+    def write(source: str, frame: int, line: str) -> None:
         if sink is None:
             return
         record = json.loads(line)
-        record["source_id"] = ids[source]  # a worker's Pipeline numbers its one source 0
+        # A worker's Pipeline numbers its group's sources from 0, and a live stream's retry
+        # its frames: the run's numbers are the coordinator's.
+        record["source_id"], record["frame"] = ids[source], frame
         sink.append(json.dumps(record, separators=(",", ":")) + "\n")
 
-    coordinator = Coordinator(units, executor, write, cfg.cluster.max_attempts, on_progress)
+    coordinator = Coordinator(
+        units,
+        executor,
+        write,
+        cfg.cluster.max_attempts,
+        on_progress,
+        group=cfg.cluster.files_per_worker,
+    )
     report: ClusterReport | None = None
     try:
         report = coordinator.run()
     finally:
         outputs = sink.close(complete=report is not None) if sink is not None else []
-    return _summary(report, [str(p) for p in outputs]), report
+    return _summary(report, {u.name for u in units if u.live}, [str(p) for p in outputs]), report
 
 
-def _summary(report: ClusterReport, outputs: list[str]) -> RunSummary:
+def _summary(report: ClusterReport, live: set[str], outputs: list[str]) -> RunSummary:
     """The run's summary from each source's last attempt and what was committed."""
-    finals = {name: state.summary for name, state in report.sources.items()}
-    frames_in = sum(s.get("frames_in", 0) for s in finals.values())
+    rows = [
+        {"name": name, **_counts(state, name in live)} for name, state in report.sources.items()
+    ]
     dropped: dict[str, int] = {}
-    for summary in finals.values():
-        for reason, count in summary.get("dropped", {}).items():
+    for row in rows:
+        for reason, count in row["dropped"].items():
             dropped[reason] = dropped.get(reason, 0) + count
-    frames_out = sum(state.written for state in report.sources.values())
+    frames_out = sum(row["frames_out"] for row in rows)
     summary = RunSummary(
-        frames_in=frames_in,
+        frames_in=sum(row["frames_in"] for row in rows),
         frames_out=frames_out,
         dropped=dropped,
         seconds=round(report.seconds, 3),
@@ -97,15 +136,22 @@ def _summary(report: ClusterReport, outputs: list[str]) -> RunSummary:
         cpu_percent=0.0,
         rss_mb=0.0,
     )
-    summary.sources = [
-        {"name": name, "frames_out": state.written, **_counts(state.summary)}
-        for name, state in report.sources.items()
-    ]
+    summary.sources = rows
     summary.cluster = report.to_json()
     summary.outputs = outputs
     summary.error = "; ".join(f"{name}: {error}" for name, error in report.failed.items())
     return summary
 
 
-def _counts(summary: dict[str, Any]) -> dict[str, Any]:
-    return {"frames_in": summary.get("frames_in", 0), "dropped": summary.get("dropped", {})}
+def _counts(state: SourceState, live: bool) -> dict[str, Any]:
+    """A source's frames in, out and dropped. A file's retry reads it from the start again,
+    so its last attempt saw every frame; a live stream's attempts each saw their own stretch,
+    and the last one's summary is all that came back: its frames in are those written, those
+    that attempt dropped, and the gap no worker read (`worker lost`)."""
+    dropped = dict(state.summary.get("dropped", {}))
+    if state.lost:
+        dropped[WORKER_LOST] = state.lost
+    frames_in = state.summary.get("frames_in", 0)
+    if live:
+        frames_in = state.written + sum(dropped.values())
+    return {"frames_in": frames_in, "frames_out": state.written, "dropped": dropped}

@@ -10,7 +10,10 @@ from typing import Any
 @dataclass(frozen=True, slots=True)
 class WorkUnit:
     """Source `name` (`spec` as given) from frame `start_frame` (to `end_frame`, exclusive;
-    None: its end), run for the `attempt`-th time. `unit_id` names the unit across attempts."""
+    None: its end), run for the `attempt`-th time. `unit_id` names the unit across attempts.
+    `live`: a stream that does not end (placed by `cost`, its pixels a second; never grouped
+    with files); `alone`: run in a Pipeline of its own (a group it was in failed with the
+    user's error, which one of the group's sources caused)."""
 
     unit_id: int
     name: str
@@ -19,10 +22,15 @@ class WorkUnit:
     end_frame: int | None = None
     attempt: int = 1
     live: bool = False
+    cost: float = 1.0
+    alone: bool = False
 
     def retried(self, resume_at: int) -> WorkUnit:
         """The next attempt, from `resume_at` (after the last frame committed)."""
         return replace(self, attempt=self.attempt + 1, start_frame=max(self.start_frame, resume_at))
+
+
+Group = tuple[WorkUnit, ...]  # the units one worker runs together, in one Pipeline
 
 
 @dataclass(frozen=True, slots=True)

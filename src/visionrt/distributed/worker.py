@@ -1,5 +1,6 @@
-"""One work unit on a worker: its source through a Pipeline built from the run's configuration,
-the results sent back as (frame index, JSONL line) batches in frame order."""
+"""A group of work units on a worker: their sources through one Pipeline built from the run's
+configuration, the results sent back as (frame index, JSONL line) batches, each source's in
+frame order."""
 
 from __future__ import annotations
 
@@ -11,67 +12,83 @@ from dataclasses import replace
 from typing import Any
 
 from visionrt.config import load_config, pipeline_for
-from visionrt.distributed.units import WorkUnit
+from visionrt.distributed.units import Group
 from visionrt.errors import ConfigError, ModelLoadError, SourceError
 
-Send = Callable[[tuple[tuple[int, str], ...]], None]
+Frames = tuple[tuple[int, str], ...]  # (frame index, JSONL line), in frame order
+Send = Callable[[int, Frames], None]  # (unit id, frames)
 # What another attempt would only repeat: the user's file, model or options.
 USER_ERRORS = (SourceError, ConfigError, ModelLoadError)
 
 
-def unit_batches(
-    unit: WorkUnit,
+def group_batches(
+    units: Group,
     run: Mapping[str, Any],
     threads: int = 0,
     batch_frames: int = 32,
     batch_seconds: float = 0.5,
-    summary: dict[str, Any] | None = None,
-) -> Iterator[tuple[tuple[int, str], ...]]:
-    """Run `unit` with the configuration `run` (RunConfig's sections as a nested dict, its plan
-    settled on the driver), yielding (frame index, JSONL line) batches in frame order (at most
-    `batch_frames`, or what `batch_seconds` gathered). `threads` (the CPUs the worker was given;
-    0: the runtime's default) caps inference threads. Frames before the unit's start (a retry
-    resuming) are read, not sent. At the end, `summary` gets the run's summary. A bad source,
-    model or option raises the CLI's one-line error (SourceError, ModelLoadError, ConfigError)."""
+    summaries: dict[int, dict[str, Any]] | None = None,
+) -> Iterator[tuple[int, Frames]]:
+    """Run `units` in one Pipeline with the configuration `run` (RunConfig's sections as a
+    nested dict, its plan settled on the driver), yielding (unit id, frames) batches, each
+    unit's in frame order (at most `batch_frames`, or what `batch_seconds` gathered).
+    `threads` (the CPUs the worker was given; 0: the runtime's default) caps inference and
+    decode threads. Frames before a unit's start (a retry resuming) are read, not sent. At
+    the end `summaries` gets each unit's row of the run's summary (frames in and out,
+    dropped) by unit id. A bad source, model or option raises the CLI's one-line error (SourceError,
+    ModelLoadError, ConfigError)."""
     cfg = load_config(values=dict(run))
     if threads:  # what the user set is kept; the runtime's default would take every core
         if not cfg.inference.threads:
             cfg = replace(cfg, inference=replace(cfg.inference, threads=threads))
         if not cfg.source.decode_threads:
             cfg = replace(cfg, source=replace(cfg.source, decode_threads=threads))
-    if unit.end_frame is not None:
-        if unit.end_frame <= unit.start_frame:  # an empty range (max_frames 0 is "all")
+    ends = [u.end_frame for u in units if u.end_frame is not None]
+    if ends:
+        if len(units) > 1:
+            raise ValueError(
+                "a frame range runs alone: max_frames is the Pipeline's, not a source's"
+            )
+        if ends[0] <= units[0].start_frame:  # an empty range (max_frames 0 is "all")
             return
-        limit = min(unit.end_frame, cfg.source.max_frames or unit.end_frame)
+        limit = min(ends[0], cfg.source.max_frames or ends[0])
         cfg = replace(cfg, source=replace(cfg.source, max_frames=limit))
-    pipeline = pipeline_for(cfg, [f"{unit.name}={unit.spec}"])
+    pipeline = pipeline_for(cfg, [f"{unit.name}={unit.spec}" for unit in units])
     # A live stream's frame numbers start again with each attempt: nothing there to skip.
-    skip_below = 0 if unit.live else unit.start_frame
-    pending: list[tuple[int, str]] = []
-    since = time.monotonic()
+    skip = [0 if unit.live else unit.start_frame for unit in units]
+    pending: list[list[tuple[int, str]]] = [[] for _ in units]
+    since = [time.monotonic()] * len(units)
     try:
         with closing(iter(pipeline)) as results:  # closed early too: its threads end
             for result in results:
-                index = result.frame.index
-                if index < skip_below:
+                index, at = result.frame.index, result.frame.source_id
+                if index < skip[at]:
                     continue
-                pending.append((index, json.dumps(result.to_json(), separators=(",", ":"))))
-                if len(pending) >= batch_frames or time.monotonic() - since >= batch_seconds:
-                    yield tuple(pending)
-                    pending, since = [], time.monotonic()
-        if pending:
-            yield tuple(pending)
+                pending[at].append((index, json.dumps(result.to_json(), separators=(",", ":"))))
+                if (
+                    len(pending[at]) >= batch_frames
+                    or time.monotonic() - since[at] >= batch_seconds
+                ):
+                    yield units[at].unit_id, tuple(pending[at])
+                    pending[at], since[at] = [], time.monotonic()
+        for unit, frames in zip(units, pending, strict=True):
+            if frames:
+                yield unit.unit_id, tuple(frames)
     finally:
         pipeline.close()
-    if summary is not None:
-        summary.update(pipeline.summary().to_json())
+    if summaries is not None:
+        rows = {row["name"]: row for row in pipeline.summary().to_json()["sources"]}
+        for unit in units:
+            row = rows.get(unit.name, {})
+            summaries[unit.unit_id] = {
+                key: row.get(key, empty)
+                for key, empty in (("frames_in", 0), ("frames_out", 0), ("dropped", {}))
+            }
 
 
-def run_unit(
-    unit: WorkUnit, run: Mapping[str, Any], send: Send, threads: int = 0
-) -> dict[str, Any]:
-    """`unit_batches`, each batch handed to `send`; the run's summary."""
-    summary: dict[str, Any] = {}
-    for batch in unit_batches(unit, run, threads, summary=summary):
-        send(batch)
-    return summary
+def run_group(units: Group, run: Mapping[str, Any], send: Send, threads: int = 0) -> dict:
+    """`group_batches`, each batch handed to `send`; each unit's summary by unit id."""
+    summaries: dict[int, dict[str, Any]] = {}
+    for unit_id, frames in group_batches(units, run, threads, summaries=summaries):
+        send(unit_id, frames)
+    return summaries
