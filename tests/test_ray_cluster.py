@@ -1,12 +1,17 @@
 """A two-node local Ray cluster (`ray.cluster_utils.Cluster`, both nodes on this machine): a
 node removed mid-run puts its worker's files back on the queue, resumed after the last
 committed frame on the survivor; a live stream on a removed node restarts on a survivor with
-the gap counted as dropped (`cluster: worker lost`). Every frame is accounted for."""
+the gap counted as dropped (`cluster: worker lost`). Every frame is accounted for. Machines of
+two kinds (one hiding a CPU feature) run their own plans."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
+import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +26,9 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from visionrt.config import load_config  # noqa: E402
 from visionrt.distributed.ray_executor import RayExecutor  # noqa: E402
 from visionrt.distributed.run import WORKER_LOST, run_on_cluster, worker_settings  # noqa: E402
+from visionrt.hardware import HIDE_VARIABLE  # noqa: E402
+from visionrt.paths import file_sha256  # noqa: E402
+from visionrt.plans import Plan, fingerprint_key, machine_fingerprint, plan_path  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -138,3 +146,55 @@ def test_a_live_stream_on_a_removed_node_restarts_with_the_gap_counted(
     assert frames == sorted(set(frames))  # in order, once
     gap = [b - a for a, b in itertools.pairwise(frames) if b - a > 1]
     assert gap == [state.lost + 1]  # one gap, as long as the frames counted lost
+
+
+def test_each_kind_of_machine_runs_its_own_plan(
+    cluster: Cluster, tiny_model: Path, tmp_path: Path
+) -> None:
+    """`visionrt run --ray ADDRESS` on the head (this machine) and a node that hides a CPU
+    feature (as a machine without it): two plan groups by fingerprint, each with the plan
+    cached for its machine — the driver's plan for the head's worker, another artifact for the
+    node's — said on stderr and in summary.json."""
+    fingerprint = machine_fingerprint()
+    assert fingerprint["features"], "no CPU feature a plan depends on to hide"
+    hidden = fingerprint["features"][-1]  # avx512_bf16 on Zen 4/5; present on every kind
+    without = {**fingerprint, "features": [f for f in fingerprint["features"] if f != hidden]}
+    root = tmp_path / "plans"
+    copy = tmp_path / "artifact-for-the-node.onnx"  # the node's "tuned artifact"
+    shutil.copy(tiny_model, copy)
+    for fp, artifact in ((fingerprint, tiny_model), (without, copy)):
+        plan = Plan(
+            run={"model": str(artifact), "backend": "onnxruntime"},
+            tuned={
+                "source_model": str(tiny_model),
+                "source_sha256": file_sha256(tiny_model),
+                "measured": {"fps": 100.0, "fidelity": 0.99, "frames": 30},
+                "fingerprint": fp,
+            },
+        )
+        plan.save(plan_path(tiny_model, fp, root))
+    node = cluster.add_node(num_cpus=1, env_vars={HIDE_VARIABLE: hidden})
+    video = write_video(tmp_path / "v.mp4", frames=20)
+    env = {**os.environ, "VISIONRT_PLANS": str(root), "RAY_AUTH_MODE": "disabled"}
+    env.pop(HIDE_VARIABLE, None)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "visionrt.cli.main", "run", f"a={video}", f"b={video}",
+             "--model", str(tiny_model), "--ray", cluster.address, "--workers", "2",
+             "--worker-cpus", "1", "--no-video", "--out", str(tmp_path / "out")],
+            capture_output=True, text=True, timeout=240, env=env,
+        )  # fmt: skip
+    finally:
+        cluster.remove_node(node)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    groups = summary["cluster"]["plan_groups"]
+    assert set(groups) == {fingerprint_key(fingerprint), fingerprint_key(without)}
+    mine, theirs = groups[fingerprint_key(fingerprint)], groups[fingerprint_key(without)]
+    assert Path(mine["model"]) == tiny_model
+    assert Path(theirs["model"]) == copy
+    assert hidden not in theirs["features"]
+    assert len(mine["workers"]) == len(theirs["workers"]) == 1
+    assert "plan " in theirs["plan"]
+    assert f"plan group {fingerprint_key(without)}" in done.stderr
+    assert summary["frames_out"] == 40

@@ -3,8 +3,10 @@ JSONL and summary.json here; progress as one line of aggregate FPS and frames pe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -12,12 +14,22 @@ from visionrt.cli.outputs import write_summary
 from visionrt.config import RunConfig
 from visionrt.distributed.coordinator import ClusterReport
 from visionrt.errors import ConfigError, SourceError
+from visionrt.plans import fingerprint_key, machine_fingerprint
 from visionrt.telemetry.stats import RunSummary
 
 
-def run_cluster(cfg: RunConfig, plan_note: str, console: Console, json_out: bool) -> None:
-    """Run `cfg`'s sources on the cluster `cfg.cluster` names; SourceError (exit 3) when a
-    source failed, after every output is finalized."""
+def run_cluster(
+    cfg: RunConfig,
+    plan_note: str,
+    resolve: Callable[[dict[str, Any]], tuple[RunConfig, str]],
+    console: Console,
+    json_out: bool,
+) -> None:
+    """Run `cfg`'s sources on the cluster `cfg.cluster` names, each worker with the plan of
+    its machine (`resolve(fingerprint)`: the configuration and its plan lines, as this
+    machine's are `cfg` and `plan_note`); SourceError (exit 3) when a source failed, after
+    every output is finalized."""
+    from visionrt.distributed.plans import GroupPlans
     from visionrt.distributed.ray_executor import RayExecutor
     from visionrt.distributed.run import run_on_cluster, worker_settings
 
@@ -26,18 +38,36 @@ def run_cluster(cfg: RunConfig, plan_note: str, console: Console, json_out: bool
             "--ray: the telemetry file, metrics and MOT outputs are not written by cluster runs"
             " yet (JSONL and summary.json are)"
         )
-    for line in plan_note.splitlines():
-        Console(stderr=True, soft_wrap=True).print(line, markup=False, highlight=False)
     if cfg.output.video:  # the default: said, not an error
         console.print("--ray: no MP4 from cluster runs yet; JSONL and summary.json only")
         cfg = replace(cfg, output=replace(cfg.output, video=False))
+    own = fingerprint_key(machine_fingerprint())
+
+    def settings(fingerprint: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        if fingerprint_key(fingerprint) == own:  # this machine's: resolved already
+            return worker_settings(cfg), plan_note
+        group_cfg, note = resolve(fingerprint)
+        return worker_settings(group_cfg), note
+
+    plans = GroupPlans(settings)
     cluster = cfg.cluster
     address = None if cluster.address == "local" else cluster.address
     workers = 0 if cluster.workers == "auto" else int(cluster.workers)  # 0: what fits
     executor = RayExecutor(
-        address, workers, cluster.worker_cpus, cluster.worker_gpus, worker_settings(cfg)
+        address,
+        workers,
+        cluster.worker_cpus,
+        cluster.worker_gpus,
+        worker_settings(cfg),
+        settings_for=plans.settings_for,
     )
     console.print(f"ray: {len(executor.workers())} worker(s) at {cluster.address}")
+    say = Console(stderr=True, soft_wrap=True)
+    for key, group in plans.report().items():  # which plan each kind of machine runs
+        head = f"plan group {key} ({len(group['workers'])} worker(s), {group['cpu']}):"
+        say.print(head, markup=False, highlight=False)
+        for line in group["plan"].splitlines() or ["no plan: the configuration as given"]:
+            say.print(f"  {line}", markup=False, highlight=False)
 
     said = [0.0]
 
@@ -51,7 +81,7 @@ def run_cluster(cfg: RunConfig, plan_note: str, console: Console, json_out: bool
         console.print(f"{done} frames · {fps:.1f} FPS · {per}", markup=False, highlight=False)
 
     try:
-        summary, report = run_on_cluster(cfg, executor, progress)
+        summary, report = run_on_cluster(cfg, executor, progress, plans)
     finally:
         executor.close()
     path = Path(cfg.output.dir) / "summary.json"

@@ -212,7 +212,17 @@ def run_command(
     # A second run into the same folder is refused in one line.
     lock = OutputLock(Path(cfg.output.dir)).acquire()
     try:
-        _execute(cfg, (plan_note, use), console, quiet, json_out)
+        if cfg.cluster.address:
+            from visionrt.cli.cluster import run_cluster
+
+            # Each node's plan is its own machine's: resolved as here, for its fingerprint.
+            def resolve(fingerprint: dict[str, Any]) -> tuple[RunConfig, str]:
+                found = configure_with_plan(plan, no_plan, config, set_, values, fingerprint)
+                return found[0], found[1]
+
+            run_cluster(cfg, plan_note, resolve, console, json_out)
+        else:
+            _execute(cfg, (plan_note, use), console, quiet, json_out)
     finally:
         lock.release()
 
@@ -222,11 +232,6 @@ def _execute(
 ) -> None:
     """Build the pipeline and sinks, run, write the summary, raise the error that ended it."""
     plan_note, use = planned
-    if cfg.cluster.address:
-        from visionrt.cli.cluster import run_cluster
-
-        run_cluster(cfg, plan_note, console, json_out)
-        return
     if cfg.output.telemetry:
         check_telemetry(Path(cfg.output.telemetry))
     if cfg.backend == "auto":

@@ -152,9 +152,11 @@ def configure_with_plan(
     config: Path | None,
     overrides: list[str] | None,
     values: dict[str, Any],
+    fingerprint: dict[str, Any] | None = None,
 ) -> tuple[RunConfig, str, PlanUse]:
     """The run's configuration, the lines saying which plan it uses and why (or why not), and
-    the plan decision itself (`PlanUse`: what an audit's verdict goes back into).
+    the plan decision itself (`PlanUse`: what an audit's verdict goes back into). The plans
+    are this machine's, or those of the machine `fingerprint` describes (a cluster's node).
 
     The user's own settings (defaults < `--config` < `--set` < flags) are read first; the plan
     (`--plan FILE`, or the one cached for the model on this machine when the user chose no
@@ -174,12 +176,12 @@ def configure_with_plan(
         tile=bool(own.pipeline.tile),
         live=_live(own),
     )
-    use = _with_geometry(use_plan(request, plan), own)
+    use = _with_geometry(use_plan(request, plan, fingerprint=fingerprint), own)
     cfg, gating_note = own, ""
     if use.sections is not None:
         cfg, gating_note = _with_gating(use, given, config, overrides, values)
         cfg = replace(cfg, model=str(use.sections["model"]))
-    cfg, depth_note = _with_depth_plan(cfg, given.get("depth") or {})
+    cfg, depth_note = _with_depth_plan(cfg, given.get("depth") or {}, fingerprint)
     cfg = _with_audit(cfg, use)
     notes = "\n".join(n for n in (use.note, gating_note, depth_note) if n)
     return with_defaults(cfg), notes, use
@@ -231,12 +233,16 @@ def _with_audit(cfg: RunConfig, use: PlanUse) -> RunConfig:
     return replace(cfg, pipeline=planned_audit(cfg.pipeline, use.plan))
 
 
-def _with_depth_plan(cfg: RunConfig, given: dict[str, Any]) -> tuple[RunConfig, str]:
+def _with_depth_plan(
+    cfg: RunConfig, given: dict[str, Any], fingerprint: dict[str, Any] | None = None
+) -> tuple[RunConfig, str]:
     """The depth model's plan (`tune --depth`) in place of FP32, unless the user chose its
     backend or inference settings (`plans.use_depth_plan`)."""
     if not cfg.depth.model:
         return cfg, ""
-    use = use_depth_plan(Path(cfg.depth.model), _chosen(given), cfg.depth.short_side)
+    use = use_depth_plan(
+        Path(cfg.depth.model), _chosen(given), cfg.depth.short_side, fingerprint=fingerprint
+    )
     if use.sections is None:
         return cfg, use.note
     depth = replace(

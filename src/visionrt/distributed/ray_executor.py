@@ -7,7 +7,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +15,7 @@ from visionrt.config import load_config
 from visionrt.distributed.units import Batch, Done, Failed, Group, Lost, Report
 from visionrt.distributed.worker import USER_ERRORS, group_batches
 from visionrt.errors import BackendUnavailable, ConfigError
+from visionrt.plans import machine_fingerprint
 
 log = logging.getLogger("visionrt")
 
@@ -29,35 +30,37 @@ class UnitRunner:
     """The body of a worker actor (RayExecutor wraps it with `ray.remote`): runs one group of
     units at a time as a fresh Pipeline over that group's sources."""
 
-    def __init__(self, worker: str, run: Mapping[str, Any], cpus: float) -> None:
+    def __init__(self, worker: str, cpus: float) -> None:
         import ray
 
         self.worker = worker
         self.resources = ray.get_runtime_context().get_assigned_resources()
         # Ray reserves CPUs but pins no threads: size the runtimes to the reservation.
         self.threads = max(1, int(self.resources.get("CPU", cpus)))
-        self.run = dict(run)
         self.node = ray.get_runtime_context().get_node_id()
 
     def describe(self) -> dict[str, Any]:
-        """Where this worker runs and with what (`pid`: to kill it in a test)."""
+        """Where this worker runs and with what: its node, its machine's fingerprint (its plan
+        group), `pid` (to kill it in a test) and memory."""
+        import psutil
+
         return {
             "worker": self.worker,
             "node": self.node,
             "pid": os.getpid(),
             "threads": self.threads,
             "resources": dict(self.resources),
+            "fingerprint": machine_fingerprint(),
+            "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
         }
 
-    def run_group(self, units: Group) -> Iterator[Report]:
-        """Batch reports of the units' frames (each unit's in order), then Done for each
-        unit, or Failed for each on an error."""
+    def run_group(self, units: Group, run: Mapping[str, Any]) -> Iterator[Report]:
+        """Batch reports of the units' frames (each unit's in order) with the configuration
+        `run`, then Done for each unit, or Failed for each on an error."""
         attempts = {unit.unit_id: unit.attempt for unit in units}
         summaries: dict[int, dict[str, Any]] = {}
         try:
-            batches = group_batches(
-                units, self.run, self.threads, BATCH_FRAMES, summaries=summaries
-            )
+            batches = group_batches(units, run, self.threads, BATCH_FRAMES, summaries=summaries)
             for unit_id, frames in batches:
                 yield Batch(self.worker, unit_id, attempts[unit_id], frames)
         except USER_ERRORS as err:
@@ -84,6 +87,7 @@ class _Worker:
 
     actor: Any
     ready: Any = None  # the pending describe() call; None once the actor answered
+    settings: Mapping[str, Any] = field(default_factory=dict)  # what its plan group runs
     running: Any = None  # the group's ObjectRefGenerator while one runs
     units: dict[int, int] = field(default_factory=dict)  # unit id → attempt, not yet ended
     info: dict[str, Any] = field(default_factory=dict)
@@ -101,7 +105,9 @@ class RayExecutor:
     Waits up to `startup_timeout` seconds for the first worker, then raises ConfigError: the
     cluster cannot place such an actor (no GPU, fewer CPUs than asked). `workers` 0: as many as
     the cluster holds (its GPUs / `worker_gpus` when a worker asks for GPUs, else its CPUs /
-    `worker_cpus`; an embedded Ray has this machine's CPUs)."""
+    `worker_cpus`; an embedded Ray has this machine's CPUs). `settings_for(worker, info)`,
+    when given, picks a worker's configuration once it has described itself (its machine's
+    fingerprint: `distributed.plans.GroupPlans`); else every worker runs `run`."""
 
     def __init__(
         self,
@@ -113,11 +119,13 @@ class RayExecutor:
         *,
         replacements: int | None = None,
         startup_timeout: float = 60.0,
+        settings_for: Callable[[str, Mapping[str, Any]], Mapping[str, Any]] | None = None,
     ) -> None:
         if workers < 0:
             raise ConfigError(f"cluster.workers: expected >= 0 (0: auto), got {workers}")
         self.run = dict(run or {})
         load_config(values=self.run)  # a bad option fails here, before any actor starts
+        self.settings_for = settings_for
         self.ray = _import_ray()
         self._owns_ray = not self.ray.is_initialized()
         if self._owns_ray:
@@ -172,7 +180,7 @@ class RayExecutor:
         state.units = {unit.unit_id: unit.attempt for unit in units}
         state.running = state.actor.run_group.options(
             num_returns="streaming", _generator_backpressure_num_objects=AHEAD_BATCHES
-        ).remote(units)
+        ).remote(units, state.settings)
 
     def reports(self, timeout: float) -> list[Report]:
         """What happened since the last call, waiting up to `timeout` seconds for the first
@@ -196,7 +204,7 @@ class RayExecutor:
     def _spawn(self) -> None:
         self._count += 1
         name = f"w{self._count}"
-        actor = self._actor_class.remote(name, self.run, self._cpus)
+        actor = self._actor_class.remote(name, self._cpus)
         self._workers[name] = _Worker(actor, ready=actor.describe.remote())
 
     def _settle(self, timeout: float) -> list[Report]:
@@ -232,6 +240,7 @@ class RayExecutor:
             del self._workers[name]
             self._lost.append(Lost(name))
             return
+        state.settings = self.settings_for(name, state.info) if self.settings_for else self.run
         state.ready = None
 
     def _drain(self, name: str, state: _Worker) -> list[Report]:

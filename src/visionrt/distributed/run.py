@@ -12,6 +12,7 @@ from typing import Any
 
 from visionrt.config import RunConfig
 from visionrt.distributed.coordinator import ClusterReport, Coordinator, Executor, SourceState
+from visionrt.distributed.plans import GroupPlans
 from visionrt.distributed.units import WorkUnit
 from visionrt.sinks.base import FileSink
 from visionrt.sources.naming import named_specs
@@ -80,6 +81,7 @@ def run_on_cluster(
     cfg: RunConfig,
     executor: Executor,
     on_progress: Callable[[ClusterReport], None] | None = None,
+    plans: GroupPlans | None = None,
 ) -> tuple[RunSummary, ClusterReport]:
     """Run every source of `cfg` as a unit on `executor`'s workers; the JSONL goes to
     `output.dir` as a single-process run names it, each source's `source_id` its place in
@@ -112,7 +114,10 @@ def run_on_cluster(
         report = coordinator.run()
     finally:
         outputs = sink.close(complete=report is not None) if sink is not None else []
-    return _summary(report, {u.name for u in units if u.live}, [str(p) for p in outputs]), report
+    summary = _summary(report, {u.name for u in units if u.live}, [str(p) for p in outputs])
+    if plans is not None:
+        summary.cluster["plan_groups"] = plans.report()
+    return summary, report
 
 
 def _summary(report: ClusterReport, live: set[str], outputs: list[str]) -> RunSummary:

@@ -62,23 +62,27 @@ def layered(options: BackendOptions, inference: Mapping[str, Any]) -> BackendOpt
 
 
 def use_plan(
-    request: PlanRequest, plan_file: str | Path | None = None, root: Path | None = None
+    request: PlanRequest,
+    plan_file: str | Path | None = None,
+    root: Path | None = None,
+    fingerprint: dict[str, Any] | None = None,
 ) -> PlanUse:
     """The plan a run uses: `plan_file` when given (the user's settings still override single
-    values), else the one cached for the model on this machine unless the user chose a
-    configuration. A plan tuned for another model, or whose artifact cannot serve the run, is
-    set aside with the reason — never an error."""
+    values), else the one cached for the model on this machine (or the machine `fingerprint`
+    describes: a cluster's node) unless the user chose a configuration. A plan tuned for
+    another model, or whose artifact cannot serve the run, is set aside with the reason —
+    never an error."""
     if plan_file is not None:
         plan, where, path = Plan.load(plan_file), f"plan {plan_file}", None
         warnings = "".join(
             f"\nwarning: this machine differs from the plan's: {difference}"
-            for difference in fingerprint_differences(plan)
+            for difference in fingerprint_differences(plan, fingerprint)
         )
     else:
         model = request.model or _demo_model()
         if model is None or model.suffix != ".onnx" or not model.is_file():
             return PlanUse(None, "")
-        found = cached_plan(model, root)
+        found = cached_plan(model, root, fingerprint)
         if found is not None and found[0].tuned.get("task") == "depth":
             found = None  # a depth model's plan: not a detector's
         if found is None:
@@ -86,7 +90,7 @@ def use_plan(
                 return PlanUse(None, "")
             return PlanUse(
                 None,
-                f"no tuned plan for {model.name} on this machine: running {REFERENCE};"
+                f"no tuned plan for {model.name} on {_machine(fingerprint)}: running {REFERENCE};"
                 " `visionrt tune` finds the fastest configuration here (minutes, once)",
             )
         plan, path = found
@@ -113,6 +117,10 @@ def use_plan(
     tail = "" if plan_file is not None else " (--no-plan: the reference)"
     note = f"{where}: {plan.summary_line()}{mode}{tail}{warnings}"
     return PlanUse(sections, note, plan, path)
+
+
+def _machine(fingerprint: dict[str, Any] | None) -> str:
+    return "this machine" if fingerprint is None else "that machine"
 
 
 def _demo_model() -> Path | None:
@@ -217,19 +225,25 @@ def plan_detector(
 
 
 def use_depth_plan(
-    model: Path, chosen: tuple[str, ...], short_side: int, root: Path | None = None
+    model: Path,
+    chosen: tuple[str, ...],
+    short_side: int,
+    root: Path | None = None,
+    fingerprint: dict[str, Any] | None = None,
 ) -> PlanUse:
-    """The depth model's cached plan (`tune --depth`), unless the user chose its backend or
-    precision, or asks a size its fixed-size artifact cannot run."""
+    """The depth model's cached plan (`tune --depth`) on this machine (or the one `fingerprint`
+    describes), unless the user chose its backend or precision, or asks a size its fixed-size
+    artifact cannot run."""
     if model.suffix != ".onnx" or not model.is_file():
         return PlanUse(None, "")
-    found = cached_plan(model, root)
+    found = cached_plan(model, root, fingerprint)
     if found is None or found[0].tuned.get("task") != "depth":
         if chosen:
             return PlanUse(None, "")
         return PlanUse(
             None,
-            f"no tuned depth plan for {model.name} on this machine: running it FP32 on ONNX"
+            f"no tuned depth plan for {model.name} on {_machine(fingerprint)}: running it FP32"
+            " on ONNX"
             f" Runtime; `visionrt tune --depth {model.name} --depth-size {short_side}` plans it",
         )
     plan, path = found

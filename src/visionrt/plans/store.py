@@ -148,13 +148,16 @@ def plan_path(model: Path, fingerprint: dict[str, Any], root: Path | None = None
     return (root or default_root()) / f"{model.stem}-{digest}-{fingerprint_key(fingerprint)}.yaml"
 
 
-def cached_plan(model: Path, root: Path | None = None) -> tuple[Plan, Path] | None:
-    """The cached plan for `model` (by content) on this machine (same fingerprint), if one was
-    tuned and its artifact is still there."""
+def cached_plan(
+    model: Path, root: Path | None = None, fingerprint: dict[str, Any] | None = None
+) -> tuple[Plan, Path] | None:
+    """The cached plan for `model` (by content) on this machine (same fingerprint; another
+    machine's: a cluster's node), if one was tuned and its artifact is still there."""
     folder = root or default_root()
     if not folder.is_dir():
         return None
-    digest, key = file_sha256(model)[:16], fingerprint_key(machine_fingerprint())
+    digest = file_sha256(model)[:16]
+    key = fingerprint_key(fingerprint or machine_fingerprint())
     for path in sorted(folder.glob(f"*-{digest}-{key}.yaml")):
         plan = Plan.load(path)
         if Path(str(plan.run.get("model", ""))).is_file():
@@ -162,9 +165,10 @@ def cached_plan(model: Path, root: Path | None = None) -> tuple[Plan, Path] | No
     return None  # none tuned, or its artifact was deleted: tune again
 
 
-def fingerprint_differences(plan: Plan) -> list[str]:
-    """How this machine differs from the one the plan was tuned on (empty: the same)."""
-    now, then = machine_fingerprint(), plan.fingerprint
+def fingerprint_differences(plan: Plan, fingerprint: dict[str, Any] | None = None) -> list[str]:
+    """How this machine (or the one `fingerprint` describes) differs from the one the plan was
+    tuned on (empty: the same)."""
+    now, then = fingerprint or machine_fingerprint(), plan.fingerprint
     return [
         f"{key}: tuned on {then.get(key)!r}, this machine {now[key]!r}"
         for key in now
