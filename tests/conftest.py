@@ -199,12 +199,11 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def scraped(pipeline: Any, info: dict[str, str] | None = None) -> tuple[Any, str]:
     """Run `pipeline` with a metrics server set up as `visionrt run --metrics-port` sets it up
-    (cli.outputs.watch_pipeline); the summary and the endpoint's text at the end."""
-    from visionrt.cli.outputs import watch_pipeline
+    (MetricsServer.follow); the summary and the endpoint's text at the end."""
     from visionrt.telemetry.metrics import MetricsServer, scrape
 
     server = MetricsServer(0, info=info)
-    watch_pipeline(server, pipeline)
+    server.follow(pipeline)
     pipeline.telemetry.add_listener(server)
     server.start()
     try:

@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -139,6 +140,20 @@ def test_a_taken_port_is_one_line_error() -> None:
             MetricsServer(port).start()
     with pytest.raises(ConfigError, match="expected 0 to 65535"):
         MetricsServer(70000)
+
+
+def test_metrics_beyond_this_machine_need_a_token_and_every_scrape_sends_it() -> None:
+    with pytest.raises(ConfigError, match="0.0.0.0: serving metrics beyond this machine needs"):
+        MetricsServer(0, "0.0.0.0")
+    server = MetricsServer(0, "0.0.0.0", token="s3cret").start()
+    try:
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        for wrong in ("", "s3cre", "s3cret2"):
+            with pytest.raises(urllib.error.HTTPError, match="401"):
+                scrape(url, token=wrong)
+        assert "visionrt_build_info" in scrape(url, token="s3cret")
+    finally:
+        server.close()
 
 
 def test_cli_rejects_a_bad_metrics_port(tmp_path: Path, tiny_model: Path) -> None:

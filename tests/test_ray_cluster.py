@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from visionrt.distributed.run import WORKER_LOST, run_on_cluster, worker_setting
 from visionrt.hardware import HIDE_VARIABLE  # noqa: E402
 from visionrt.paths import file_sha256  # noqa: E402
 from visionrt.plans import Plan, fingerprint_key, machine_fingerprint, plan_path  # noqa: E402
+from visionrt.telemetry.metrics import scrape  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -198,3 +200,62 @@ def test_each_kind_of_machine_runs_its_own_plan(
     assert "plan " in theirs["plan"]
     assert f"plan group {fingerprint_key(without)}" in done.stderr
     assert summary["frames_out"] == 40
+
+
+def test_each_worker_serves_metrics_listed_for_prometheus_and_the_driver_serves_totals(
+    cluster: Cluster, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Mid-run, the service-discovery file names one endpoint per worker (labelled by node
+    and worker), each scrapeable, counting the frames of its own sources; the driver's
+    endpoint has the cluster's committed frames per source."""
+    from visionrt.distributed.metrics import ClusterMetrics
+
+    videos = [write_video(tmp_path / f"v{i}.mp4", frames=400) for i in range(2)]
+    node = cluster.add_node(num_cpus=1)
+    cfg = load_config(
+        values={
+            "sources": [f"v{i}={v}" for i, v in enumerate(videos)],
+            "model": str(tiny_model),
+            "backend": "onnxruntime",
+            "output": {"dir": str(tmp_path / "out"), "video": False},
+        }
+    )
+    targets = tmp_path / "targets.json"
+    metrics = ClusterMetrics(targets, port=0)
+    executor = RayExecutor(
+        None, 2, 1.0, 0.0, worker_settings(cfg), metrics=("127.0.0.1", ""), startup_timeout=60
+    )
+    seen: dict[str, Any] = {}
+
+    def look(report: Any) -> None:
+        if seen or sum(report.frames_by_worker.values()) < 64:
+            return
+        seen["targets"] = json.loads(targets.read_text())
+        seen["workers"] = [
+            scrape(f"http://{group['targets'][0]}/metrics") for group in seen["targets"]
+        ]
+        seen["cluster"] = scrape(metrics.url)
+
+    try:
+        summary, report = run_on_cluster(cfg, executor, look, metrics=metrics)
+    finally:
+        executor.close()
+        metrics.close()
+        cluster.remove_node(node)
+    assert report.failed == {}
+    assert seen, "the run ended before 64 frames were committed"
+    labels = [group["labels"] for group in seen["targets"]]
+    assert sorted(label["worker"] for label in labels) == sorted(report.workers_seen)
+    assert {label["node"] for label in labels} == {node.node_id, cluster.head_node.node_id}
+    counted = [
+        re.findall(r'visionrt_frames_out_total\{source="(v\d)"\} (\d+)', text)
+        for text in seen["workers"]
+    ]
+    assert sorted(name for found in counted for name, _ in found) == ["v0", "v1"]
+    assert all(int(n) > 0 for found in counted for _, n in found)
+    for name in ("v0", "v1"):
+        match = re.search(
+            rf'visionrt_cluster_frames_out_total\{{source="{name}"\}} (\S+)', seen["cluster"]
+        )
+        assert match is not None
+    assert summary.frames_out == 800

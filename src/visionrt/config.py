@@ -40,9 +40,11 @@ class OutputOptions:
     # x264 speed/size trade: veryfast ~4 ms of CPU per 768×576 frame, ultrafast ~2 ms at 3× size.
     preset: str = "veryfast"
     # Prometheus metrics at http://metrics_host:metrics_port/metrics while the run lasts (0: off);
-    # localhost unless the user opens it up on purpose.
+    # localhost unless the user opens it up on purpose, and then only with a token (also read
+    # from VISIONRT_METRICS_TOKEN) that every scrape sends.
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
+    metrics_token: str = ""
     # With motion gating, the annotated video also shows where the frame moved and the windows
     # the detector ran on (thin, under the detections): to see what gating did, not for viewers.
     draw_regions: bool = False

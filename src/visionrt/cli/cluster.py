@@ -10,12 +10,15 @@ from typing import Any
 
 from rich.console import Console
 
-from visionrt.cli.outputs import write_summary
+from visionrt.cli.outputs import metrics_token, write_summary
 from visionrt.config import RunConfig
 from visionrt.distributed.coordinator import ClusterReport
 from visionrt.errors import ConfigError, SourceError
 from visionrt.plans import fingerprint_key, machine_fingerprint
 from visionrt.telemetry.stats import RunSummary
+
+# Prometheus' file-based service discovery: the workers' endpoints, labelled node and worker.
+TARGETS = "prometheus_targets.json"
 
 
 def run_cluster(
@@ -29,14 +32,15 @@ def run_cluster(
     its machine (`resolve(fingerprint)`: the configuration and its plan lines, as this
     machine's are `cfg` and `plan_note`); SourceError (exit 3) when a source failed, after
     every output is finalized."""
+    from visionrt.distributed.metrics import ClusterMetrics
     from visionrt.distributed.plans import GroupPlans
     from visionrt.distributed.ray_executor import RayExecutor
     from visionrt.distributed.run import run_on_cluster, worker_settings
 
-    if cfg.output.telemetry or cfg.output.metrics_port or cfg.output.mot:
+    if cfg.output.telemetry or cfg.output.mot:
         raise ConfigError(
-            "--ray: the telemetry file, metrics and MOT outputs are not written by cluster runs"
-            " yet (JSONL and summary.json are)"
+            "--ray: the telemetry file and MOT outputs are not written by cluster runs yet"
+            " (JSONL, summary.json and --metrics-port are)"
         )
     if cfg.output.video:  # the default: said, not an error
         console.print("--ray: no MP4 from cluster runs yet; JSONL and summary.json only")
@@ -53,14 +57,27 @@ def run_cluster(
     cluster = cfg.cluster
     address = None if cluster.address == "local" else cluster.address
     workers = 0 if cluster.workers == "auto" else int(cluster.workers)  # 0: what fits
-    executor = RayExecutor(
-        address,
-        workers,
-        cluster.worker_cpus,
-        cluster.worker_gpus,
-        worker_settings(cfg),
-        settings_for=plans.settings_for,
-    )
+    metrics, worker_metrics = None, None
+    if cfg.output.metrics_port:  # the cluster's totals here; each worker's own endpoint
+        token = metrics_token(cfg)
+        targets = Path(cfg.output.dir) / TARGETS
+        metrics = ClusterMetrics(targets, cfg.output.metrics_port, cfg.output.metrics_host, token)
+        worker_metrics = (cfg.output.metrics_host, token)
+        console.print(f"metrics: {metrics.url} (cluster totals); workers listed in {targets}")
+    try:
+        executor = RayExecutor(
+            address,
+            workers,
+            cluster.worker_cpus,
+            cluster.worker_gpus,
+            worker_settings(cfg),
+            settings_for=plans.settings_for,
+            metrics=worker_metrics,
+        )
+    except BaseException:
+        if metrics is not None:
+            metrics.close()
+        raise
     console.print(f"ray: {len(executor.workers())} worker(s) at {cluster.address}")
     say = Console(stderr=True, soft_wrap=True)
     for key, group in plans.report().items():  # which plan each kind of machine runs
@@ -81,9 +98,11 @@ def run_cluster(
         console.print(f"{done} frames · {fps:.1f} FPS · {per}", markup=False, highlight=False)
 
     try:
-        summary, report = run_on_cluster(cfg, executor, progress, plans)
+        summary, report = run_on_cluster(cfg, executor, progress, plans, metrics)
     finally:
         executor.close()
+        if metrics is not None:
+            metrics.close()
     path = Path(cfg.output.dir) / "summary.json"
     summary.outputs.append(str(path))
     write_summary(summary, path)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -19,9 +19,6 @@ from visionrt.sinks.base import check_writable, partial_path
 from visionrt.sources.naming import default_name, split_name, unique_names
 from visionrt.telemetry.stats import RunSummary
 
-if TYPE_CHECKING:
-    from visionrt.telemetry.metrics import MetricsServer
-
 
 def start_pipeline(cfg: RunConfig, service: bool = False) -> Pipeline:
     """The Pipeline `cfg` describes (its plan settled with the flags already), built under the
@@ -29,12 +26,10 @@ def start_pipeline(cfg: RunConfig, service: bool = False) -> Pipeline:
     return start_up(lambda: pipeline_for(cfg, service=service))
 
 
-def watch_pipeline(server: MetricsServer, pipeline: Pipeline) -> None:
-    """Point the metrics' scrape-time readers at `pipeline`: each source's stats, the queue
-    depths and the audit's figures (again after a service's sources change)."""
-    named = zip(pipeline.names, pipeline.sources, strict=True)
-    figures = pipeline.auditor.figures if pipeline.auditor is not None else None
-    server.watch({name: (lambda s=s: s.stats) for name, s in named}, pipeline.queue_depths, figures)
+def metrics_token(cfg: RunConfig) -> str:
+    """The token metrics served beyond this machine ask for: the config's, else the
+    environment's (a secret kept off the command line)."""
+    return cfg.output.metrics_token or os.environ.get("VISIONRT_METRICS_TOKEN", "")
 
 
 def make_sinks(config: RunConfig, pipeline: Pipeline) -> list[Sink]:

@@ -19,8 +19,8 @@ from visionrt.cli.outputs import (
     check_telemetry,
     describe_run,
     make_sinks,
+    metrics_token,
     start_pipeline,
-    watch_pipeline,
     write_summary,
 )
 from visionrt.cli.run_config import configure_with_plan, flag_values
@@ -303,8 +303,10 @@ def _serve_metrics(pipeline: Pipeline, cfg: RunConfig, console: Console) -> Metr
 
     described = pipeline.task.describe()
     info = {k: str(described.get(k, "")) for k in ("runtime", "device", "precision")}
-    server = MetricsServer(cfg.output.metrics_port, cfg.output.metrics_host, info)
-    watch_pipeline(server, pipeline)
+    server = MetricsServer(
+        cfg.output.metrics_port, cfg.output.metrics_host, info, metrics_token(cfg)
+    )
+    server.follow(pipeline)
     pipeline.telemetry.add_listener(server)
     server.start()
     console.print(f"metrics: {server.url}")

@@ -14,7 +14,6 @@ from visionrt.cli.outputs import (
     check_telemetry,
     describe_run,
     start_pipeline,
-    watch_pipeline,
     write_summary,
 )
 from visionrt.cli.run import install_signal_handlers
@@ -145,8 +144,9 @@ def _serve(cfg: RunConfig, plan_note: str, console: Console) -> None:
     )
     described = pipeline.task.describe()
     info = {k: str(described.get(k, "")) for k in ("runtime", "device", "precision")}
-    metrics = MetricsServer(0, cfg.serve.host, info)  # scraped through the API's /metrics
-    service.on_change = lambda: watch_pipeline(metrics, pipeline)
+    # Scraped through the API's /metrics (behind its token), never served on its own.
+    metrics = MetricsServer(0, cfg.serve.host, info, cfg.serve.token)
+    service.on_change = lambda: metrics.follow(pipeline)
     service.on_change()
     telemetry.add_listener(metrics)
     http: HttpServer | None = None

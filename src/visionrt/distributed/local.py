@@ -6,6 +6,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from visionrt.distributed.units import Batch, Done, Failed, Group, Report
 from visionrt.distributed.worker import USER_ERRORS, Send
@@ -26,6 +27,9 @@ class ThreadExecutor:
 
     def workers(self) -> set[str]:
         return set(self._names)
+
+    def info(self, worker: str) -> dict[str, Any]:
+        return {"worker": worker, "node": "local"}
 
     def start(self, worker: str, units: Group) -> None:
         thread = threading.Thread(target=self._work, args=(worker, units), daemon=True)

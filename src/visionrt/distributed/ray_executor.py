@@ -16,6 +16,7 @@ from visionrt.distributed.units import Batch, Done, Failed, Group, Lost, Report
 from visionrt.distributed.worker import USER_ERRORS, group_batches
 from visionrt.errors import BackendUnavailable, ConfigError
 from visionrt.plans import machine_fingerprint
+from visionrt.telemetry.metrics import MetricsServer
 
 log = logging.getLogger("visionrt")
 
@@ -30,7 +31,7 @@ class UnitRunner:
     """The body of a worker actor (RayExecutor wraps it with `ray.remote`): runs one group of
     units at a time as a fresh Pipeline over that group's sources."""
 
-    def __init__(self, worker: str, cpus: float) -> None:
+    def __init__(self, worker: str, cpus: float, metrics: tuple[str, str] | None = None) -> None:
         import ray
 
         self.worker = worker
@@ -38,6 +39,16 @@ class UnitRunner:
         # Ray reserves CPUs but pins no threads: size the runtimes to the reservation.
         self.threads = max(1, int(self.resources.get("CPU", cpus)))
         self.node = ray.get_runtime_context().get_node_id()
+        self.metrics: MetricsServer | None = None
+        self.metrics_at = ""
+        if metrics is not None:  # (host, token): this worker's Prometheus endpoint
+            host, token = metrics
+            info = {"worker": worker, "node": self.node}
+            self.metrics = MetricsServer(0, host, info, token).start()
+            # Prometheus reaches a wildcard-bound worker at its node's address.
+            reach = ray.util.get_node_ip_address() if host in ("0.0.0.0", "::") else host
+            reach = f"[{reach}]" if ":" in reach else reach
+            self.metrics_at = f"{reach}:{self.metrics.port}"
 
     def describe(self) -> dict[str, Any]:
         """Where this worker runs and with what: its node, its machine's fingerprint (its plan
@@ -51,6 +62,7 @@ class UnitRunner:
             "threads": self.threads,
             "resources": dict(self.resources),
             "fingerprint": machine_fingerprint(),
+            "metrics": self.metrics_at,
             "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
         }
 
@@ -60,7 +72,14 @@ class UnitRunner:
         attempts = {unit.unit_id: unit.attempt for unit in units}
         summaries: dict[int, dict[str, Any]] = {}
         try:
-            batches = group_batches(units, run, self.threads, BATCH_FRAMES, summaries=summaries)
+            batches = group_batches(
+                units,
+                run,
+                self.threads,
+                BATCH_FRAMES,
+                summaries=summaries,
+                on_pipeline=self._follow,
+            )
             for unit_id, frames in batches:
                 yield Batch(self.worker, unit_id, attempts[unit_id], frames)
         except USER_ERRORS as err:
@@ -75,6 +94,12 @@ class UnitRunner:
         for unit in units:
             summary = {**summaries.get(unit.unit_id, {}), "worker": worker}
             yield Done(self.worker, unit.unit_id, unit.attempt, summary)
+
+    def _follow(self, pipeline: Any) -> None:
+        """The worker's metrics count this group's frames too (counters add up across groups)."""
+        if self.metrics is not None:
+            self.metrics.follow(pipeline)
+            pipeline.telemetry.add_listener(self.metrics)
 
 
 def _error(err: BaseException) -> str:
@@ -107,7 +132,9 @@ class RayExecutor:
     the cluster holds (its GPUs / `worker_gpus` when a worker asks for GPUs, else its CPUs /
     `worker_cpus`; an embedded Ray has this machine's CPUs). `settings_for(worker, info)`,
     when given, picks a worker's configuration once it has described itself (its machine's
-    fingerprint: `distributed.plans.GroupPlans`); else every worker runs `run`."""
+    fingerprint: `distributed.plans.GroupPlans`); else every worker runs `run`. With
+    `metrics` (host, token) each worker serves its Prometheus metrics there on a free port
+    (`info(worker)["metrics"]`: where Prometheus reaches it)."""
 
     def __init__(
         self,
@@ -120,12 +147,13 @@ class RayExecutor:
         replacements: int | None = None,
         startup_timeout: float = 60.0,
         settings_for: Callable[[str, Mapping[str, Any]], Mapping[str, Any]] | None = None,
+        metrics: tuple[str, str] | None = None,
     ) -> None:
         if workers < 0:
             raise ConfigError(f"cluster.workers: expected >= 0 (0: auto), got {workers}")
         self.run = dict(run or {})
         load_config(values=self.run)  # a bad option fails here, before any actor starts
-        self.settings_for = settings_for
+        self.settings_for, self._metrics = settings_for, metrics
         self.ray = _import_ray()
         self._owns_ray = not self.ray.is_initialized()
         if self._owns_ray:
@@ -204,7 +232,7 @@ class RayExecutor:
     def _spawn(self) -> None:
         self._count += 1
         name = f"w{self._count}"
-        actor = self._actor_class.remote(name, self._cpus)
+        actor = self._actor_class.remote(name, self._cpus, self._metrics)
         self._workers[name] = _Worker(actor, ready=actor.describe.remote())
 
     def _settle(self, timeout: float) -> list[Report]:

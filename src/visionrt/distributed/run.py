@@ -12,6 +12,7 @@ from typing import Any
 
 from visionrt.config import RunConfig
 from visionrt.distributed.coordinator import ClusterReport, Coordinator, Executor, SourceState
+from visionrt.distributed.metrics import ClusterMetrics
 from visionrt.distributed.plans import GroupPlans
 from visionrt.distributed.units import WorkUnit
 from visionrt.sinks.base import FileSink
@@ -82,10 +83,13 @@ def run_on_cluster(
     executor: Executor,
     on_progress: Callable[[ClusterReport], None] | None = None,
     plans: GroupPlans | None = None,
+    metrics: ClusterMetrics | None = None,
 ) -> tuple[RunSummary, ClusterReport]:
     """Run every source of `cfg` as a unit on `executor`'s workers; the JSONL goes to
     `output.dir` as a single-process run names it, each source's `source_id` its place in
-    `cfg.sources`. The summary's `error` names the sources that failed."""
+    `cfg.sources`. The summary's `error` names the sources that failed; its `cluster` section
+    holds the report and, with `plans`, the plan groups. `metrics` is kept up to date with
+    the report and the workers' endpoints."""
     units = work_units(cfg)
     out = Path(cfg.output.dir)
     name = f"{units[0].name}.jsonl" if len(units) == 1 else "detections.jsonl"
@@ -101,12 +105,18 @@ def run_on_cluster(
         record["source_id"], record["frame"] = ids[source], frame
         sink.append(json.dumps(record, separators=(",", ":")) + "\n")
 
+    def progress(report: ClusterReport) -> None:
+        if metrics is not None:  # the service-discovery file follows the workers
+            metrics.update(report, {w: executor.info(w) for w in executor.workers()})
+        if on_progress is not None:
+            on_progress(report)
+
     coordinator = Coordinator(
         units,
         executor,
         write,
         cfg.cluster.max_attempts,
-        on_progress,
+        progress,
         group=cfg.cluster.files_per_worker,
     )
     report: ClusterReport | None = None

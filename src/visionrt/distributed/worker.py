@@ -14,6 +14,7 @@ from typing import Any
 from visionrt.config import load_config, pipeline_for
 from visionrt.distributed.units import Group
 from visionrt.errors import ConfigError, ModelLoadError, SourceError
+from visionrt.pipeline import Pipeline
 
 Frames = tuple[tuple[int, str], ...]  # (frame index, JSONL line), in frame order
 Send = Callable[[int, Frames], None]  # (unit id, frames)
@@ -28,6 +29,7 @@ def group_batches(
     batch_frames: int = 32,
     batch_seconds: float = 0.5,
     summaries: dict[int, dict[str, Any]] | None = None,
+    on_pipeline: Callable[[Pipeline], None] | None = None,
 ) -> Iterator[tuple[int, Frames]]:
     """Run `units` in one Pipeline with the configuration `run` (RunConfig's sections as a
     nested dict, its plan settled on the driver), yielding (unit id, frames) batches, each
@@ -35,8 +37,9 @@ def group_batches(
     `threads` (the CPUs the worker was given; 0: the runtime's default) caps inference and
     decode threads. Frames before a unit's start (a retry resuming) are read, not sent. At
     the end `summaries` gets each unit's row of the run's summary (frames in and out,
-    dropped) by unit id. A bad source, model or option raises the CLI's one-line error (SourceError,
-    ModelLoadError, ConfigError)."""
+    dropped) by unit id. `on_pipeline` is handed the Pipeline before it runs (the worker's
+    metrics follow it). A bad source, model or option raises the CLI's one-line error
+    (SourceError, ModelLoadError, ConfigError)."""
     cfg = load_config(values=dict(run))
     if threads:  # what the user set is kept; the runtime's default would take every core
         if not cfg.inference.threads:
@@ -54,6 +57,8 @@ def group_batches(
         limit = min(ends[0], cfg.source.max_frames or ends[0])
         cfg = replace(cfg, source=replace(cfg.source, max_frames=limit))
     pipeline = pipeline_for(cfg, [f"{unit.name}={unit.spec}" for unit in units])
+    if on_pipeline is not None:
+        on_pipeline(pipeline)
     # A live stream's frame numbers start again with each attempt: nothing there to skip.
     skip = [0 if unit.live else unit.start_frame for unit in units]
     pending: list[list[tuple[int, str]]] = [[] for _ in units]

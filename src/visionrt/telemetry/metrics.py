@@ -6,9 +6,12 @@ GPU."""
 
 from __future__ import annotations
 
+import hmac
+import socket
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from visionrt.errors import ConfigError, SinkError
 
@@ -19,6 +22,8 @@ FIGURES = {
     "depth_abs_rel": ("visionrt_depth_abs_rel", "Audit: depth AbsRel against FP32, window"),
     "depth_delta1": ("visionrt_depth_delta1", "Audit: depth δ<1.25 against FP32, window"),
 }
+# Hosts that keep an endpoint on this machine; any other needs a token.
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 # Glass-to-result and stage latencies on CPU run from ~1 ms (decode) to seconds (depth at 518).
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -31,13 +36,16 @@ class MetricsServer:
     scrape, and so are the latest zone and line figures per source the listener was given.
     `port` 0 picks a free port (see `port` after `start`). `sources` gives the
     per-source readers: name → callable returning the source's stats (reconnects, restarts,
-    missed), `gauges` name → queue depth reader, `info` labels for visionrt_build_info."""
+    missed), `gauges` name → queue depth reader, `info` labels for visionrt_build_info.
+    Beyond this machine (`host` not in LOCAL_HOSTS) only with a `token`, which each scrape
+    then sends (`Authorization: Bearer TOKEN`, Prometheus' `authorization` setting)."""
 
     def __init__(
         self,
         port: int,
         host: str = "127.0.0.1",
         info: dict[str, str] | None = None,
+        token: str = "",
     ) -> None:
         try:
             import prometheus_client as prom
@@ -47,7 +55,8 @@ class MetricsServer:
             ) from err
         if not 0 <= port <= 65535:
             raise ConfigError(f"--metrics-port: expected 0 to 65535, got {port}")
-        self._prom = prom
+        check_host(host, token)
+        self._prom, self.token = prom, token
         prom.disable_created_metrics()  # `_created` series only double the scrape for us
         self.host, self.port = host, port
         self.registry = prom.CollectorRegistry()
@@ -102,16 +111,19 @@ class MetricsServer:
         self._sources, self._gauges = dict(sources), gauges
         self._figures = figures or dict
 
+    def follow(self, pipeline: Any) -> None:
+        """Point the scrape-time readers at `pipeline` (a Pipeline): each source's stats, the
+        queue depths and the audit's figures — again after a service's sources change, or
+        for a cluster worker's next group."""
+        named = zip(pipeline.names, pipeline.sources, strict=True)
+        figures = pipeline.auditor.figures if pipeline.auditor is not None else None
+        self.watch(
+            {name: (lambda s=s: s.stats) for name, s in named}, pipeline.queue_depths, figures
+        )
+
     def start(self) -> MetricsServer:
         """Listen now (a SinkError when the port is taken or not allowed)."""
-        try:
-            self._server, self._thread = self._prom.start_http_server(
-                self.port, addr=self.host, registry=self.registry
-            )
-        except OSError as err:
-            raise SinkError(
-                f"--metrics-port {self.port}: cannot listen on {self.host}: {err.strerror or err}"
-            ) from err
+        self._server, self._thread = serve_registry(self.registry, self.host, self.port, self.token)
         self.port = int(self._server.server_port)
         return self
 
@@ -263,10 +275,57 @@ class _Gpu:
         yield used
 
 
-def scrape(url: str, timeout: float = 5.0) -> str:
-    """The text at `url` (tests and the soak script read the endpoint with it)."""
+def check_host(host: str, token: str, what: str = "--metrics-host") -> None:
+    """Beyond this machine only with a token (one line, before anything listens)."""
+    if host not in LOCAL_HOSTS and not token:
+        raise ConfigError(
+            f"{what} {host}: serving metrics beyond this machine needs a token"
+            " (--metrics-token or VISIONRT_METRICS_TOKEN)"
+        )
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # a scrape every few seconds is not news
+
+
+def serve_registry(registry: Any, host: str, port: int, token: str = "") -> tuple[Any, Any]:
+    """A Prometheus `registry` at http://HOST:PORT/metrics on a daemon thread (the server and
+    its thread; port 0 picks one); with `token`, a scrape without `Bearer TOKEN` is a 401.
+    A SinkError when the port is taken or not allowed."""
+    from prometheus_client.exposition import ThreadingWSGIServer, make_wsgi_app
+
+    app = make_wsgi_app(registry)
+    expected = f"Bearer {token}".encode()
+
+    def guarded(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+        given = environ.get("HTTP_AUTHORIZATION", "").encode()
+        if token and not hmac.compare_digest(given, expected):
+            start("401 Unauthorized", [("WWW-Authenticate", "Bearer")])
+            return [b"a token is required\n"]
+        return app(environ, start)
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    try:
+        server = make_server(host, port, guarded, Server, handler_class=_Quiet)
+    except OSError as err:
+        raise SinkError(
+            f"--metrics-port {port}: cannot listen on {host}: {err.strerror or err}"
+        ) from err
+    thread = threading.Thread(target=server.serve_forever, daemon=True, name="metrics-http")
+    thread.start()
+    return server, thread
+
+
+def scrape(url: str, timeout: float = 5.0, token: str = "") -> str:
+    """The text at `url` (tests and the soak script read the endpoint with it), sending
+    `token` as a bearer token when given."""
     import urllib.request
 
-    with urllib.request.urlopen(url, timeout=timeout) as response:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(request, timeout=timeout) as response:
         text: str = response.read().decode("utf-8")
     return text
