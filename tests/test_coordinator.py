@@ -331,3 +331,27 @@ def test_live_streams_are_spread_by_cost_and_a_lost_ones_gap_is_counted() -> Non
         assert got[name] == [*range(10), *range(10 + lost, 15 + lost)]
     assert got["big"] == list(range(10))
     assert report.sources["big"].lost == 0
+
+
+def test_videos_the_driver_cannot_see_are_listed_in_a_manifest(tmp_path: Path) -> None:
+    """The attempt that counted gets the run's name and the others' files go, where this
+    machine sees them; a video on another node's disk is listed with its node."""
+    from visionrt.distributed.videos import MANIFEST, finalize_videos
+
+    here = tmp_path / "cam.attempt2.mp4"
+    here.write_bytes(b"video")
+    (tmp_path / "cam.attempt1.partial.mp4").write_bytes(b"half")  # the dead worker's
+    (tmp_path / "cam.attempt1.mp4").write_bytes(b"late")  # an actor given up, done late
+    (tmp_path / "cam2.attempt1.mp4").write_bytes(b"other")  # another source's: kept
+    finals = {
+        "cam": {"outputs": [str(here)], "worker": {"node": "n1"}},
+        "far": {"outputs": ["/elsewhere/far.attempt1.mp4"], "worker": {"node": "n2"}},
+    }
+    written = finalize_videos(tmp_path, finals)
+    assert written == [str(tmp_path / "cam.mp4"), str(tmp_path / MANIFEST)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "cam.mp4", "cam2.attempt1.mp4", MANIFEST
+    ]  # fmt: skip
+    assert (tmp_path / "cam.mp4").read_bytes() == b"video"
+    manifest = json.loads((tmp_path / MANIFEST).read_text())
+    assert manifest == {"far": {"node": "n2", "files": ["/elsewhere/far.attempt1.mp4"]}}

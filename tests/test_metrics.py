@@ -143,7 +143,7 @@ def test_a_taken_port_is_one_line_error() -> None:
 
 
 def test_metrics_beyond_this_machine_need_a_token_and_every_scrape_sends_it() -> None:
-    with pytest.raises(ConfigError, match="0.0.0.0: serving metrics beyond this machine needs"):
+    with pytest.raises(ConfigError, match=r"0\.0\.0\.0: serving metrics beyond this machine needs"):
         MetricsServer(0, "0.0.0.0")
     server = MetricsServer(0, "0.0.0.0", token="s3cret").start()
     try:

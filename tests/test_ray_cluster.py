@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import av
 import pytest
 from conftest import write_video
 
@@ -101,7 +102,7 @@ def test_a_node_removed_mid_run_loses_no_frame(
         "sources": [f"v{i}={v}" for i, v in enumerate(videos)],
         "model": str(tiny_model),
         "backend": "onnxruntime",
-        "output": {"dir": str(tmp_path / "out"), "video": False},
+        "output": {"dir": str(tmp_path / "out"), "video": True},
         "cluster": {"files_per_worker": 1},
     }
     summary, report, moments = cluster_run(cluster, values, node, when=64)
@@ -116,6 +117,12 @@ def test_a_node_removed_mid_run_loses_no_frame(
     for name in ("v0", "v1"):
         assert [r["frame"] for r in rows if r["source"] == name] == list(range(500))
     assert not list((tmp_path / "out").glob("*.partial*"))
+    # Each source's video is the attempt that counted, whole, under the run's name (this
+    # machine sees both nodes' disks); the removed node's partial video is gone.
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.mp4")) == ["v0.mp4", "v1.mp4"]
+    for name in ("v0", "v1"):
+        with av.open(str(tmp_path / "out" / f"{name}.mp4")) as video:
+            assert sum(1 for _ in video.decode(video=0)) == 500
 
 
 def test_a_live_stream_on_a_removed_node_restarts_with_the_gap_counted(

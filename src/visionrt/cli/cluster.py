@@ -4,7 +4,6 @@ JSONL and summary.json here; progress as one line of aggregate FPS and frames pe
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +41,6 @@ def run_cluster(
             "--ray: the telemetry file and MOT outputs are not written by cluster runs yet"
             " (JSONL, summary.json and --metrics-port are)"
         )
-    if cfg.output.video:  # the default: said, not an error
-        console.print("--ray: no MP4 from cluster runs yet; JSONL and summary.json only")
-        cfg = replace(cfg, output=replace(cfg.output, video=False))
     own = fingerprint_key(machine_fingerprint())
 
     def settings(fingerprint: dict[str, Any]) -> tuple[dict[str, Any], str]:

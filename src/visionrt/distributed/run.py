@@ -15,6 +15,7 @@ from visionrt.distributed.coordinator import ClusterReport, Coordinator, Executo
 from visionrt.distributed.metrics import ClusterMetrics
 from visionrt.distributed.plans import GroupPlans
 from visionrt.distributed.units import WorkUnit
+from visionrt.distributed.videos import finalize_videos
 from visionrt.sinks.base import FileSink
 from visionrt.sources.naming import named_specs
 from visionrt.sources.registry import LIVE_KINDS, source_kind
@@ -70,11 +71,13 @@ def stream_cost(spec: str) -> float:
 
 
 def worker_settings(cfg: RunConfig) -> dict[str, Any]:
-    """What a worker builds its Pipeline from: the run's sections, its plan already in them;
-    sources, outputs and the cluster are the driver's."""
+    """What a worker builds its Pipeline from: the run's sections, its plan already in them,
+    and where its videos go (`output.dir`, absolute: a worker's working folder is not the
+    driver's); sources and the cluster are the driver's."""
     settings = asdict(cfg)
-    for key in ("sources", "output", "cluster", "serve"):
+    for key in ("sources", "cluster", "serve"):
         settings.pop(key, None)
+    settings["output"]["dir"] = str(Path(cfg.output.dir).resolve())
     return settings
 
 
@@ -123,8 +126,10 @@ def run_on_cluster(
     try:
         report = coordinator.run()
     finally:
-        outputs = sink.close(complete=report is not None) if sink is not None else []
-    summary = _summary(report, {u.name for u in units if u.live}, [str(p) for p in outputs])
+        closed = sink.close(complete=report is not None) if sink is not None else []
+    done = {name: s.summary for name, s in report.sources.items() if s.done_units and not s.error}
+    outputs = [str(p) for p in closed] + finalize_videos(out, done)
+    summary = _summary(report, {u.name for u in units if u.live}, outputs)
     if plans is not None:
         summary.cluster["plan_groups"] = plans.report()
     return summary, report

@@ -13,6 +13,7 @@ from typing import Any
 
 from visionrt.config import load_config, pipeline_for
 from visionrt.distributed.units import Group
+from visionrt.distributed.videos import AttemptVideos
 from visionrt.errors import ConfigError, ModelLoadError, SourceError
 from visionrt.pipeline import Pipeline
 
@@ -63,10 +64,16 @@ def group_batches(
     skip = [0 if unit.live else unit.start_frame for unit in units]
     pending: list[list[tuple[int, str]]] = [[] for _ in units]
     since = [time.monotonic()] * len(units)
+    videos = None
+    complete = False
     try:
+        if cfg.output.video:  # every frame: an attempt's video is whole
+            videos = AttemptVideos(units, [s.fps for s in pipeline.sources], cfg.output)
         with closing(iter(pipeline)) as results:  # closed early too: its threads end
             for result in results:
                 index, at = result.frame.index, result.frame.source_id
+                if videos is not None:
+                    videos.write(result)
                 if index < skip[at]:
                     continue
                 pending[at].append((index, json.dumps(result.to_json(), separators=(",", ":"))))
@@ -79,15 +86,19 @@ def group_batches(
         for unit, frames in zip(units, pending, strict=True):
             if frames:
                 yield unit.unit_id, tuple(frames)
+        complete = True
     finally:
         pipeline.close()
+        files = videos.close(complete) if videos is not None else [[] for _ in units]
     if summaries is not None:
-        rows = {row["name"]: row for row in pipeline.summary().to_json()["sources"]}
-        for unit in units:
+        rows = {row["name"]: row for row in pipeline.summary().sources}
+        for unit, outputs in zip(units, files, strict=True):
             row = rows.get(unit.name, {})
             summaries[unit.unit_id] = {
-                key: row.get(key, empty)
-                for key, empty in (("frames_in", 0), ("frames_out", 0), ("dropped", {}))
+                "frames_in": row.get("frames_in", 0),
+                "frames_out": row.get("frames_out", 0),
+                "dropped": row.get("dropped", {}),
+                "outputs": outputs,
             }
 
 
