@@ -355,3 +355,11 @@ def test_videos_the_driver_cannot_see_are_listed_in_a_manifest(tmp_path: Path) -
     assert (tmp_path / "cam.mp4").read_bytes() == b"video"
     manifest = json.loads((tmp_path / MANIFEST).read_text())
     assert manifest == {"far": {"node": "n2", "files": ["/elsewhere/far.attempt1.mp4"]}}
+    # A live stream's earlier attempt saw frames the last one did not: its file is kept.
+    road = tmp_path / "live"
+    road.mkdir()
+    (road / "road.attempt1.partial.mp4").write_bytes(b"before the loss")
+    (road / "road.attempt2.mp4").write_bytes(b"after")
+    final = {"road": {"outputs": [str(road / "road.attempt2.mp4")]}}
+    finalize_videos(road, final, live=frozenset({"road"}))
+    assert sorted(p.name for p in road.iterdir()) == ["road.attempt1.partial.mp4", "road.mp4"]

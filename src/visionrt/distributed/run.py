@@ -128,14 +128,15 @@ def run_on_cluster(
     finally:
         closed = sink.close(complete=report is not None) if sink is not None else []
     done = {name: s.summary for name, s in report.sources.items() if s.done_units and not s.error}
-    outputs = [str(p) for p in closed] + finalize_videos(out, done)
-    summary = _summary(report, {u.name for u in units if u.live}, outputs)
+    live = frozenset(u.name for u in units if u.live)
+    outputs = [str(p) for p in closed] + finalize_videos(out, done, live)
+    summary = _summary(report, live, outputs)
     if plans is not None:
         summary.cluster["plan_groups"] = plans.report()
     return summary, report
 
 
-def _summary(report: ClusterReport, live: set[str], outputs: list[str]) -> RunSummary:
+def _summary(report: ClusterReport, live: frozenset[str], outputs: list[str]) -> RunSummary:
     """The run's summary from each source's last attempt and what was committed."""
     rows = [
         {"name": name, **_counts(state, name in live)} for name, state in report.sources.items()

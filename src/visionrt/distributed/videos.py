@@ -51,10 +51,13 @@ class AttemptVideos:
         return [[str(p) for p in sink.close(complete=complete)] for sink in self.sinks]
 
 
-def finalize_videos(out: Path, finals: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def finalize_videos(
+    out: Path, finals: Mapping[str, Mapping[str, Any]], live: frozenset[str] = frozenset()
+) -> list[str]:
     """For each source (`finals`: its last attempt's summary, with `outputs` and the worker's
     `node`), its video under the run's name when this machine sees it, else listed in
-    `out/manifest.json`. Returns the paths written here."""
+    `out/manifest.json`. Returns the paths written here. A `live` stream's earlier attempts
+    saw frames the last one did not: their (partial) files are kept."""
     written: list[str] = []
     elsewhere: dict[str, dict[str, Any]] = {}
     for name, summary in finals.items():
@@ -66,7 +69,8 @@ def finalize_videos(out: Path, finals: Mapping[str, Mapping[str, Any]]) -> list[
                 continue
             final = finalize(path, path.with_name(f"{name}.mp4"))
             written.append(str(final))
-            _remove_other_attempts(out, name)
+            if name not in live:
+                _remove_other_attempts(out, name)
     if elsewhere:
         manifest = out / MANIFEST
         manifest.write_text(json.dumps(elsewhere, indent=1), encoding="utf-8")
