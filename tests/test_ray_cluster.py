@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -212,11 +213,14 @@ def test_each_kind_of_machine_runs_its_own_plan(
 def test_each_worker_serves_metrics_listed_for_prometheus_and_the_driver_serves_totals(
     cluster: Cluster, tiny_model: Path, tmp_path: Path
 ) -> None:
-    """Mid-run, the service-discovery file names one endpoint per worker (labelled by node
-    and worker), each scrapeable, counting the frames of its own sources; the driver's
-    endpoint has the cluster's committed frames per source."""
-    from visionrt.distributed.metrics import ClusterMetrics
+    """Through the Python API (`run_on_ray`): mid-run, the service-discovery file names one
+    endpoint per worker (labelled by node and worker), each scrapeable, counting the frames of
+    its own sources; the driver's endpoint has the cluster's committed frames per source."""
+    from visionrt.distributed import run_on_ray
 
+    with socket.socket() as probe:  # a free port for the driver's endpoint
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     videos = [write_video(tmp_path / f"v{i}.mp4", frames=400) for i in range(2)]
     node = cluster.add_node(num_cpus=1)
     cfg = load_config(
@@ -224,14 +228,11 @@ def test_each_worker_serves_metrics_listed_for_prometheus_and_the_driver_serves_
             "sources": [f"v{i}={v}" for i, v in enumerate(videos)],
             "model": str(tiny_model),
             "backend": "onnxruntime",
-            "output": {"dir": str(tmp_path / "out"), "video": False},
+            "output": {"dir": str(tmp_path / "out"), "video": False, "metrics_port": port},
+            "cluster": {"address": cluster.address, "workers": "2", "worker_cpus": 1},
         }
     )
-    targets = tmp_path / "targets.json"
-    metrics = ClusterMetrics(targets, port=0)
-    executor = RayExecutor(
-        None, 2, 1.0, 0.0, worker_settings(cfg), metrics=("127.0.0.1", ""), startup_timeout=60
-    )
+    targets = tmp_path / "out" / "prometheus_targets.json"
     seen: dict[str, Any] = {}
 
     def look(report: Any) -> None:
@@ -241,16 +242,16 @@ def test_each_worker_serves_metrics_listed_for_prometheus_and_the_driver_serves_
         seen["workers"] = [
             scrape(f"http://{group['targets'][0]}/metrics") for group in seen["targets"]
         ]
-        seen["cluster"] = scrape(metrics.url)
+        seen["cluster"] = scrape(f"http://127.0.0.1:{port}/metrics")
 
+    said: list[str] = []
     try:
-        summary, report = run_on_cluster(cfg, executor, look, metrics=metrics)
+        summary, report = run_on_ray(cfg, say=said.append, on_progress=look)
     finally:
-        executor.close()
-        metrics.close()
         cluster.remove_node(node)
     assert report.failed == {}
     assert seen, "the run ended before 64 frames were committed"
+    assert any(line.startswith("ray: 2 worker(s)") for line in said)
     labels = [group["labels"] for group in seen["targets"]]
     assert sorted(label["worker"] for label in labels) == sorted(report.workers_seen)
     assert {label["node"] for label in labels} == {node.node_id, cluster.head_node.node_id}
@@ -261,8 +262,6 @@ def test_each_worker_serves_metrics_listed_for_prometheus_and_the_driver_serves_
     assert sorted(name for found in counted for name, _ in found) == ["v0", "v1"]
     assert all(int(n) > 0 for found in counted for _, n in found)
     for name in ("v0", "v1"):
-        match = re.search(
-            rf'visionrt_cluster_frames_out_total\{{source="{name}"\}} (\S+)', seen["cluster"]
-        )
-        assert match is not None
+        line = rf'visionrt_cluster_frames_out_total\{{source="{name}"\}} (\S+)'
+        assert re.search(line, seen["cluster"]) is not None
     assert summary.frames_out == 800

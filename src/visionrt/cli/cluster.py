@@ -12,12 +12,8 @@ from rich.console import Console
 from visionrt.cli.outputs import metrics_token, write_summary
 from visionrt.config import RunConfig
 from visionrt.distributed.coordinator import ClusterReport
-from visionrt.errors import ConfigError, SourceError
-from visionrt.plans import fingerprint_key, machine_fingerprint
+from visionrt.errors import SourceError
 from visionrt.telemetry.stats import RunSummary
-
-# Prometheus' file-based service discovery: the workers' endpoints, labelled node and worker.
-TARGETS = "prometheus_targets.json"
 
 
 def run_cluster(
@@ -31,56 +27,10 @@ def run_cluster(
     its machine (`resolve(fingerprint)`: the configuration and its plan lines, as this
     machine's are `cfg` and `plan_note`); SourceError (exit 3) when a source failed, after
     every output is finalized."""
-    from visionrt.distributed.metrics import ClusterMetrics
-    from visionrt.distributed.plans import GroupPlans
-    from visionrt.distributed.ray_executor import RayExecutor
-    from visionrt.distributed.run import run_on_cluster, worker_settings
+    from visionrt.distributed.ray_run import run_on_ray
 
-    if cfg.output.telemetry or cfg.output.mot:
-        raise ConfigError(
-            "--ray: the telemetry file and MOT outputs are not written by cluster runs yet"
-            " (JSONL, summary.json and --metrics-port are)"
-        )
-    own = fingerprint_key(machine_fingerprint())
-
-    def settings(fingerprint: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        if fingerprint_key(fingerprint) == own:  # this machine's: resolved already
-            return worker_settings(cfg), plan_note
-        group_cfg, note = resolve(fingerprint)
-        return worker_settings(group_cfg), note
-
-    plans = GroupPlans(settings)
-    cluster = cfg.cluster
-    address = None if cluster.address == "local" else cluster.address
-    workers = 0 if cluster.workers == "auto" else int(cluster.workers)  # 0: what fits
-    metrics, worker_metrics = None, None
-    if cfg.output.metrics_port:  # the cluster's totals here; each worker's own endpoint
-        token = metrics_token(cfg)
-        targets = Path(cfg.output.dir) / TARGETS
-        metrics = ClusterMetrics(targets, cfg.output.metrics_port, cfg.output.metrics_host, token)
-        worker_metrics = (cfg.output.metrics_host, token)
-        console.print(f"metrics: {metrics.url} (cluster totals); workers listed in {targets}")
-    try:
-        executor = RayExecutor(
-            address,
-            workers,
-            cluster.worker_cpus,
-            cluster.worker_gpus,
-            worker_settings(cfg),
-            settings_for=plans.settings_for,
-            metrics=worker_metrics,
-        )
-    except BaseException:
-        if metrics is not None:
-            metrics.close()
-        raise
-    console.print(f"ray: {len(executor.workers())} worker(s) at {cluster.address}")
-    say = Console(stderr=True, soft_wrap=True)
-    for key, group in plans.report().items():  # which plan each kind of machine runs
-        head = f"plan group {key} ({len(group['workers'])} worker(s), {group['cpu']}):"
-        say.print(head, markup=False, highlight=False)
-        for line in group["plan"].splitlines() or ["no plan: the configuration as given"]:
-            say.print(f"  {line}", markup=False, highlight=False)
+    def say(line: str) -> None:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     said = [0.0]
 
@@ -93,12 +43,8 @@ def run_cluster(
         fps = done / report.seconds if report.seconds else 0.0
         console.print(f"{done} frames · {fps:.1f} FPS · {per}", markup=False, highlight=False)
 
-    try:
-        summary, report = run_on_cluster(cfg, executor, progress, plans, metrics)
-    finally:
-        executor.close()
-        if metrics is not None:
-            metrics.close()
+    token = metrics_token(cfg)
+    summary, report = run_on_ray(cfg, plan_note, resolve, token, say, progress)
     path = Path(cfg.output.dir) / "summary.json"
     summary.outputs.append(str(path))
     write_summary(summary, path)

@@ -1,2 +1,12 @@
 """Past one machine: sources spread over workers (Ray actors, or threads here), each running a
-Pipeline; one coordinator commits every source's frames in order, once, across retries."""
+Pipeline; one coordinator commits every source's frames in order, once, across retries.
+
+    from visionrt.config import load_config
+    from visionrt.distributed import run_on_ray
+
+    summary, report = run_on_ray(load_config("run.yaml"))  # its `cluster:` section says where
+"""
+
+from visionrt.distributed.ray_run import run_on_ray
+
+__all__ = ["run_on_ray"]

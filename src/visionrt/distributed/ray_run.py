@@ -1,0 +1,88 @@
+"""A run on Ray, wired: the workers (`RayExecutor`), each kind of machine's plan (`GroupPlans`),
+the metrics (`ClusterMetrics`) and the coordinator (`run_on_cluster`). `visionrt run --ray`
+and the Python API both come here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from visionrt.config import RunConfig
+from visionrt.distributed.coordinator import ClusterReport
+from visionrt.distributed.metrics import ClusterMetrics
+from visionrt.distributed.plans import GroupPlans
+from visionrt.distributed.run import run_on_cluster, worker_settings
+from visionrt.errors import ConfigError
+from visionrt.plans import fingerprint_key, machine_fingerprint
+from visionrt.telemetry.stats import RunSummary
+
+# Prometheus' file-based service discovery: the workers' endpoints, labelled node and worker.
+TARGETS = "prometheus_targets.json"
+
+# A machine's fingerprint → its configuration and the lines saying which plan and why.
+Resolve = Callable[[dict[str, Any]], tuple[RunConfig, str]]
+
+
+def run_on_ray(
+    cfg: RunConfig,
+    plan_note: str = "",
+    resolve: Resolve | None = None,
+    metrics_token: str = "",
+    say: Callable[[str], None] | None = None,
+    on_progress: Callable[[ClusterReport], None] | None = None,
+) -> tuple[RunSummary, ClusterReport]:
+    """Run `cfg`'s sources on the Ray cluster `cfg.cluster.address` names ("" or "local": an
+    embedded Ray on this machine). A worker on this machine's kind runs `cfg` (its plan lines:
+    `plan_note`); one on another kind runs `resolve(fingerprint)` (None: `cfg` too). With
+    `output.metrics_port` the cluster's totals are served there and each worker serves its
+    own metrics, listed in TARGETS. `say` gets the lines worth printing (workers, plan groups,
+    metrics). The summary (not yet written) and the report; outputs are finalized."""
+    from visionrt.distributed.ray_executor import RayExecutor
+
+    if cfg.output.telemetry or cfg.output.mot:
+        raise ConfigError(
+            "--ray: the telemetry file and MOT outputs are not written by cluster runs yet"
+            " (JSONL, MP4, summary.json and --metrics-port are)"
+        )
+    tell = say or (lambda _line: None)
+    own = fingerprint_key(machine_fingerprint())
+
+    def settings(fingerprint: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        if resolve is None or fingerprint_key(fingerprint) == own:
+            return worker_settings(cfg), plan_note
+        group_cfg, note = resolve(fingerprint)
+        return worker_settings(group_cfg), note
+
+    plans = GroupPlans(settings)
+    cluster = cfg.cluster
+    address = None if cluster.address in ("", "local") else cluster.address
+    metrics, worker_metrics = None, None
+    if cfg.output.metrics_port:  # the cluster's totals here; each worker's own endpoint
+        targets = Path(cfg.output.dir) / TARGETS
+        host = cfg.output.metrics_host
+        metrics = ClusterMetrics(targets, cfg.output.metrics_port, host, metrics_token)
+        worker_metrics = (host, metrics_token)
+        tell(f"metrics: {metrics.url} (cluster totals); workers listed in {targets}")
+    try:
+        executor = RayExecutor(
+            address,
+            0 if cluster.workers == "auto" else int(cluster.workers),  # 0: what fits
+            cluster.worker_cpus,
+            cluster.worker_gpus,
+            worker_settings(cfg),
+            settings_for=plans.settings_for,
+            metrics=worker_metrics,
+        )
+        try:
+            tell(f"ray: {len(executor.workers())} worker(s) at {cluster.address or 'local'}")
+            for key, group in plans.report().items():  # which plan each kind of machine runs
+                tell(f"plan group {key} ({len(group['workers'])} worker(s), {group['cpu']}):")
+                for line in group["plan"].splitlines() or ["no plan: the configuration as given"]:
+                    tell(f"  {line}")
+            return run_on_cluster(cfg, executor, on_progress, plans, metrics)
+        finally:
+            executor.close()
+    finally:
+        if metrics is not None:
+            metrics.close()
