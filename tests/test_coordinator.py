@@ -363,3 +363,35 @@ def test_videos_the_driver_cannot_see_are_listed_in_a_manifest(tmp_path: Path) -
     final = {"road": {"outputs": [str(road / "road.attempt2.mp4")]}}
     finalize_videos(road, final, live=frozenset({"road"}))
     assert sorted(p.name for p in road.iterdir()) == ["road.attempt1.partial.mp4", "road.mp4"]
+
+
+def test_a_node_without_the_drivers_model_files_gets_them_by_content(tmp_path: Path) -> None:
+    """An OpenVINO model (.xml with its .bin) the driver names: where the node has the same
+    bytes at that path they are read in place; where it has none (or others), the driver's
+    bytes are fetched once and written together under the cache, and the settings name them."""
+    from visionrt.distributed.files import bundle, localized, manifest
+
+    ir = tmp_path / "driver" / "model.xml"
+    ir.parent.mkdir()
+    ir.write_text("<net/>")
+    ir.with_suffix(".bin").write_bytes(b"weights")
+    settings = {"model": str(ir), "backend": "openvino", "depth": {"model": ""}}
+    files = manifest(settings)
+    assert sorted(Path(p).name for p in files) == ["model.bin", "model.xml"]
+    fetched: list[int] = []
+
+    def fetch() -> dict[str, bytes]:
+        fetched.append(1)
+        return bundle(files)
+
+    assert localized(settings, files, fetch, tmp_path / "cache") == settings
+    assert fetched == []  # the same bytes here: nothing fetched
+    shipped = bundle(files)
+    ir.with_suffix(".bin").write_bytes(b"other weights")  # this node's file differs
+    moved = localized(settings, files, lambda: shipped, tmp_path / "cache")
+    placed = Path(moved["model"])
+    assert placed != ir
+    assert placed.read_text() == "<net/>"
+    assert placed.with_suffix(".bin").read_bytes() == b"weights"  # beside its .xml
+    assert moved["backend"] == "openvino"
+    assert settings["model"] == str(ir)  # the driver's settings are not changed

@@ -253,3 +253,16 @@ def test_auto_workers_are_what_the_cluster_holds() -> None:
     assert _fitting({"CPU": 8.0}, 2.0, 0.0) == 4
     assert _fitting({"CPU": 8.0, "GPU": 2.0}, 2.0, 1.0) == 2  # one per GPU
     assert _fitting({"CPU": 1.0}, 2.0, 0.0) == 1  # at least one (Ray then waits for room)
+
+
+def test_model_files_are_fetched_from_the_drivers_node(
+    executor: RayExecutor, tiny_model: Path
+) -> None:
+    """What a worker on a node without the driver's model does: a task placed on the
+    driver's node reads the files' bytes."""
+    from visionrt.distributed.files import manifest
+    from visionrt.distributed.ray_executor import _fetch
+
+    files = manifest({"model": str(tiny_model)})
+    got = _fetch(ray.get_runtime_context().get_node_id(), files)
+    assert got == {str(tiny_model): tiny_model.read_bytes()}

@@ -3,6 +3,7 @@ to the driver in bounded batches."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from visionrt.config import load_config
+from visionrt.distributed.files import Bundle, Manifest, bundle, localized, manifest
 from visionrt.distributed.units import Batch, Done, Failed, Group, Lost, Report
 from visionrt.distributed.worker import USER_ERRORS, group_batches
 from visionrt.errors import BackendUnavailable, ConfigError
@@ -66,12 +68,16 @@ class UnitRunner:
             "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
         }
 
-    def run_group(self, units: Group, run: Mapping[str, Any]) -> Iterator[Report]:
+    def run_group(
+        self, units: Group, run: Mapping[str, Any], files: Manifest, driver: str
+    ) -> Iterator[Report]:
         """Batch reports of the units' frames (each unit's in order) with the configuration
-        `run`, then Done for each unit, or Failed for each on an error."""
+        `run`, then Done for each unit, or Failed for each on an error. The model `files` it
+        names are read here when this node has them, else fetched from the `driver`'s node."""
         attempts = {unit.unit_id: unit.attempt for unit in units}
         summaries: dict[int, dict[str, Any]] = {}
         try:
+            run = localized(run, files, lambda: _fetch(driver, files))
             batches = group_batches(
                 units,
                 run,
@@ -102,6 +108,17 @@ class UnitRunner:
             pipeline.telemetry.add_listener(self.metrics)
 
 
+def _fetch(node: str, files: Manifest) -> Bundle:
+    """The model files' bytes, read on `node` (the driver's) by a task placed there."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    read = ray.remote(bundle).options(
+        num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
+    )
+    return dict(ray.get(read.remote(files)))
+
+
 def _error(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
 
@@ -113,6 +130,7 @@ class _Worker:
     actor: Any
     ready: Any = None  # the pending describe() call; None once the actor answered
     settings: Mapping[str, Any] = field(default_factory=dict)  # what its plan group runs
+    files: Manifest = field(default_factory=dict)  # the model files those settings name
     running: Any = None  # the group's ObjectRefGenerator while one runs
     units: dict[int, int] = field(default_factory=dict)  # unit id → attempt, not yet ended
     info: dict[str, Any] = field(default_factory=dict)
@@ -160,6 +178,8 @@ class RayExecutor:
             _init_ray(self.ray, address, workers, worker_cpus, worker_gpus)
         if workers == 0:
             workers = _fitting(self.ray.cluster_resources(), worker_cpus, worker_gpus)
+        self._driver_node = self.ray.get_runtime_context().get_node_id()
+        self._manifests: dict[str, Manifest] = {}
         threads = max(1, int(worker_cpus))
         self._actor_class = self.ray.remote(UnitRunner).options(
             num_cpus=worker_cpus,
@@ -208,7 +228,7 @@ class RayExecutor:
         state.units = {unit.unit_id: unit.attempt for unit in units}
         state.running = state.actor.run_group.options(
             num_returns="streaming", _generator_backpressure_num_objects=AHEAD_BATCHES
-        ).remote(units, state.settings)
+        ).remote(units, state.settings, state.files, self._driver_node)
 
     def reports(self, timeout: float) -> list[Report]:
         """What happened since the last call, waiting up to `timeout` seconds for the first
@@ -269,6 +289,7 @@ class RayExecutor:
             self._lost.append(Lost(name))
             return
         state.settings = self.settings_for(name, state.info) if self.settings_for else self.run
+        state.files = self._manifest(state.settings)
         state.ready = None
 
     def _drain(self, name: str, state: _Worker) -> list[Report]:
@@ -297,6 +318,13 @@ class RayExecutor:
                 if not state.units:
                     state.running = None  # the generator ends after its last report
                     return out
+
+    def _manifest(self, settings: Mapping[str, Any]) -> Manifest:
+        """The model files `settings` name, hashed once per set of models (not per worker)."""
+        key = json.dumps([settings.get("model"), (settings.get("depth") or {}).get("model")])
+        if key not in self._manifests:
+            self._manifests[key] = manifest(settings)
+        return self._manifests[key]
 
     def _forget(self, name: str) -> None:
         self.ray.kill(self._workers.pop(name).actor)
