@@ -83,6 +83,20 @@ def test_max_frames_is_honoured(kind: str, tmp_path: Path) -> None:
     source.close()
 
 
+def test_a_video_started_later_numbers_its_frames_as_from_the_start(tmp_path: Path) -> None:
+    """`start_frame` (a cluster's retry resuming): frames 7 on, numbered and decoded as a run
+    from frame 0 sees them; with max_frames the end is where it was."""
+    whole = list(_make("video", tmp_path, SourceOptions()).frames())
+    later = _make("video", tmp_path, SourceOptions(start_frame=7, max_frames=20))
+    frames = list(later.frames())
+    assert [f.index for f in frames] == list(range(7, 20))
+    for frame in frames:
+        assert np.array_equal(frame.image, whole[frame.index].image)
+    assert later.report()["frames"] == 20
+    with pytest.raises(ConfigError, match="start_frame: expected >= 0"):
+        SourceOptions(start_frame=-1)
+
+
 @pytest.mark.parametrize("kind", ["video", "folder", "synthetic", "stream"])
 def test_stop_from_another_thread_ends_promptly(kind: str, tmp_path: Path) -> None:
     source = _make(kind, tmp_path, SourceOptions(mode="live"))

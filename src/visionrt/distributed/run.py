@@ -165,14 +165,15 @@ def _summary(report: ClusterReport, live: frozenset[str], outputs: list[str]) ->
 
 
 def _counts(state: SourceState, live: bool) -> dict[str, Any]:
-    """A source's frames in, out and dropped. A file's retry reads it from the start again,
-    so its last attempt saw every frame; a live stream's attempts each saw their own stretch,
-    and the last one's summary is all that came back: its frames in are those written, those
-    that attempt dropped, and the gap no worker read (`worker lost`)."""
+    """A source's frames in, out and dropped. A file's retry runs it from the frame after the
+    last one committed (`start_frame`), so its frames in are those before it and those its
+    last attempt saw; a live stream's attempts each saw their own stretch, and the last one's
+    summary is all that came back: its frames in are those written, those that attempt
+    dropped, and the gap no worker read (`worker lost`)."""
     dropped = dict(state.summary.get("dropped", {}))
     if state.lost:
         dropped[WORKER_LOST] = state.lost
-    frames_in = state.summary.get("frames_in", 0)
+    frames_in = state.summary.get("start_frame", 0) + state.summary.get("frames_in", 0)
     if live:
         frames_in = state.written + sum(dropped.values())
     return {"frames_in": frames_in, "frames_out": state.written, "dropped": dropped}

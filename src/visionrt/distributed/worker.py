@@ -16,6 +16,7 @@ from visionrt.distributed.units import Group
 from visionrt.distributed.videos import AttemptVideos
 from visionrt.errors import ConfigError, ModelLoadError, SourceError
 from visionrt.pipeline import Pipeline
+from visionrt.sources.registry import source_kind
 
 Frames = tuple[tuple[int, str], ...]  # (frame index, JSONL line), in frame order
 Send = Callable[[int, Frames], None]  # (unit id, frames)
@@ -57,6 +58,9 @@ def group_batches(
             return
         limit = min(ends[0], cfg.source.max_frames or ends[0])
         cfg = replace(cfg, source=replace(cfg.source, max_frames=limit))
+    resumed = units[0].start_frame if _resumes(units, cfg.output.video) else 0
+    if resumed:  # a video file resumes there: the frames before it are decoded only
+        cfg = replace(cfg, source=replace(cfg.source, start_frame=resumed))
     pipeline = pipeline_for(cfg, [f"{unit.name}={unit.spec}" for unit in units])
     if on_pipeline is not None:
         on_pipeline(pipeline)
@@ -95,11 +99,20 @@ def group_batches(
         for unit, outputs in zip(units, files, strict=True):
             row = rows.get(unit.name, {})
             summaries[unit.unit_id] = {
+                "start_frame": resumed,  # frames before it were committed by other attempts
                 "frames_in": row.get("frames_in", 0),
                 "frames_out": row.get("frames_out", 0),
                 "dropped": row.get("dropped", {}),
                 "outputs": outputs,
             }
+
+
+def _resumes(units: Group, video: bool) -> bool:
+    """Whether the group is one video file resumed after its first frame, without an MP4 to
+    write (an attempt's video has every frame: those it runs again too)."""
+    unit = units[0]
+    whole = len(units) == 1 and not unit.live and not video
+    return whole and unit.start_frame > 0 and source_kind(unit.spec) == "file"
 
 
 def run_group(units: Group, run: Mapping[str, Any], send: Send, threads: int = 0) -> dict:

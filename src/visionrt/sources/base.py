@@ -37,6 +37,9 @@ class SourceOptions:
     # A paced file starts again at its end, its times running on: a camera stand-in for a
     # service and for soak tests (`visionrt serve`). Only with `realtime`.
     loop: bool = False
+    # A video file's first frame to run (a cluster's retry resumes there): the frames before
+    # it are decoded, to keep every frame's number exact, but never handed on. Files only.
+    start_frame: int = 0
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "file", "live"):
@@ -47,6 +50,8 @@ class SourceOptions:
             )
         if self.max_frames < 0:
             raise ConfigError(f"source.max_frames: expected >= 0, got {self.max_frames}")
+        if self.start_frame < 0:
+            raise ConfigError(f"source.start_frame: expected >= 0, got {self.start_frame}")
         if self.loop and not self.realtime:
             raise ConfigError("source.loop: loops a file paced at its frame rate: add --realtime")
         if self.reconnect_attempts < 0:

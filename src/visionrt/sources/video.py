@@ -86,6 +86,7 @@ class VideoSource(Source):
 
     def frames(self) -> Iterator[Frame]:
         index = 0
+        skip = 0 if self.live else self.options.start_frame
         started = time.perf_counter()
         attempt = 0
         stamp = 0.0
@@ -97,6 +98,9 @@ class VideoSource(Source):
                 try:
                     for frame in self._decode():
                         attempt = 0
+                        if index < skip:  # numbered, not converted nor handed on
+                            index += 1
+                            continue
                         stamp, now = self._stamp(frame, index, started, stamp)
                         if in_gap:
                             self.stats.gap_seconds += now - last_at
