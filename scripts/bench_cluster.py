@@ -2,7 +2,7 @@
 the cluster path's overhead end to end (on one machine the workers share its cores, so no
 speed-up is claimed), and how the frames spread over the workers.
 
-    python scripts/bench_cluster.py --files 4 --frames 200 --runs 2 --workers 2
+    python scripts/bench_cluster.py --files 4 --frames 0 --runs 2     # whole files, workers auto
 """
 
 from __future__ import annotations
@@ -17,16 +17,21 @@ import tempfile
 import time
 from pathlib import Path
 
+from visionrt.hardware import cpu_model
+
 ROOT = Path(__file__).resolve().parent.parent
+
 VIDEO = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
 
 
 def once(args: argparse.Namespace, ray: bool, out: Path) -> dict[str, float]:
     sources = [f"cam{i}={VIDEO}" for i in range(args.files)]
-    extra = ["--ray", "local", "--workers", str(args.workers)] if ray else []
+    extra = ["--ray", "local", "--workers", args.workers] if ray else []
+    if args.frames:
+        extra += ["--max-frames", str(args.frames)]
     command = [
         sys.executable, "-m", "visionrt.cli.main", "run", *sources, *extra, "--no-video",
-        "--max-frames", str(args.frames), "--out", str(out), "--quiet",
+        "--out", str(out), "--quiet",
     ]  # fmt: skip
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ})
@@ -47,9 +52,9 @@ def once(args: argparse.Namespace, ray: bool, out: Path) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=4)
-    parser.add_argument("--frames", type=int, default=200)
+    parser.add_argument("--frames", type=int, default=0, help="per file; 0: all")
     parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", default="auto")
     parser.add_argument("--result", default=str(ROOT / "docs/results/cluster_overhead.json"))
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="visionrt-cluster-"))
@@ -60,7 +65,7 @@ def main() -> None:
             rows[name].append(row)
             print(name, run, {k: v for k, v in row.items() if k != "cluster"}, flush=True)
     report = {
-        "machine": f"{os.uname().machine}, {os.cpu_count()} vCPU",
+        "machine": f"{cpu_model()}, {os.cpu_count()} vCPU",
         "files": args.files,
         "frames_per_file": args.frames,
         "workers": args.workers,

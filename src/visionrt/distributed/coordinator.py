@@ -66,6 +66,8 @@ class ClusterReport:
     lost_workers: int = 0
     stale_batches: int = 0  # from an attempt already given up (an actor that answered late)
     frames_by_worker: dict[str, int] = field(default_factory=dict)
+    # What each worker said of itself when its last group ended (node, memory, threads).
+    worker_info: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: dict[str, SourceState] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -84,6 +86,10 @@ class ClusterReport:
             "fps_by_worker": {
                 w: round(n / self.seconds, 2) if self.seconds else 0.0
                 for w, n in sorted(self.frames_by_worker.items())
+            },
+            "node_by_worker": {w: i.get("node", "") for w, i in sorted(self.worker_info.items())},
+            "rss_mb_by_worker": {
+                w: i.get("rss_mb", 0.0) for w, i in sorted(self.worker_info.items())
             },
             "sources": {
                 name: {
@@ -233,6 +239,8 @@ class Coordinator:
             state = self.report.sources[unit.name]
             state.done_units += 1
             state.summary = report.summary
+            if "worker" in report.summary:
+                self.report.worker_info[report.worker] = dict(report.summary["worker"])
         elif report.retry:
             self._again(unit, report.error)
         elif self._sizes.get(report.worker, 1) > 1 and not unit.alone:
