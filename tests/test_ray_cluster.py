@@ -10,7 +10,6 @@ import itertools
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -158,40 +157,48 @@ def test_a_live_stream_on_a_removed_node_restarts_with_the_gap_counted(
     assert gap == [state.lost + 1]  # one gap, as long as the frames counted lost
 
 
-def test_each_kind_of_machine_runs_its_own_plan(
+def test_each_kind_of_machine_is_tuned_on_its_own_and_runs_its_own_plan(
     cluster: Cluster, tiny_model: Path, tmp_path: Path
 ) -> None:
-    """`visionrt run --ray ADDRESS` on the head (this machine) and a node that hides a CPU
-    feature (as a machine without it): two plan groups by fingerprint, each with the plan
-    cached for its machine — the driver's plan for the head's worker, another artifact for the
-    node's — said on stderr and in summary.json."""
+    """The head (this machine, its plan cached) and a node that hides a CPU feature (a machine
+    without it): `visionrt tune --ray ADDRESS` tunes only the kind without a plan, on its
+    node, and keeps the plan here; `visionrt run --ray ADDRESS` then runs two plan groups,
+    each with its own machine's plan — said on stderr and in summary.json."""
     fingerprint = machine_fingerprint()
     assert fingerprint["features"], "no CPU feature a plan depends on to hide"
     hidden = fingerprint["features"][-1]  # avx512_bf16 on Zen 4/5; present on every kind
     without = {**fingerprint, "features": [f for f in fingerprint["features"] if f != hidden]}
     root = tmp_path / "plans"
-    copy = tmp_path / "artifact-for-the-node.onnx"  # the node's "tuned artifact"
-    shutil.copy(tiny_model, copy)
-    for fp, artifact in ((fingerprint, tiny_model), (without, copy)):
-        plan = Plan(
-            run={"model": str(artifact), "backend": "onnxruntime"},
-            tuned={
-                "source_model": str(tiny_model),
-                "source_sha256": file_sha256(tiny_model),
-                "measured": {"fps": 100.0, "fidelity": 0.99, "frames": 30},
-                "fingerprint": fp,
-            },
-        )
-        plan.save(plan_path(tiny_model, fp, root))
+    mine_path = plan_path(tiny_model, fingerprint, root)
+    Plan(
+        run={"model": str(tiny_model), "backend": "onnxruntime"},
+        tuned={
+            "source_model": str(tiny_model),
+            "source_sha256": file_sha256(tiny_model),
+            "measured": {"fps": 100.0, "fidelity": 0.99, "frames": 30},
+            "fingerprint": fingerprint,
+        },
+    ).save(mine_path)
     node = cluster.add_node(num_cpus=1, env_vars={HIDE_VARIABLE: hidden})
     video = write_video(tmp_path / "v.mp4", frames=20)
     env = {**os.environ, "VISIONRT_PLANS": str(root), "RAY_AUTH_MODE": "disabled"}
     env.pop(HIDE_VARIABLE, None)
+    cli = [sys.executable, "-m", "visionrt.cli.main"]
     try:
+        tuned = subprocess.run(
+            [*cli, "tune", str(video), "--model", str(tiny_model), "--ray", cluster.address,
+             "--no-motion", "--budget-minutes", "1"],
+            capture_output=True, text=True, timeout=300, env=env,
+        )  # fmt: skip
+        assert tuned.returncode == 0, tuned.stderr
+        theirs_path = plan_path(tiny_model, without, root)
+        assert theirs_path.is_file()
+        assert Plan.load(theirs_path).fingerprint["features"] == without["features"]
+        assert f"plan {mine_path.name}" in tuned.stderr  # its own kind: not tuned again
         done = subprocess.run(
-            [sys.executable, "-m", "visionrt.cli.main", "run", f"a={video}", f"b={video}",
-             "--model", str(tiny_model), "--ray", cluster.address, "--workers", "2",
-             "--worker-cpus", "1", "--no-video", "--out", str(tmp_path / "out")],
+            [*cli, "run", f"a={video}", f"b={video}", "--model", str(tiny_model),
+             "--ray", cluster.address, "--workers", "2", "--worker-cpus", "1", "--no-video",
+             "--out", str(tmp_path / "out")],
             capture_output=True, text=True, timeout=240, env=env,
         )  # fmt: skip
     finally:
@@ -201,11 +208,10 @@ def test_each_kind_of_machine_runs_its_own_plan(
     groups = summary["cluster"]["plan_groups"]
     assert set(groups) == {fingerprint_key(fingerprint), fingerprint_key(without)}
     mine, theirs = groups[fingerprint_key(fingerprint)], groups[fingerprint_key(without)]
-    assert Path(mine["model"]) == tiny_model
-    assert Path(theirs["model"]) == copy
+    assert f"plan {mine_path.name}" in mine["plan"]
+    assert f"plan {theirs_path.name}" in theirs["plan"]
     assert hidden not in theirs["features"]
     assert len(mine["workers"]) == len(theirs["workers"]) == 1
-    assert "plan " in theirs["plan"]
     assert f"plan group {fingerprint_key(without)}" in done.stderr
     assert summary["frames_out"] == 40
 

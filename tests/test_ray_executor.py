@@ -261,8 +261,8 @@ def test_model_files_are_fetched_from_the_drivers_node(
     """What a worker on a node without the driver's model does: a task placed on the
     driver's node reads the files' bytes."""
     from visionrt.distributed.files import manifest
-    from visionrt.distributed.ray_executor import _fetch
+    from visionrt.distributed.ray_executor import fetch
 
     files = manifest({"model": str(tiny_model)})
-    got = _fetch(ray.get_runtime_context().get_node_id(), files)
+    got = fetch(ray.get_runtime_context().get_node_id(), files)
     assert got == {str(tiny_model): tiny_model.read_bytes()}

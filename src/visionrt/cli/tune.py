@@ -173,6 +173,13 @@ def tune_command(
             " budget that is ≥ 5% faster than none.",
         ),
     ] = True,
+    ray: Annotated[
+        str | None,
+        Opt(
+            help="Tune each kind of machine in the Ray cluster at this address (auto or"
+            " HOST:PORT) that has no plan here, on one of its nodes; `run --ray` uses them.",
+        ),
+    ] = None,
 ) -> None:
     """Search backends × precisions × input sizes × request settings on your video (and the
     batch, when the best runs on an NVIDIA GPU), within an accuracy budget, and cache the best
@@ -185,6 +192,16 @@ def tune_command(
     err = Console(stderr=True, soft_wrap=True)
     limits = _limits(min_fidelity, max_p99_ms, objective, budget_minutes)
     limits_for_depth = depth_limits(depth, depth_size, max_abs_rel, min_delta1)
+    if ray is not None:
+        from visionrt.cli.tune_cluster import tune_on_cluster
+
+        motion_flag = "--motion" if motion else "--no-motion"
+        forwarded = [
+            "--objective", objective, "--min-fidelity", str(min_fidelity),
+            "--max-p99-ms", str(max_p99_ms), "--budget-minutes", str(budget_minutes), motion_flag,
+        ]  # fmt: skip
+        tune_on_cluster(ray, model_path, Path(video), forwarded, err)
+        return
     # Every destination is checked before minutes of search, not after.
     for planned in (model_path, Path(depth) if depth else None):
         if planned is not None and planned.is_file():

@@ -22,8 +22,11 @@ Manifest = dict[str, tuple[str, str]]
 Bundle = dict[str, bytes]  # model path as the driver names it → its bytes
 
 
-def _named(settings: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:
-    for section, key in MODEL_KEYS:
+Keys = tuple[tuple[str, str], ...]
+
+
+def _named(settings: Mapping[str, Any], keys: Keys = MODEL_KEYS) -> Iterator[tuple[str, str, str]]:
+    for section, key in keys:
         values = settings.get(section) if section else settings
         path = (values or {}).get(key) if isinstance(values, Mapping) else None
         if path:
@@ -63,11 +66,12 @@ def localized(
     files: Manifest,
     fetch: Callable[[], Bundle],
     root: Path | None = None,
+    keys: Keys = MODEL_KEYS,
 ) -> dict[str, Any]:
     """`settings` as this node runs them: model files that are here with the driver's content
     (`files`) are read in place; otherwise the driver's bytes (`fetch`, called at most once)
     are written under `root` (default: visionrt's cache), a model's files together in a
-    folder named by its content, and the settings name them there."""
+    folder named by its content, and the settings (at `keys`) name them there."""
     if all(_same(Path(path), sha) for path, (sha, _) in files.items()):
         return dict(settings)
     shipped = fetch()
@@ -81,7 +85,7 @@ def localized(
             partial.replace(target)  # whole or absent: another worker may be reading it
         moved[path] = str(target)
     out = copy.deepcopy(dict(settings))
-    for section, key, named in _named(settings):
+    for section, key, named in _named(settings, keys):
         if named in moved:
             (out[section] if section else out)[key] = moved[named]
     return out

@@ -77,7 +77,7 @@ class UnitRunner:
         attempts = {unit.unit_id: unit.attempt for unit in units}
         summaries: dict[int, dict[str, Any]] = {}
         try:
-            run = localized(run, files, lambda: _fetch(driver, files))
+            run = localized(run, files, lambda: fetch(driver, files))
             batches = group_batches(
                 units,
                 run,
@@ -108,7 +108,7 @@ class UnitRunner:
             pipeline.telemetry.add_listener(self.metrics)
 
 
-def _fetch(node: str, files: Manifest) -> Bundle:
+def fetch(node: str, files: Manifest) -> Bundle:
     """The model files' bytes, read on `node` (the driver's) by a task placed there."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -331,6 +331,15 @@ class RayExecutor:
         if self._replacements > 0:
             self._replacements -= 1
             self._spawn()
+
+
+def connect(address: str) -> Any:
+    """Ray, connected to the running cluster at `address` ("auto", "host:port"), unless this
+    process is connected already."""
+    ray = _import_ray()
+    if not ray.is_initialized():
+        _init_ray(ray, address, 0, 0.0, 0.0)
+    return ray
 
 
 def _import_ray() -> Any:

@@ -65,10 +65,12 @@ def run_on_ray(
         if resolve is None or fingerprint_key(fingerprint) == own:
             return worker_settings(cfg), plan_note
         group_cfg, note = resolve(fingerprint)
+        if "no tuned plan" in note:
+            note += f"\n`visionrt tune --ray {cluster.address}` tunes each kind of machine"
         return worker_settings(group_cfg), note
 
-    plans = GroupPlans(settings)
     cluster = cfg.cluster
+    plans = GroupPlans(settings)
     address = None if cluster.address in ("", "local") else cluster.address
     metrics, worker_metrics = None, None
     if cfg.output.metrics_port:  # the cluster's totals here; each worker's own endpoint

@@ -1,0 +1,31 @@
+"""`visionrt tune --ray ADDRESS`: a plan for each kind of machine in a Ray cluster, kept in this
+machine's plan folder for `visionrt run --ray` (distributed.tune)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from visionrt.errors import ConfigError
+
+
+def tune_on_cluster(address: str, model: Path, video: Path, args: list[str], err: Console) -> None:
+    """Connect to the cluster at `address`, tune each kind of machine that has no plan here,
+    say what each kind runs; a ConfigError (exit 2) naming the kinds whose tuning failed."""
+    from visionrt.distributed.ray_executor import connect
+    from visionrt.distributed.tune import tune_kinds
+
+    if address == "local":
+        raise ConfigError("tune --ray local: one machine, one kind: run `visionrt tune` instead")
+    ray = connect(address)
+    try:
+        kinds = tune_kinds(
+            model, video, args, lambda line: err.print(line, markup=False, highlight=False)
+        )
+    finally:
+        ray.shutdown()
+    failed = [key for key, kind in kinds.items() if kind.plan.startswith("failed")]
+    if failed:
+        raise ConfigError(f"tune --ray: no plan for {', '.join(failed)} (see above)")
+    err.print(f"{len(kinds)} kind(s) of machine, each with a plan: `visionrt run --ray` uses them")
