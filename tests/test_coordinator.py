@@ -395,3 +395,30 @@ def test_a_node_without_the_drivers_model_files_gets_them_by_content(tmp_path: P
     assert placed.with_suffix(".bin").read_bytes() == b"weights"  # beside its .xml
     assert moved["backend"] == "openvino"
     assert settings["model"] == str(ir)  # the driver's settings are not changed
+
+
+def test_a_plan_tuned_on_a_node_is_kept_with_its_artifact_for_that_kind_of_machine(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """What `tune --ray` keeps of a node's plan: the plan under that machine's fingerprint in
+    this machine's plan folder, its artifact's files together beside it, the plan naming them."""
+    from visionrt.distributed.tune import keep
+    from visionrt.paths import file_sha256
+    from visionrt.plans import Plan, cached_plan, fingerprint_key, machine_fingerprint
+
+    theirs = {**machine_fingerprint(), "cpu": "a node's CPU"}
+    sha = file_sha256(tiny_model)
+    node_plan = Plan(
+        run={"model": "/node/cache/artifacts/x-openvino-int8/model.xml", "backend": "openvino"},
+        tuned={"source_model": "/node/tiny.onnx", "source_sha256": sha, "fingerprint": theirs},
+    )
+    files = {"model.xml": b"<net/>", "model.bin": b"weights"}
+    kept = keep(tiny_model, theirs, (node_plan.to_yaml(), files), tmp_path / "plans")
+    plan = Plan.load(kept)
+    artifact = Path(str(plan.run["model"]))
+    assert artifact.parent.parent == tmp_path / "artifacts"
+    assert artifact.parent.name == f"{fingerprint_key(theirs)}-x-openvino-int8"
+    assert artifact.read_bytes() == b"<net/>"
+    assert (artifact.parent / "model.bin").read_bytes() == b"weights"
+    assert cached_plan(tiny_model, tmp_path / "plans", theirs) == (plan, kept)
+    assert cached_plan(tiny_model, tmp_path / "plans") is None  # not this machine's
