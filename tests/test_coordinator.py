@@ -251,6 +251,18 @@ def test_a_cluster_run_writes_the_jsonl_a_single_process_run_writes(
     assert report.failed.keys() == {"gone"}
     assert "gone: source not found" in summary.error
     assert summary.frames_out == 9
+    # One worker takes both into one Pipeline: the missing file fails alone, at once, and the
+    # other runs on in that attempt (a bad camera must not hold the others back).
+    grouped = load_config(values={**values, "sources": broken.sources, "output": {
+        "dir": str(tmp_path / "grouped"), "video": False}})  # fmt: skip
+    executor = ThreadExecutor(
+        1, lambda group, send: run_group(group, worker_settings(grouped), send)
+    )
+    summary, report = run_on_cluster(grouped, executor)
+    executor.close()
+    assert report.failed.keys() == {"gone"}
+    assert summary.frames_out == 9
+    assert report.attempts == 2  # one group of two units, no retry
 
 
 def test_idle_workers_take_files_in_groups_that_leave_no_worker_idle() -> None:

@@ -243,7 +243,7 @@ class Coordinator:
                 self.report.worker_info[report.worker] = dict(report.summary["worker"])
         elif report.retry:
             self._again(unit, report.error)
-        elif self._sizes.get(report.worker, 1) > 1 and not unit.alone:
+        elif self._sizes.get(report.worker, 1) > 1 and not (unit.alone or report.own):
             # A group's Pipeline failed on the user's error: whose, its own run tells.
             self._current[unit.unit_id] = unit.attempt + 1
             self.queue.appendleft(replace(unit, attempt=unit.attempt + 1, alone=True))

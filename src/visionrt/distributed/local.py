@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from visionrt.distributed.units import Batch, Done, Failed, Group, Report
-from visionrt.distributed.worker import USER_ERRORS, Send
+from visionrt.distributed.worker import USER_ERROR, USER_ERRORS, Send
 
 # run(units, send) runs a group, calling send(unit id, frames) with (frame index, JSONL line)
 # batches, each unit's in frame order; returns each unit's summary by unit id.
@@ -54,7 +54,12 @@ class ThreadExecutor:
         else:
             for unit in units:
                 summary = summaries.get(unit.unit_id, {})
-                self._reports.put(Done(worker, unit.unit_id, unit.attempt, summary))
+                if USER_ERROR in summary:  # its source alone could not be opened
+                    error = summary[USER_ERROR]
+                    failed = Failed(worker, unit.unit_id, unit.attempt, error, False, own=True)
+                    self._reports.put(failed)
+                else:
+                    self._reports.put(Done(worker, unit.unit_id, unit.attempt, summary))
 
     def reports(self, timeout: float) -> list[Report]:
         try:

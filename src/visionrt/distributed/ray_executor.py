@@ -72,34 +72,40 @@ class UnitRunner:
         self, units: Group, run: Mapping[str, Any], files: Manifest, driver: str
     ) -> Iterator[Report]:
         """Batch reports of the units' frames (each unit's in order) with the configuration
-        `run`, then Done for each unit, or Failed for each on an error. The model `files` it
-        names are read here when this node has them, else fetched from the `driver`'s node."""
-        attempts = {unit.unit_id: unit.attempt for unit in units}
+        `run`, then Done for each unit, or Failed for each on an error (a unit whose source
+        alone cannot be opened fails at once; the others run on). The model `files` it names
+        are read here when this node has them, else fetched from the `driver`'s node."""
+        running = {unit.unit_id: unit.attempt for unit in units}
         summaries: dict[int, dict[str, Any]] = {}
+        failed: dict[int, str] = {}  # sources of the group that could not be opened
+
+        def fail_opened() -> Iterator[Report]:
+            for unit_id in list(failed):
+                error = failed.pop(unit_id)
+                attempt = running.pop(unit_id)
+                yield Failed(self.worker, unit_id, attempt, error, retry=False, own=True)
+
         try:
             run = localized(run, files, lambda: fetch(driver, files))
             batches = group_batches(
-                units,
-                run,
-                self.threads,
-                BATCH_FRAMES,
-                summaries=summaries,
-                on_pipeline=self._follow,
+                units, run, self.threads, BATCH_FRAMES, summaries, self._follow, failed
             )
             for unit_id, frames in batches:
-                yield Batch(self.worker, unit_id, attempts[unit_id], frames)
+                yield from fail_opened()
+                yield Batch(self.worker, unit_id, running[unit_id], frames)
+            yield from fail_opened()
         except USER_ERRORS as err:
-            for unit in units:
-                yield Failed(self.worker, unit.unit_id, unit.attempt, str(err), retry=False)
+            for unit_id, attempt in running.items():
+                yield Failed(self.worker, unit_id, attempt, str(err), retry=False)
             return
         except Exception as err:
-            for unit in units:
-                yield Failed(self.worker, unit.unit_id, unit.attempt, _error(err), retry=True)
+            for unit_id, attempt in running.items():
+                yield Failed(self.worker, unit_id, attempt, _error(err), retry=True)
             return
         worker = self.describe()
-        for unit in units:
-            summary = {**summaries.get(unit.unit_id, {}), "worker": worker}
-            yield Done(self.worker, unit.unit_id, unit.attempt, summary)
+        for unit_id, attempt in running.items():
+            summary = {**summaries.get(unit_id, {}), "worker": worker}
+            yield Done(self.worker, unit_id, attempt, summary)
 
     def _follow(self, pipeline: Any) -> None:
         """The worker's metrics count this group's frames too (counters add up across groups)."""

@@ -57,13 +57,15 @@ class Done:
 @dataclass(frozen=True, slots=True)
 class Failed:
     """A unit's attempt failed with `error`; `retry` False for the user's error (a bad file or
-    model), which another attempt would only repeat."""
+    model), which another attempt would only repeat; `own` when the worker found it to be
+    this unit's own (its source alone cannot be opened), not its group's."""
 
     worker: str
     unit_id: int
     attempt: int
     error: str
     retry: bool = True
+    own: bool = False
 
 
 @dataclass(frozen=True, slots=True)

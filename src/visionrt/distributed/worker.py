@@ -11,17 +11,18 @@ from contextlib import closing
 from dataclasses import replace
 from typing import Any
 
-from visionrt.config import load_config, pipeline_for
+from visionrt.config import RunConfig, load_config, pipeline_for
 from visionrt.distributed.units import Group
 from visionrt.distributed.videos import AttemptVideos
 from visionrt.errors import ConfigError, ModelLoadError, SourceError
 from visionrt.pipeline import Pipeline
-from visionrt.sources.registry import source_kind
+from visionrt.sources.registry import open_source, source_kind
 
 Frames = tuple[tuple[int, str], ...]  # (frame index, JSONL line), in frame order
 Send = Callable[[int, Frames], None]  # (unit id, frames)
 # What another attempt would only repeat: the user's file, model or options.
 USER_ERRORS = (SourceError, ConfigError, ModelLoadError)
+USER_ERROR = "user_error"  # a unit's summary key: its source could not be opened
 
 
 def group_batches(
@@ -32,6 +33,7 @@ def group_batches(
     batch_seconds: float = 0.5,
     summaries: dict[int, dict[str, Any]] | None = None,
     on_pipeline: Callable[[Pipeline], None] | None = None,
+    failed: dict[int, str] | None = None,
 ) -> Iterator[tuple[int, Frames]]:
     """Run `units` in one Pipeline with the configuration `run` (RunConfig's sections as a
     nested dict, its plan settled on the driver), yielding (unit id, frames) batches, each
@@ -41,7 +43,9 @@ def group_batches(
     the end `summaries` gets each unit's row of the run's summary (frames in and out,
     dropped) by unit id. `on_pipeline` is handed the Pipeline before it runs (the worker's
     metrics follow it). A bad source, model or option raises the CLI's one-line error
-    (SourceError, ModelLoadError, ConfigError)."""
+    (SourceError, ModelLoadError, ConfigError); with `failed`, a group's sources that cannot
+    be opened are put there instead (unit id → the error, before the first batch) and the
+    others run without them."""
     cfg = load_config(values=dict(run))
     if threads:  # what the user set is kept; the runtime's default would take every core
         if not cfg.inference.threads:
@@ -61,7 +65,18 @@ def group_batches(
     resumed = units[0].start_frame if _resumes(units, cfg.output.video) else 0
     if resumed:  # a video file resumes there: the frames before it are decoded only
         cfg = replace(cfg, source=replace(cfg.source, start_frame=resumed))
-    pipeline = pipeline_for(cfg, [f"{unit.name}={unit.spec}" for unit in units])
+    try:
+        pipeline = pipeline_for(cfg, [f"{unit.name}={unit.spec}" for unit in units])
+    except SourceError:
+        bad = _unopenable(units, cfg) if failed is not None and len(units) > 1 else {}
+        if not bad:
+            raise
+        assert failed is not None
+        failed.update(bad)  # one camera's bad URL must not hold the others back
+        units = tuple(unit for unit in units if unit.unit_id not in bad)
+        if not units:
+            return
+        pipeline = pipeline_for(cfg, [f"{unit.name}={unit.spec}" for unit in units])
     if on_pipeline is not None:
         on_pipeline(pipeline)
     # A live stream's frame numbers start again with each attempt: nothing there to skip.
@@ -107,6 +122,18 @@ def group_batches(
             }
 
 
+def _unopenable(units: Group, cfg: RunConfig) -> dict[int, str]:
+    """The units whose source cannot be opened on its own, with the error."""
+    options = replace(cfg.source, workers="thread")  # opened here, closed at once
+    bad: dict[int, str] = {}
+    for unit in units:
+        try:
+            open_source(unit.spec, 0, options).close()
+        except SourceError as err:
+            bad[unit.unit_id] = str(err)
+    return bad
+
+
 def _resumes(units: Group, video: bool) -> bool:
     """Whether the group is one video file resumed after its first frame, without an MP4 to
     write (an attempt's video has every frame: those it runs again too)."""
@@ -116,8 +143,11 @@ def _resumes(units: Group, video: bool) -> bool:
 
 
 def run_group(units: Group, run: Mapping[str, Any], send: Send, threads: int = 0) -> dict:
-    """`group_batches`, each batch handed to `send`; each unit's summary by unit id."""
+    """`group_batches`, each batch handed to `send`; each unit's summary by unit id (a unit
+    whose source could not be opened: {USER_ERROR: the error})."""
     summaries: dict[int, dict[str, Any]] = {}
-    for unit_id, frames in group_batches(units, run, threads, summaries=summaries):
+    failed: dict[int, str] = {}
+    batches = group_batches(units, run, threads, summaries=summaries, failed=failed)
+    for unit_id, frames in batches:
         send(unit_id, frames)
-    return summaries
+    return {**summaries, **{uid: {USER_ERROR: error} for uid, error in failed.items()}}
