@@ -145,6 +145,21 @@ def test_bad_file_is_the_users_error(executor: RayExecutor, tmp_path: Path) -> N
     assert worker in executor.workers()  # a user's error leaves the worker up
 
 
+def test_a_bad_file_in_a_group_fails_alone_and_the_rest_runs_on(
+    executor: RayExecutor, videos: dict[str, Path], tmp_path: Path
+) -> None:
+    worker = min(executor.workers())
+    gone = WorkUnit(11, "gone", str(tmp_path / "gone.mp4"))
+    executor.start(worker, (WorkUnit(10, "a", str(videos["a"])), gone))
+    reports = collect(executor, 2)
+    failed = [r for r in reports if isinstance(r, Failed)]
+    assert [(r.unit_id, r.retry, r.own) for r in failed] == [(11, False, True)]
+    assert "gone.mp4" in failed[0].error
+    assert reports.index(failed[0]) == 0  # said before any frame of the others
+    assert [index for index, _ in lines(reports, 10)] == list(range(45))
+    assert [r.unit_id for r in reports if isinstance(r, Done)] == [10]
+
+
 def test_killed_actor_is_lost_and_its_unit_resumes_on_a_new_worker(
     executor: RayExecutor, videos: dict[str, Path]
 ) -> None:

@@ -88,7 +88,13 @@ class UnitRunner:
         try:
             run = localized(run, files, lambda: fetch(driver, files))
             batches = group_batches(
-                units, run, self.threads, BATCH_FRAMES, summaries, self._follow, failed
+                units,
+                run,
+                self.threads,
+                BATCH_FRAMES,
+                summaries=summaries,
+                on_pipeline=self._follow,
+                failed=failed,
             )
             for unit_id, frames in batches:
                 yield from fail_opened()
