@@ -375,7 +375,7 @@ def _init_ray(ray: Any, address: str | None, workers: int, cpus: float, gpus: fl
     # Ray reads this at init: no usage report leaves the machine (the issue asks it off).
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address is not None:
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         return
     # An embedded Ray is this run's alone: since Ray 2.59 a local init would turn token auth on
     # and write ~/.ray/auth_token, which a head node the user starts later picks up while the
@@ -387,6 +387,7 @@ def _init_ray(ray: Any, address: str | None, workers: int, cpus: float, gpus: fl
         num_cpus=max(1, math.ceil(workers * cpus)) if workers else os.cpu_count() or 1,
         include_dashboard=False,
         log_to_driver=False,
+        logging_level=logging.WARNING,  # "Started a local Ray instance" is ours to say
     )
     found = ray.cluster_resources().get("GPU", 0.0)
     if gpus > found:
