@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 from fractions import Fraction
@@ -195,6 +196,119 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_detector(
         tmp_path_factory.mktemp("models") / "tiny.onnx", [(32, 32, 20, 10, 0.9, 0.0)]
     )
+
+
+# -- the demo detector's runs and INT8 artifacts, made once a session ---------------------------
+# Several files score against the same FP32 reference and test the same INT8 artifacts; each
+# costs seconds here and three times that on the slower CI CPUs, so none is made twice.
+
+REFERENCE_FRAMES = 50
+INT8_CALIBRATION_FRAMES = 16
+INT8_FIDELITY_FRAMES = 30
+
+
+@pytest.fixture(scope="session")
+def demo_results(demo_model: Path, demo_video: Path) -> list[Any]:
+    """The demo detector's pipeline results (frames kept) on the first REFERENCE_FRAMES frames
+    of the demo video, ONNX Runtime FP32, never a plan: the reference the fidelity tests score
+    against, as `collect_detections` gives it. Source mode auto, not its file: on a file they
+    are the same, every frame in order, which test_real_model checks."""
+    from visionrt import Pipeline, SourceOptions
+
+    pipeline = Pipeline(
+        [str(demo_video)],
+        demo_model,
+        "onnxruntime",
+        source_options=SourceOptions(max_frames=REFERENCE_FRAMES),
+        plan=False,
+    )
+    try:
+        return list(pipeline)
+    finally:
+        pipeline.close()
+
+
+@pytest.fixture(scope="session")
+def demo_reference(demo_results: list[Any]) -> list[Any]:
+    """The reference's detections, one per frame (see demo_results)."""
+    return [result.detections for result in demo_results]
+
+
+_REFERENCE_RUNS: dict[tuple[Any, ...], list[Any]] = {}
+
+
+def remember_reference(patch: pytest.MonkeyPatch) -> None:
+    """Let `compare_to_reference` (and export's fidelity, which calls it) run the FP32 reference
+    of a model on a video once a session: its later calls with the same model file, video,
+    frames and threshold get the same detections. Candidates still run every time: only a call
+    for the reference backend with default options, which no export target loads, is kept."""
+    import visionrt.fidelity.detections as module
+    from visionrt.backends import BackendOptions
+
+    real = module.detections_over
+
+    def detections_over(
+        video: Any,
+        model: Any,
+        backend: str = module.REFERENCE_BACKEND,
+        options: BackendOptions | None = None,
+        frames: int = 200,
+        conf: float = 0.25,
+    ) -> list[Any]:
+        if backend != module.REFERENCE_BACKEND or (options or BackendOptions()) != BackendOptions():
+            return real(video, model, backend, options, frames, conf)
+        model_file = Path(model).stat()
+        key = (str(video), str(model), model_file.st_size, model_file.st_mtime_ns, frames, conf)
+        if key not in _REFERENCE_RUNS:
+            _REFERENCE_RUNS[key] = real(video, model, backend, options, frames, conf)
+        return list(_REFERENCE_RUNS[key])
+
+    patch.setattr(module, "detections_over", detections_over)
+
+
+@pytest.fixture
+def reference_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    remember_reference(monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def demo_artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("demo-artifacts")
+
+
+def export_demo(
+    target: str, model: Path, video: Path, out: Path, fidelity_frames: int = INT8_FIDELITY_FRAMES
+) -> Any:
+    """`target` of the demo detector, calibrated on INT8_CALIBRATION_FRAMES frames (quick; the
+    fidelity bounds of test_export and test_backend_conformance hold with a wide margin)."""
+    from visionrt.export import export_model
+
+    return export_model(
+        model,
+        target,
+        calibrate=video,
+        frames=INT8_CALIBRATION_FRAMES,
+        out=out,
+        progress=False,
+        fidelity_frames=fidelity_frames,
+    )
+
+
+@pytest.fixture(scope="session")
+def onnx_int8(demo_model: Path, demo_video: Path, demo_artifacts: Path) -> Any:
+    """The demo detector's ONNX INT8 artifact, its fidelity measured by the export on
+    INT8_FIDELITY_FRAMES frames (test_export reads it and its report)."""
+    with pytest.MonkeyPatch.context() as patch:
+        remember_reference(patch)
+        return export_demo("onnx-int8", demo_model, demo_video, demo_artifacts)
+
+
+@pytest.fixture(scope="session")
+def openvino_int8(demo_model: Path, demo_video: Path, demo_artifacts: Path) -> Any:
+    """The demo detector's OpenVINO INT8 IR, not scored by the export (its tests score it)."""
+    if importlib.util.find_spec("openvino") is None or importlib.util.find_spec("nncf") is None:
+        pytest.skip("openvino and nncf not installed (pip install 'visionrt[openvino]')")
+    return export_demo("openvino-int8", demo_model, demo_video, demo_artifacts, fidelity_frames=0)
 
 
 def scraped(pipeline: Any, info: dict[str, str] | None = None) -> tuple[Any, str]:

@@ -27,7 +27,9 @@ FIDELITY_FRAMES = 50
 # 50 / 100 frames (324 / 667 reference boxes): bf16 torch 0.989 / 0.994, openvino 0.990 / 0.995;
 # INT8 (32 calibration frames) onnx-int8 0.970 / 0.974, openvino-int8 0.984 / 0.984. INT8 runs
 # its float parts in f32 and uses VNNI there and on Ice Lake alike (no AMX on either), so the
-# INT8 bounds hold on both.
+# INT8 bounds hold on both. The session's INT8 artifacts (conftest, 16 calibration frames), on a
+# 2-core AMD EPYC with BF16 and with it hidden alike, first 50 frames: onnx-int8 0.965,
+# openvino-int8 0.980.
 MIN_MAP50 = {"bf16": 0.96, "int8": 0.90}
 # A marker, not a skip in the body: a skipped test then never computes the reference fixture.
 needs_bf16 = pytest.mark.skipif(
@@ -58,8 +60,9 @@ def reference_raw(demo_model: Path, frames: list[np.ndarray]) -> list[np.ndarray
 
 
 @pytest.fixture(scope="module")
-def reference_detections(demo_model: Path, demo_video: Path):
-    return collect_detections(demo_video, demo_model, frames=FIDELITY_FRAMES)
+def reference_detections(demo_reference: list) -> list:
+    assert len(demo_reference) >= FIDELITY_FRAMES
+    return demo_reference[:FIDELITY_FRAMES]
 
 
 @pytest.mark.slow
@@ -108,33 +111,20 @@ def test_bf16_without_bf16_instructions_is_refused(
     assert caught.value.exit_code == 5
 
 
-@pytest.fixture(scope="module")
-def artifact_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("int8")
+# The session's artifacts (conftest; test_export tests their graphs).
+ARTIFACTS = {"onnx-int8": "onnx_int8", "openvino-int8": "openvino_int8"}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("target", "backend"), [("onnx-int8", "onnxruntime"), ("openvino-int8", "openvino")]
 )
-def test_int8_fidelity(
-    target, backend, demo_model, demo_video, artifact_dir, reference_detections
-) -> None:
+def test_int8_fidelity(target, backend, demo_video, reference_detections, request) -> None:
     _require(backend)
     if target == "openvino-int8" and importlib.util.find_spec("nncf") is None:
         pytest.skip("openvino-int8 export needs nncf: pip install 'visionrt[openvino]'")
-    from visionrt.export import export_model
-
-    # 32 calibration frames keep the test quick; `visionrt export` uses 300 by default.
-    artifact = export_model(
-        demo_model,
-        target,
-        demo_video,
-        frames=32,
-        out=artifact_dir,
-        fidelity_frames=0,
-        progress=False,
-    )
+    # 16 calibration frames keep the export quick; `visionrt export` uses 300 by default.
+    artifact = request.getfixturevalue(ARTIFACTS[target])
     candidate = collect_detections(
         demo_video, artifact.path, backend, BackendOptions(precision="int8"), FIDELITY_FRAMES
     )

@@ -177,11 +177,12 @@ def test_tracking_fidelity_splits_detected_and_predicted_frames() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("tracker", ["bytetrack", "ocsort"])
 def test_tracked_runs_against_the_reference(
-    demo_model: Path, demo_video: Path, tracker: str
+    demo_model: Path, demo_video: Path, demo_reference: list[Detections], tracker: str
 ) -> None:
     """Tracking on every frame loses nothing (the detector runs at the tracker's low threshold,
     its extra boxes score below every reference box); detect-every-3 stays close."""
-    reference = collect_detections(demo_video, demo_model, frames=30)
+    reference = demo_reference[:30]  # the session's FP32 reference run (conftest)
+    assert len(reference) == 30
     for every, least in ((1, 1.0), (3, 0.8)):
         options = PipelineOptions(track=True, detect_every=every, tracker=tracker)
         boxes = collect_detections(demo_video, demo_model, frames=30, pipeline_options=options)

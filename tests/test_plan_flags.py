@@ -206,14 +206,14 @@ def test_use_plan_picks_the_live_settings_only_for_live_runs(planned: dict[str, 
 
 @pytest.fixture(scope="module")
 def real_plan(tmp_path_factory: pytest.TempPathFactory, demo_model: Path, demo_video: Path):
-    """The demo detector's INT8 artifact at 512×640, exported for any batch (20 calibration
+    """The demo detector's INT8 artifact at 512×640, exported for any batch (4 calibration
     frames: fidelity is not what is tested here), cached as this machine's plan."""
     pytest.importorskip("nncf")
     from visionrt.export import export_model
 
     root = tmp_path_factory.mktemp("real-plan")
     result = export_model(
-        demo_model, "openvino-int8", calibrate=demo_video, frames=20, imgsz=(512, 640),
+        demo_model, "openvino-int8", calibrate=demo_video, frames=4, imgsz=(512, 640),
         out=root / "artifacts", progress=False, fidelity_frames=0,
     )  # fmt: skip
     assert result.report["batch"] == "any"

@@ -8,6 +8,7 @@ import cv2
 import numpy as np
 import onnxruntime as ort
 import pytest
+from conftest import REFERENCE_FRAMES
 
 from visionrt import Pipeline, SourceOptions
 from visionrt.postprocess import HeadLayout, PostprocessOptions
@@ -15,20 +16,14 @@ from visionrt.postprocess.yolo import decode_one
 from visionrt.preprocess import InputLayout, compute_letterbox, letterbox_into
 
 pytestmark = pytest.mark.slow
-FRAMES = 50
+FRAMES = REFERENCE_FRAMES  # 50
 
 
 @pytest.fixture(scope="module")
-def results(demo_model: Path, demo_video: Path):
-    pipeline = Pipeline(
-        [str(demo_video)],
-        demo_model,
-        "onnxruntime",
-        source_options=SourceOptions(max_frames=FRAMES),
-    )
-    out = list(pipeline)
-    pipeline.close()
-    return out
+def results(demo_results: list) -> list:
+    """The session's run (conftest: a Pipeline on ONNX Runtime, the source's options default
+    but max_frames), which the fidelity tests score against too."""
+    return demo_results
 
 
 def test_people_are_found_inside_the_frame(results) -> None:
