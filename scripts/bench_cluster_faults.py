@@ -37,7 +37,7 @@ SHORT = {
 def once(fault: str, checks: dict[str, int], frames: int, out: Path) -> dict[str, Any]:
     """One run of two files on two 1-CPU workers (one per node); the fault hits the worker on
     the second node once it committed 40 frames. Seconds from the fault to the loss being
-    seen and to the next frame committed after it."""
+    seen and to the next frame of the lost worker's source committed after it."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -58,18 +58,27 @@ def once(fault: str, checks: dict[str, int], frames: int, out: Path) -> dict[str
     executor = RayExecutor(None, 2, 1.0, 0.0, worker_settings(cfg), startup_timeout=120)
     doomed = next(w for w in executor.workers() if executor.info(w)["node"] == node.node_id)
     moments: dict[str, float] = {}
+    names = ["a", "b"]  # unit ids are the sources' places
+    victim: list[str] = []
 
     def watch(report: Any) -> None:
-        total = sum(report.frames_by_worker.values())
         if "fault" not in moments and report.frames_by_worker.get(doomed, 0) >= 40:
-            moments["fault"], moments["total"] = time.monotonic(), total
+            victim.extend(names[i] for i in executor.running(doomed))
+            moments["fault"] = time.monotonic()
             if fault == "kill":
                 os.kill(executor.info(doomed)["pid"], signal.SIGKILL)
             else:
                 cluster.remove_node(node, allow_graceful=False)
         elif "fault" in moments and "lost" not in moments and report.lost_workers:
-            moments["lost"], moments["total"] = time.monotonic(), total
-        elif "lost" in moments and "resumed" not in moments and total > moments["total"]:
+            moments["lost"], moments["written"] = (
+                time.monotonic(),
+                report.sources[victim[0]].written,
+            )
+        elif (
+            "lost" in moments
+            and "resumed" not in moments
+            and report.sources[victim[0]].written > moments["written"]
+        ):
             moments["resumed"] = time.monotonic()
 
     try:

@@ -228,6 +228,11 @@ class RayExecutor:
         """Ids of the workers alive and ready now."""
         return {name for name, w in self._workers.items() if w.ready is None}
 
+    def running(self, worker: str) -> set[int]:
+        """The ids of the units `worker` runs now (none when idle)."""
+        state = self._workers.get(worker)
+        return set(state.units) if state is not None and state.running is not None else set()
+
     def info(self, worker: str) -> dict[str, Any]:
         """What a ready worker said of itself (node, pid, threads, resources)."""
         return dict(self._workers[worker].info)
