@@ -275,8 +275,8 @@ def test_model_files_are_fetched_from_the_drivers_node(
 ) -> None:
     """What a worker on a node without the driver's model does: a task placed on the
     driver's node reads the files' bytes."""
+    from visionrt.distributed.actor import fetch
     from visionrt.distributed.files import manifest
-    from visionrt.distributed.ray_executor import fetch
 
     files = manifest({"model": str(tiny_model)})
     got = fetch(ray.get_runtime_context().get_node_id(), files)

@@ -195,12 +195,7 @@ def tune_command(
     if ray is not None:
         from visionrt.cli.tune_cluster import tune_on_cluster
 
-        motion_flag = "--motion" if motion else "--no-motion"
-        forwarded = [
-            "--objective", objective, "--min-fidelity", str(min_fidelity),
-            "--max-p99-ms", str(max_p99_ms), "--budget-minutes", str(budget_minutes), motion_flag,
-        ]  # fmt: skip
-        tune_on_cluster(ray, model_path, Path(video), forwarded, err)
+        tune_on_cluster(ray, model_path, Path(video), limits, motion, err)
         return
     # Every destination is checked before minutes of search, not after.
     for planned in (model_path, Path(depth) if depth else None):

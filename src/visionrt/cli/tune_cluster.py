@@ -8,11 +8,20 @@ from pathlib import Path
 from rich.console import Console
 
 from visionrt.errors import ConfigError
+from visionrt.tune import Limits
 
 
-def tune_on_cluster(address: str, model: Path, video: Path, args: list[str], err: Console) -> None:
-    """Connect to the cluster at `address`, tune each kind of machine that has no plan here,
-    say what each kind runs; a ConfigError (exit 2) naming the kinds whose tuning failed."""
+def tune_on_cluster(
+    address: str, model: Path, video: Path, limits: Limits, motion: bool, err: Console
+) -> None:
+    """Connect to the cluster at `address`, tune each kind of machine that has no plan here
+    (each node's `visionrt tune` within `limits`, with or without `motion`), say what each
+    kind runs; a ConfigError (exit 2) naming the kinds whose tuning failed."""
+    args = [
+        "--objective", limits.objective, "--min-fidelity", str(limits.min_fidelity),
+        "--max-p99-ms", str(limits.max_p99_ms), "--budget-minutes", str(limits.budget_s / 60),
+        "--motion" if motion else "--no-motion",
+    ]  # fmt: skip
     from visionrt.distributed.ray_executor import connect
     from visionrt.distributed.tune import tune_kinds
 

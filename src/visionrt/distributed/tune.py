@@ -64,7 +64,7 @@ def tune_here(
 ) -> Tuned:
     """On a node: `visionrt tune` of `model` on `video` (fetched from the driver's node when this
     one lacks them) into a plan folder of its own; the plan's text and artifact files."""
-    from visionrt.distributed.ray_executor import fetch
+    from visionrt.distributed.actor import fetch
 
     named = {"model": model, "video": video}
     keys = (("", "model"), ("", "video"))
