@@ -161,6 +161,30 @@ def write_toy_head(
     return path
 
 
+def write_tiny_depth_model(path: Path) -> Path:
+    """An ONNX 'depth model' with dynamic batch, height and width: the channel mean."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("ReduceMean", ["pixel_values", "axes"], ["depth"], keepdims=0)
+    graph = helper.make_graph(
+        [node],
+        "tiny_depth",
+        [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+        [helper.make_tensor_value_info("depth", TensorProto.FLOAT, ["n", "h", "w"])],
+        [helper.make_tensor("axes", TensorProto.INT64, [1], [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_depth(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_depth_model(tmp_path_factory.mktemp("depth") / "tiny_depth.onnx")
+
+
 @pytest.fixture(scope="session")
 def depth_model() -> Path:
     """The architecture-only Depth Anything v2-Small that `make setup` builds."""

@@ -233,3 +233,34 @@ def test_pycocotools_loads_the_results(tmp_path: Path) -> None:
     truth.createIndex()
     results = truth.loadRes(str(tmp_path / "r.json"))
     assert len(results.getAnnIds()) == 4
+
+
+def test_a_result_rebuilt_from_its_jsonl_line_writes_the_same_tables(tmp_path: Path) -> None:
+    """What a cluster's driver does: MOT, COCO and CSV written from `FrameResult.from_json` of
+    the JSONL lines are the files written from the results themselves (boxes with fractions
+    of a pixel, tracks, a distance without depth, a frame with no boxes)."""
+    from visionrt.sinks import table_sinks
+
+    results = [
+        _result(0, [[10.004, 20.126, 30.555, 41.0049], [1.5, 2.25, 3.125, 4.0625]], 1, [3, 7],
+                [2.5, math.nan]),
+        _result(1, [], 1, [], []),
+        _result(2, [[0.333, 0.666, 9.999, 12.345]], 1, [3], [1.23456]),
+    ]  # fmt: skip
+    folders = {"direct": results, "rebuilt": [
+        FrameResult.from_json(r.to_json(), tracked=True) for r in results]}  # fmt: skip
+    for folder, rows in folders.items():
+        sinks = table_sinks(tmp_path / folder, ["x", "cam"], mot=True, coco=True, csv=True)
+        for result in rows:
+            for sink in sinks:
+                sink.write(result)
+        for sink in sinks:
+            sink.close()
+    written = sorted(p.name for p in (tmp_path / "direct").iterdir())
+    assert written == ["cam.coco.json", "cam.csv", "cam.mot.txt"]
+    for name in written:
+        direct = (tmp_path / "direct" / name).read_text()
+        assert (tmp_path / "rebuilt" / name).read_text() == direct, name
+    mot = (tmp_path / "direct" / "cam.mot.txt").read_text().splitlines()
+    # The JSONL's corners (10.0, 20.13)-(30.56, 41.0): the width is theirs, 20.56, not 20.55.
+    assert mot[0] == "1,3,10.00,20.13,20.56,20.87,0.9000,-1,-1,-1"

@@ -345,25 +345,99 @@ def test_live_streams_are_spread_by_cost_and_a_lost_ones_gap_is_counted() -> Non
     assert report.sources["big"].lost == 0
 
 
+def test_a_cluster_run_writes_every_output_a_single_process_run_writes(
+    tmp_path: Path, tiny_model: Path, tiny_depth: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With tracking, MOT, COCO, CSV and a depth model writing its MP4 and PNG maps, a cluster
+    run over thread workers leaves the files `visionrt run` leaves, under the same names: the
+    text files and the maps byte for byte (the driver writes MOT, COCO and CSV from the
+    committed JSONL lines), the depth MP4s with every frame; no attempt's name is left."""
+    import cv2
+    from conftest import run_cli
+
+    from visionrt.config import load_config
+    from visionrt.distributed.run import run_on_cluster, worker_settings
+
+    videos = [str(write_video(tmp_path / f"v{i}.mp4", frames=n)) for i, n in enumerate((9, 6))]
+    sources = [f"a={videos[0]}", videos[1]]
+    code, err = run_cli(
+        ["run", *sources, "-m", str(tiny_model), "--no-plan", "-o", str(tmp_path / "plain"),
+         "--no-video", "--track", "--mot", "--coco", "--csv", "--depth", str(tiny_depth),
+         "--depth-size", "42", "--set", "depth.maps=png"],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    cfg = load_config(
+        values={
+            "sources": sources,
+            "model": str(tiny_model),
+            "backend": "onnxruntime",
+            "pipeline": {"track": True},
+            "output": {"dir": str(tmp_path / "cluster"), "video": False, "mot": True,
+                       "coco": True, "csv": True},
+            "depth": {"model": str(tiny_depth), "short_side": 42, "maps": "png"},
+        }
+    )  # fmt: skip
+    executor = ThreadExecutor(2, lambda group, send: run_group(group, worker_settings(cfg), send))
+    summary, _ = run_on_cluster(cfg, executor)
+    executor.close()
+    assert summary.error == ""
+    assert summary.frames_out == 15
+
+    def files(folder: Path) -> dict[str, bytes]:
+        return {
+            str(p.relative_to(folder)): p.read_bytes()
+            for p in sorted(folder.rglob("*"))
+            # The JSONL interleaves its sources as they come (compared per source above).
+            if p.is_file()
+            and p.name not in ("summary.json", "detections.jsonl")
+            and p.suffix != ".mp4"
+        }
+
+    plain, cluster = files(tmp_path / "plain"), files(tmp_path / "cluster")
+    assert {"a.mot.txt", "v1.coco.json", "a.depth/000008.png"} <= plain.keys()
+    assert cluster.keys() == plain.keys()
+    for name in ("a.mot.txt", "v1.mot.txt", "a.coco.json", "v1.csv"):
+        assert plain[name].count(b"\n") > 5, name  # detections, tracked, in every frame
+    assert cluster == plain
+    for name, frames in (("a", 9), ("v1", 6)):
+        capture = cv2.VideoCapture(str(tmp_path / "cluster" / f"{name}.depth.mp4"))
+        assert int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) == frames
+        capture.release()
+    assert not list((tmp_path / "cluster").glob("*attempt*"))
+
+
 def test_videos_the_driver_cannot_see_are_listed_in_a_manifest(tmp_path: Path) -> None:
     """The attempt that counted gets the run's name and the others' files go, where this
     machine sees them; a video on another node's disk is listed with its node."""
-    from visionrt.distributed.videos import MANIFEST, finalize_videos
+    from visionrt.distributed.outputs import MANIFEST, finalize_outputs
 
     here = tmp_path / "cam.attempt2.mp4"
     here.write_bytes(b"video")
     (tmp_path / "cam.attempt1.partial.mp4").write_bytes(b"half")  # the dead worker's
     (tmp_path / "cam.attempt1.mp4").write_bytes(b"late")  # an actor given up, done late
     (tmp_path / "cam2.attempt1.mp4").write_bytes(b"other")  # another source's: kept
+    maps = tmp_path / "cam.attempt2.depth"  # depth maps: a folder, named like the files
+    maps.mkdir()
+    (maps / "000000.png").write_bytes(b"map")
+    (tmp_path / "cam.attempt1.partial.depth").mkdir()  # the dead worker's maps
+    (tmp_path / "cam.depth.attempt2.mp4").write_bytes(b"depth")
+    (tmp_path / "cam.depth.attempt1.partial.mp4").write_bytes(b"half depth")
     finals = {
-        "cam": {"outputs": [str(here)], "worker": {"node": "n1"}},
+        "cam": {
+            "outputs": [str(here), str(tmp_path / "cam.depth.attempt2.mp4"), str(maps)],
+            "worker": {"node": "n1"},
+        },
         "far": {"outputs": ["/elsewhere/far.attempt1.mp4"], "worker": {"node": "n2"}},
     }
-    written = finalize_videos(tmp_path, finals)
-    assert written == [str(tmp_path / "cam.mp4"), str(tmp_path / MANIFEST)]
+    written = finalize_outputs(tmp_path, finals)
+    assert written == [
+        str(tmp_path / name) for name in ("cam.mp4", "cam.depth.mp4", "cam.depth", MANIFEST)
+    ]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "cam.mp4", "cam2.attempt1.mp4", MANIFEST
+        "cam.depth", "cam.depth.mp4", "cam.mp4", "cam2.attempt1.mp4", MANIFEST
     ]  # fmt: skip
+    assert (tmp_path / "cam.depth" / "000000.png").read_bytes() == b"map"
     assert (tmp_path / "cam.mp4").read_bytes() == b"video"
     manifest = json.loads((tmp_path / MANIFEST).read_text())
     assert manifest == {"far": {"node": "n2", "files": ["/elsewhere/far.attempt1.mp4"]}}
@@ -373,7 +447,7 @@ def test_videos_the_driver_cannot_see_are_listed_in_a_manifest(tmp_path: Path) -
     (road / "road.attempt1.partial.mp4").write_bytes(b"before the loss")
     (road / "road.attempt2.mp4").write_bytes(b"after")
     final = {"road": {"outputs": [str(road / "road.attempt2.mp4")]}}
-    finalize_videos(road, final, live=frozenset({"road"}))
+    finalize_outputs(road, final, live=frozenset({"road"}))
     assert sorted(p.name for p in road.iterdir()) == ["road.attempt1.partial.mp4", "road.mp4"]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from conftest import write_tiny_depth_model
 
 from visionrt.backends import Backend, BackendOptions, load_backend
 from visionrt.errors import ConfigError, ModelLoadError, NonFiniteDepthError, VisionRTError
@@ -21,25 +22,6 @@ from visionrt.tasks.depth import RECOMPUTED_EVENT, DepthRow, DepthTask
 from visionrt.types import BackendInfo, DepthMap
 
 # -- the NaN/Inf guard -----------------------------------------------------------------------
-
-
-def _write_tiny_depth_model(path: Path) -> Path:
-    """An ONNX 'depth model' with dynamic batch, height and width: the channel mean."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    node = helper.make_node("ReduceMean", ["pixel_values", "axes"], ["depth"], keepdims=0)
-    graph = helper.make_graph(
-        [node],
-        "tiny_depth",
-        [helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["n", 3, "h", "w"])],
-        [helper.make_tensor_value_info("depth", TensorProto.FLOAT, ["n", "h", "w"])],
-        [helper.make_tensor("axes", TensorProto.INT64, [1], [1])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
 
 
 class PoisonBackend(Backend):
@@ -60,11 +42,6 @@ class PoisonBackend(Backend):
         output = self.inner.infer(inputs)[0].copy()
         output[0, 0, 0] = np.nan
         return [output]
-
-
-@pytest.fixture(scope="module")
-def tiny_depth(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _write_tiny_depth_model(tmp_path_factory.mktemp("depth") / "tiny_depth.onnx")
 
 
 def _poisoned_task(model: Path, precision: str = "bf16", **kwargs: object) -> DepthTask:
@@ -285,7 +262,7 @@ def test_a_model_with_a_static_size_runs_at_it_without_reshaping(tmp_path: Path)
     OpenVINO refuses one for an IR, and there is nothing to reshape."""
     import onnx
 
-    model = onnx.load(str(_write_tiny_depth_model(tmp_path / "dynamic.onnx")))
+    model = onnx.load(str(write_tiny_depth_model(tmp_path / "dynamic.onnx")))
     for value in (model.graph.input[0], model.graph.output[0]):
         dims = value.type.tensor_type.shape.dim
         for dim, size in zip(dims[-2:], (28, 42), strict=True):

@@ -121,6 +121,10 @@ class RunConfig:
     serve: ServeOptions = field(default_factory=ServeOptions)  # `visionrt serve` only
     cluster: ClusterOptions = field(default_factory=ClusterOptions)  # `run --ray`
 
+    def __post_init__(self) -> None:
+        if self.output.mot and not self.pipeline.track:
+            raise ConfigError("--mot writes tracks: add --track")
+
 
 def pipeline_for(
     cfg: RunConfig, sources: Sequence[str] | None = None, service: bool = False

@@ -298,3 +298,40 @@ class FrameResult:
                 **{k: round(v, 4) if np.isfinite(v) else None for k, v in stats.items()},
             }
         return line
+
+    @classmethod
+    def from_json(cls, line: dict[str, Any], tracked: bool = False) -> FrameResult:
+        """A result back from its `to_json` line, for writers that work from JSONL (a cluster's
+        driver writing COCO, CSV and MOT from the lines its workers sent): boxes, scores,
+        classes, tracks, distances, frame and source as written (rounded as written); no image,
+        depth map or timings. `tracked`: the run tracked, so a frame without boxes has (no)
+        tracks too — its line cannot say."""
+        rows = line.get("detections", [])
+        det = Detections(
+            np.array([row["xyxy"] for row in rows], np.float32).reshape(-1, 4),
+            np.array([row["confidence"] for row in rows], np.float32),
+            np.array([row["class_id"] for row in rows], np.int32),
+        )
+        names = [""] * (max((row["class_id"] for row in rows), default=-1) + 1)
+        for row in rows:
+            names[row["class_id"]] = row.get("class_name", "")
+        tracks = None
+        if tracked or (rows and all("track_id" in row for row in rows)):
+            tracks = TrackedDetections(
+                det,
+                np.array([row["track_id"] for row in rows], np.int64),
+                np.array([row.get("predicted", False) for row in rows], np.bool_),
+            )
+        distance = None
+        if rows and all("distance" in row for row in rows):
+            values = [np.nan if row["distance"] is None else row["distance"] for row in rows]
+            distance = np.array(values, np.float32)
+        frame = Frame(
+            int(line.get("source_id", 0)),
+            int(line["frame"]),
+            np.zeros((0, 0, 3), np.uint8),
+            float(line.get("timestamp", 0.0)),
+            0.0,
+            str(line.get("source", "")),
+        )
+        return cls(frame, det, {}, tuple(names), None, distance, tracks)

@@ -14,7 +14,7 @@ from visionrt.cli.signals import start_up
 from visionrt.config import RunConfig, pipeline_for
 from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline import Pipeline
-from visionrt.sinks import CocoSink, CsvSink, JsonlSink, Sink, VideoSink
+from visionrt.sinks import JsonlSink, Sink, VideoSink, table_sinks
 from visionrt.sinks.base import check_writable, partial_path
 from visionrt.sources.naming import default_name, split_name, unique_names
 from visionrt.telemetry.stats import RunSummary
@@ -52,19 +52,8 @@ def make_sinks(config: RunConfig, pipeline: Pipeline) -> list[Sink]:
                     draw_regions=config.output.draw_regions,
                 )
             )
-    if config.output.mot:
-        if not config.pipeline.track:
-            raise ConfigError("--mot writes tracks: add --track")
-        from visionrt.sinks.mot import MotSink
-
-        for i in range(len(pipeline.sources)):
-            sinks.append(MotSink(out / f"{names[i]}.mot.txt", source_id=i))
-    if config.output.coco:
-        sinks.extend(
-            CocoSink(out / f"{name}.coco.json", source_id=i) for i, name in enumerate(names)
-        )
-    if config.output.csv:
-        sinks.extend(CsvSink(out / f"{name}.csv", source_id=i) for i, name in enumerate(names))
+    output = config.output
+    sinks.extend(table_sinks(out, names, output.mot, output.coco, output.csv))
     if config.depth.model:
         sinks.extend(_depth_sinks(config, pipeline, out))
     if config.output.jsonl:

@@ -40,25 +40,12 @@ def run_on_ray(
     metrics). The summary (not yet written) and the report; outputs are finalized."""
     from visionrt.distributed.ray_executor import RayExecutor
 
-    unwritten = [
-        flag
-        for flag, asked in (
-            ("--telemetry", cfg.output.telemetry),
-            ("--mot", cfg.output.mot),
-            ("--coco", cfg.output.coco),
-            ("--csv", cfg.output.csv),
-        )
-        if asked
-    ]
-    if unwritten:
+    if cfg.output.telemetry:
         raise ConfigError(
-            f"--ray: {', '.join(unwritten)}: not run on a cluster yet (JSONL, MP4,"
+            "--ray: --telemetry: not run on a cluster yet (JSONL, MP4, depth, MOT, COCO, CSV,"
             " summary.json and --metrics-port are)"
         )
     tell = say or (lambda _line: None)
-    if cfg.depth.model and (cfg.depth.video or cfg.depth.maps):
-        tell("--ray: depth videos and maps are not written by cluster runs yet (each detection's")
-        tell("  distance is in the JSONL)")
     own = fingerprint_key(machine_fingerprint())
 
     def settings(fingerprint: dict[str, Any]) -> tuple[dict[str, Any], str]:

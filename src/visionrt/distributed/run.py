@@ -13,9 +13,10 @@ from typing import Any
 from visionrt.config import RunConfig
 from visionrt.distributed.coordinator import ClusterReport, Coordinator, Executor, SourceState
 from visionrt.distributed.metrics import ClusterMetrics
+from visionrt.distributed.outputs import finalize_outputs
 from visionrt.distributed.plans import GroupPlans
 from visionrt.distributed.units import WorkUnit
-from visionrt.distributed.videos import finalize_videos
+from visionrt.sinks import Sink, table_sinks
 from visionrt.sinks.base import FileSink
 from visionrt.sources.naming import named_specs
 from visionrt.sources.registry import LIVE_KINDS, source_kind
@@ -94,19 +95,24 @@ def run_on_cluster(
     holds the report and, with `plans`, the plan groups. `metrics` is kept up to date with
     the report and the workers' endpoints."""
     units = work_units(cfg)
-    out = Path(cfg.output.dir)
+    out, output = Path(cfg.output.dir), cfg.output
     name = f"{units[0].name}.jsonl" if len(units) == 1 else "detections.jsonl"
-    sink = LinesSink(out / name) if cfg.output.jsonl else None
+    sink = LinesSink(out / name) if output.jsonl else None
+    # Written here from the committed lines, as the JSONL is: one writer, frames once, in order.
+    tables = table_sinks(out, [u.name for u in units], output.mot, output.coco, output.csv)
     ids = {unit.name: unit.unit_id for unit in units}
 
     def write(source: str, frame: int, line: str) -> None:
-        if sink is None:
-            return
         record = json.loads(line)
         # A worker's Pipeline numbers its group's sources from 0, and a live stream's retry
         # its frames: the run's numbers are the coordinator's.
         record["source_id"], record["frame"] = ids[source], frame
-        sink.append(json.dumps(record, separators=(",", ":")) + "\n")
+        if sink is not None:
+            sink.append(json.dumps(record, separators=(",", ":")) + "\n")
+        if tables:
+            result = FrameResult.from_json(record, tracked=cfg.pipeline.track)
+            for table in tables:
+                table.write(result)
 
     def progress(report: ClusterReport) -> None:
         if metrics is not None:  # the service-discovery file follows the workers
@@ -126,14 +132,28 @@ def run_on_cluster(
     try:
         report = coordinator.run()
     finally:
-        closed = sink.close(complete=report is not None) if sink is not None else []
+        closed = _close([*tables, *([sink] if sink is not None else [])], report is not None)
     done = {name: s.summary for name, s in report.sources.items() if s.done_units and not s.error}
     live = frozenset(u.name for u in units if u.live)
-    outputs = [str(p) for p in closed] + finalize_videos(out, done, live)
+    outputs = [str(p) for p in closed] + finalize_outputs(out, done, live)
     summary = _summary(report, live, outputs)
     if plans is not None:
         summary.cluster["plan_groups"] = plans.report()
     return summary, report
+
+
+def _close(sinks: list[Sink], complete: bool) -> list[Path]:
+    """Every sink closed, also when one fails (the first error raised after)."""
+    closed: list[Path] = []
+    error: Exception | None = None
+    for sink in sinks:
+        try:
+            closed += sink.close(complete=complete)
+        except Exception as err:
+            error = error or err
+    if error is not None:
+        raise error
+    return closed
 
 
 def _summary(report: ClusterReport, live: frozenset[str], outputs: list[str]) -> RunSummary:

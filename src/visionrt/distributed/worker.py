@@ -12,8 +12,8 @@ from dataclasses import replace
 from typing import Any
 
 from visionrt.config import RunConfig, load_config, pipeline_for
+from visionrt.distributed.outputs import AttemptOutputs, writes_every_frame
 from visionrt.distributed.units import Group
-from visionrt.distributed.videos import AttemptVideos
 from visionrt.errors import ConfigError, ModelLoadError, SourceError
 from visionrt.pipeline import Pipeline
 from visionrt.sources.registry import open_source, source_kind
@@ -62,7 +62,7 @@ def group_batches(
             return
         limit = min(ends[0], cfg.source.max_frames or ends[0])
         cfg = replace(cfg, source=replace(cfg.source, max_frames=limit))
-    resumed = units[0].start_frame if _resumes(units, cfg.output.video) else 0
+    resumed = units[0].start_frame if _resumes(units, writes_every_frame(cfg)) else 0
     if resumed:  # a video file resumes there: the frames before it are decoded only
         cfg = replace(cfg, source=replace(cfg.source, start_frame=resumed))
     try:
@@ -83,16 +83,17 @@ def group_batches(
     skip = [0 if unit.live else unit.start_frame for unit in units]
     pending: list[list[tuple[int, str]]] = [[] for _ in units]
     since = [time.monotonic()] * len(units)
-    videos = None
+    files = None
     complete = False
     try:
-        if cfg.output.video:  # every frame: an attempt's video is whole
-            videos = AttemptVideos(units, [s.fps for s in pipeline.sources], cfg.output)
+        if writes_every_frame(cfg):  # every frame: an attempt's files are whole
+            fps = [s.fps for s in pipeline.sources]
+            files = AttemptOutputs(units, fps, cfg, pipeline.depth_sources())
         with closing(iter(pipeline)) as results:  # closed early too: its threads end
             for result in results:
                 index, at = result.frame.index, result.frame.source_id
-                if videos is not None:
-                    videos.write(result)
+                if files is not None:
+                    files.write(result)
                 if index < skip[at]:
                     continue
                 pending[at].append((index, json.dumps(result.to_json(), separators=(",", ":"))))
@@ -108,10 +109,10 @@ def group_batches(
         complete = True
     finally:
         pipeline.close()
-        files = videos.close(complete) if videos is not None else [[] for _ in units]
+        written = files.close(complete) if files is not None else [[] for _ in units]
     if summaries is not None:
         rows = {row["name"]: row for row in pipeline.summary().sources}
-        for unit, outputs in zip(units, files, strict=True):
+        for unit, outputs in zip(units, written, strict=True):
             row = rows.get(unit.name, {})
             summaries[unit.unit_id] = {
                 "start_frame": resumed,  # frames before it were committed by other attempts
@@ -134,11 +135,11 @@ def _unopenable(units: Group, cfg: RunConfig) -> dict[int, str]:
     return bad
 
 
-def _resumes(units: Group, video: bool) -> bool:
-    """Whether the group is one video file resumed after its first frame, without an MP4 to
-    write (an attempt's video has every frame: those it runs again too)."""
+def _resumes(units: Group, every_frame: bool) -> bool:
+    """Whether the group is one video file resumed after its first frame, without files that
+    need every frame (an attempt's video has them all: those it runs again too)."""
     unit = units[0]
-    whole = len(units) == 1 and not unit.live and not video
+    whole = len(units) == 1 and not unit.live and not every_frame
     return whole and unit.start_frame > 0 and source_kind(unit.spec) == "file"
 
 
