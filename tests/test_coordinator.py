@@ -53,6 +53,9 @@ class Scripted:
         time.sleep(self.pause)
         return [self.pending.pop(0)] if self.pending else []
 
+    def stop(self, worker: str) -> bool:
+        return False
+
     def close(self) -> None:
         pass
 
@@ -343,6 +346,79 @@ def test_live_streams_are_spread_by_cost_and_a_lost_ones_gap_is_counted() -> Non
         assert got[name] == [*range(10), *range(10 + lost, 15 + lost)]
     assert got["big"] == list(range(10))
     assert report.sources["big"].lost == 0
+
+
+def test_a_lost_stream_with_no_idle_worker_is_taken_in_by_a_busy_worker_of_streams() -> None:
+    """Two workers with a live stream each; w2 dies and no replacement comes. After
+    `regroup_after` the coordinator tells w1 (all live streams: it never comes free) to end its
+    group, then starts both streams on it in one group; each stream's frames go on after its
+    gap, and the regroup is not a failed attempt. A worker running files is never told."""
+    streams = [
+        WorkUnit(0, "a", "rtsp://a", live=True, cost=2.0),
+        WorkUnit(1, "b", "rtsp://b", live=True),
+    ]
+
+    def act(worker: str, unit: WorkUnit) -> list[Report]:
+        if unit.attempt == 1:
+            reports: list[Report] = [
+                Batch(worker, unit.unit_id, 1, lines(unit, f, f + 2)) for f in range(0, 10, 2)
+            ]
+            if unit.name == "b":
+                executor.alive.discard(worker)
+                reports.append(Lost(worker))
+            return reports
+        # Both again, in one group on the survivor: frames from 0, then the test's end.
+        return [
+            Batch(worker, unit.unit_id, unit.attempt, lines(unit, 0, 5)),
+            Done(worker, unit.unit_id, unit.attempt),
+        ]
+
+    class Regrouping(Scripted):
+        def __init__(self) -> None:
+            super().__init__({"w1", "w2"}, act, pause=0.02)
+            self.stops: list[str] = []
+
+        def stop(self, worker: str) -> bool:
+            self.stops.append(worker)
+            running = [u for w, u in self.started if w == worker and u.attempt == 1]
+            self.pending.extend(Done(worker, u.unit_id, u.attempt) for u in running)
+            return True
+
+    executor = Regrouping()
+    got: dict[str, list[int]] = {}
+    report = Coordinator(
+        streams,
+        executor,
+        lambda n, f, _: got.setdefault(n, []).append(f),
+        max_attempts=2,
+        regroup_after=0.1,
+    ).run()
+    assert [(w, u.name) for w, u in executor.started if u.attempt == 1] == [
+        ("w1", "a"),
+        ("w2", "b"),
+    ]
+    assert executor.stops == ["w1"]
+    assert sorted((w, u.name, u.attempt) for w, u in executor.started if u.attempt > 1) == [
+        ("w1", "a", 2), ("w1", "b", 2)
+    ]  # fmt: skip
+    assert report.failed == {}
+    assert (report.regroups, report.reassignments) == (1, 1)  # b's loss; a's regroup is free
+    assert (report.sources["a"].regrouped, report.sources["b"].regrouped) == (1, 0)
+    for name in ("a", "b"):
+        lost = report.sources[name].lost
+        assert lost >= 1, (name, report.sources[name])
+        assert got[name] == [*range(10), *range(10 + lost, 15 + lost)]
+
+    # Files end on their own: a worker running them is not stopped for a waiting stream.
+    files = Regrouping()
+    files.alive = {"w1"}
+    coordinator = Coordinator([WorkUnit(0, "f", "f.mp4", end_frame=40)], files, lambda *_: None)
+    coordinator._assign()
+    assert coordinator.running == {"w1": {0: WorkUnit(0, "f", "f.mp4", end_frame=40)}}
+    coordinator.queue.append(WorkUnit(1, "cam", "rtsp://cam", live=True))
+    coordinator._waiting[1] = time.monotonic() - 60.0  # long overdue
+    coordinator._regroup()
+    assert files.stops == []
 
 
 def test_a_cluster_run_writes_every_output_a_single_process_run_writes(

@@ -63,7 +63,7 @@ def cluster() -> Iterator[Cluster]:
 
 
 def cluster_run(
-    cluster: Cluster, values: dict[str, Any], node: Any, when: int
+    cluster: Cluster, values: dict[str, Any], node: Any, when: int, **options: Any
 ) -> tuple[Any, Any, dict[str, float]]:
     """Run `values` on two 1-CPU workers (one per node); remove `node` once its worker has
     committed `when` frames. Returns the summary, the report and the moments (monotonic)
@@ -87,7 +87,7 @@ def cluster_run(
             moments["resumed"] = time.monotonic()
 
     try:
-        summary, report = run_on_cluster(cfg, executor, watch)
+        summary, report = run_on_cluster(cfg, executor, watch, **options)
     finally:
         executor.close()
     return summary, report, moments
@@ -155,6 +155,45 @@ def test_a_live_stream_on_a_removed_node_restarts_with_the_gap_counted(
     assert frames == sorted(set(frames))  # in order, once
     gap = [b - a for a, b in itertools.pairwise(frames) if b - a > 1]
     assert gap == [state.lost + 1]  # one gap, as long as the frames counted lost
+
+
+def test_a_survivor_busy_with_a_stream_takes_in_the_lost_one(
+    cluster: Cluster, tiny_model: Path, tmp_path: Path
+) -> None:
+    """As above, but the survivor's stream outlasts the wait (`regroup_after`): the survivor is
+    told to end its group and starts again with both streams in one Pipeline (no room for a
+    replacement worker: each node has one CPU). Both continue after their gaps, in order,
+    once, every frame accounted for; neither failed."""
+    videos = [write_video(tmp_path / f"long{i}.mp4", frames=150) for i in range(2)]
+    node = cluster.add_node(num_cpus=1)
+    values = {
+        "sources": [f"cam{i}={v}" for i, v in enumerate(videos)],
+        "model": str(tiny_model),
+        "backend": "onnxruntime",
+        "source": {"realtime": True},
+        "output": {"dir": str(tmp_path / "out"), "video": False},
+    }
+    summary, report, moments = cluster_run(cluster, values, node, when=15, regroup_after=1.0)
+    assert "lost" in moments, moments
+    assert report.failed == {}
+    assert (report.lost_workers, report.regroups) == (1, 1)
+    assert {name: s.attempts for name, s in report.sources.items()} == {"cam0": 2, "cam1": 2}
+    assert sorted(s.regrouped for s in report.sources.values()) == [0, 1]
+    assert summary.accounted
+    rows = [json.loads(line) for line in (tmp_path / "out" / "detections.jsonl").open()]
+    workers = {w for w, n in report.frames_by_worker.items() if n}
+    assert len(workers) == 2  # the lost worker's frames, then the survivor's
+    dropped = {row["name"]: sum(row["dropped"].values()) for row in summary.sources}
+    for name, state in report.sources.items():
+        frames = [r["frame"] for r in rows if r["source"] == name]
+        assert frames == sorted(set(frames)), name  # in order, once
+        missing = sum(b - a - 1 for a, b in itertools.pairwise(frames))
+        assert state.lost > 0, name
+        # Frames not written are the gaps and those a Pipeline dropped (queue full, newer frame
+        # kept): all counted, but for the lost worker's own drops, which died with it.
+        if state.regrouped:
+            assert missing <= dropped[name], (name, missing, dropped[name], state)
+        assert missing >= state.lost, (name, missing, state)
 
 
 def test_each_kind_of_machine_is_tuned_on_its_own_and_runs_its_own_plan(

@@ -5,6 +5,7 @@ this one lacks them."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -31,6 +32,10 @@ class UnitRunner:
         self.node = ray.get_runtime_context().get_node_id()
         self.metrics: MetricsServer | None = None
         self.metrics_at = ""
+        self.pipeline: Any = None  # the group's Pipeline while it runs (`stop` ends it)
+        self._group: tuple[tuple[int, int], ...] = ()  # the running group's `group_key`
+        self._stop_asked = False  # before its Pipeline was built: it stops once it is
+        self._lock = threading.Lock()
         if metrics is not None:  # (host, token): this worker's Prometheus endpoint
             host, token = metrics
             info = {"worker": worker, "node": self.node}
@@ -64,6 +69,8 @@ class UnitRunner:
         alone cannot be opened fails at once; the others run on). The model `files` it names
         are read here when this node has them, else fetched from the `driver`'s node."""
         running = {unit.unit_id: unit.attempt for unit in units}
+        with self._lock:
+            self._group, self._stop_asked = group_key(running), False
         summaries: dict[int, dict[str, Any]] = {}
         failed: dict[int, str] = {}  # sources of the group that could not be opened
 
@@ -96,16 +103,39 @@ class UnitRunner:
             for unit_id, attempt in running.items():
                 yield Failed(self.worker, unit_id, attempt, error_line(err), retry=True)
             return
+        finally:
+            self.pipeline = None
         worker = self.describe()
         for unit_id, attempt in running.items():
             summary = {**summaries.get(unit_id, {}), "worker": worker}
             yield Done(self.worker, unit_id, attempt, summary)
 
+    def stop(self, key: tuple[tuple[int, int], ...]) -> None:
+        """End the running group early when it is the group `key` names (the coordinator
+        regroups live streams; a stop that comes late must not end the next group): reading
+        stops, frames read are finished, and each unit reports Done."""
+        with self._lock:
+            if key != self._group:
+                return
+            self._stop_asked = True
+            if self.pipeline is not None:
+                self.pipeline.stop()
+
     def _follow(self, pipeline: Any) -> None:
-        """The worker's metrics count this group's frames too (counters add up across groups)."""
+        """Keep the group's Pipeline (`stop`); the worker's metrics count its frames too
+        (counters add up across groups)."""
+        with self._lock:
+            self.pipeline = pipeline
+            if self._stop_asked:
+                pipeline.stop()
         if self.metrics is not None:
             self.metrics.follow(pipeline)
             pipeline.telemetry.add_listener(self.metrics)
+
+
+def group_key(units: Mapping[int, int]) -> tuple[tuple[int, int], ...]:
+    """A group's name across driver and actor: its (unit id, attempt) pairs, sorted."""
+    return tuple(sorted(units.items()))
 
 
 def fetch(node: str, files: Manifest) -> Bundle:

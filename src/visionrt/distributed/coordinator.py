@@ -16,6 +16,10 @@ from visionrt.distributed.units import Batch, Done, Group, Lost, Report, WorkUni
 # How long the queue may wait with no worker alive before its units are failed: a shrinking
 # cluster that lost every node must end the run, not hang.
 NO_WORKERS_GRACE = 30.0
+# How long a live stream put back on the queue waits for an idle worker before a busy worker
+# of live streams (which never comes free) is told to take it in: that worker restarts its
+# group with the stream added, its own streams losing the frames of the restart (counted).
+REGROUP_AFTER = 5.0
 
 
 class Executor(Protocol):
@@ -30,6 +34,11 @@ class Executor(Protocol):
     def start(self, worker: str, units: Group) -> None: ...
 
     def reports(self, timeout: float) -> list[Report]: ...
+
+    def stop(self, worker: str) -> bool:
+        """Ask `worker` to end its group now: frames read are finished, then each unit
+        reports Done. False where it cannot (nothing is asked then)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -52,6 +61,9 @@ class SourceState:
     summary: dict[str, Any] = field(default_factory=dict)  # its last attempt's run summary
     base: int | None = 0  # added to a live attempt's frame numbers (None: not known yet)
     lost: int = 0
+    # What earlier attempts that ended (a regroup) dropped: the last summary has only its own.
+    dropped_before: dict[str, int] = field(default_factory=dict)
+    regrouped: int = 0  # attempts its worker ended to take in a lost stream
     first_at: float = 0.0  # when its first and last frames were committed (monotonic)
     last_at: float = 0.0
 
@@ -64,6 +76,7 @@ class ClusterReport:
     attempts: int = 0
     reassignments: int = 0
     lost_workers: int = 0
+    regroups: int = 0  # busy workers of live streams told to restart with a lost stream added
     stale_batches: int = 0  # from an attempt already given up (an actor that answered late)
     frames_by_worker: dict[str, int] = field(default_factory=dict)
     # What each worker said of itself when its last group ended (node, memory, threads).
@@ -81,6 +94,7 @@ class ClusterReport:
             "attempts": self.attempts,
             "reassignments": self.reassignments,
             "lost_workers": self.lost_workers,
+            "regroups": self.regroups,
             "stale_batches": self.stale_batches,
             "frames_by_worker": dict(sorted(self.frames_by_worker.items())),
             "fps_by_worker": {
@@ -97,6 +111,7 @@ class ClusterReport:
                     "duplicates_dropped": s.duplicates,
                     "attempts": s.attempts,
                     "lost_frames": s.lost,
+                    "regrouped": s.regrouped,
                     "error": s.error,
                 }
                 for name, s in self.sources.items()
@@ -124,11 +139,12 @@ class Coordinator:
         on_progress: Callable[[ClusterReport], None] | None = None,
         no_workers_grace: float = NO_WORKERS_GRACE,
         group: int = 1,
+        regroup_after: float = REGROUP_AFTER,
     ) -> None:
         self.executor, self.write, self.max_attempts = executor, write, max_attempts
         self.group = max(1, group)
         self.on_progress = on_progress
-        self.no_workers_grace = no_workers_grace
+        self.no_workers_grace, self.regroup_after = no_workers_grace, regroup_after
         self.queue: deque[WorkUnit] = deque(units)
         names = [unit.name for unit in self.queue]
         if len(set(names)) != len(names):
@@ -141,6 +157,9 @@ class Coordinator:
         self.running: dict[str, dict[int, WorkUnit]] = {}  # worker → its units by id
         self._sizes: dict[str, int] = {}  # worker → how many units its group started with
         self._current: dict[int, int] = {u.unit_id: u.attempt for u in self.queue}
+        self._waiting: dict[int, float] = {}  # a live unit put back → since when (monotonic)
+        self._stopping: set[str] = set()  # workers told to end their group, to regroup
+        self._regrouped: dict[int, int] = {}  # unit id → its attempts that were regroups
 
     def run(self) -> ClusterReport:
         """Until every unit is done or its source failed; the report (its `failed` sources)."""
@@ -174,6 +193,32 @@ class Coordinator:
         idle = sorted(self.executor.workers() - set(self.running))
         for group in self._groups(len(idle)):
             self._start(idle.pop(0), group)
+        self._regroup()
+
+    def _regroup(self) -> None:
+        """A live stream waiting past `regroup_after` with no idle worker: the lightest busy
+        worker whose group is all live streams (it would never come free) is told to stop;
+        when its group has ended its streams are back on the queue beside the waiting one,
+        and it takes them all (`_groups`)."""
+        now = time.monotonic()
+        overdue = any(
+            u.live and now - self._waiting.get(u.unit_id, now) >= self.regroup_after
+            for u in self.queue
+        )
+        if self._stopping or not overdue:
+            return
+        alive = self.executor.workers()
+        busy = [
+            worker
+            for worker, units in self.running.items()
+            if worker in alive and units and all(u.live for u in units.values())
+        ]
+        if not busy:
+            return
+        worker = min(busy, key=lambda w: sum(u.cost for u in self.running[w].values()))
+        if self.executor.stop(worker):
+            self._stopping.add(worker)
+            self.report.regroups += 1
 
     def _groups(self, idle: int) -> list[Group]:
         """What `idle` workers start now: every live stream, spread by cost (longest first
@@ -208,6 +253,7 @@ class Coordinator:
         self._sizes[worker] = len(group)
         self.report.workers_seen.add(worker)
         for unit in group:
+            self._waiting.pop(unit.unit_id, None)
             self._current[unit.unit_id] = unit.attempt
             self.report.attempts += 1
             self.report.sources[unit.name].attempts += 1
@@ -216,6 +262,7 @@ class Coordinator:
     def _handle(self, report: Report) -> None:
         if isinstance(report, Lost):
             self.report.lost_workers += 1
+            self._stopping.discard(report.worker)
             # Back first in the queue in their order (each goes to its front).
             for unit in reversed(self.running.pop(report.worker, {}).values()):
                 self._again(unit, f"worker {report.worker} lost")
@@ -233,9 +280,17 @@ class Coordinator:
             self._commit(unit, report)
             return
         del units[report.unit_id]
+        stopping = report.worker in self._stopping
         if not units:
             self.running.pop(report.worker, None)
-        if isinstance(report, Done):
+            self._stopping.discard(report.worker)
+        if isinstance(report, Done) and stopping and unit.live:
+            state = self.report.sources[unit.name]
+            state.regrouped += 1
+            for reason, count in report.summary.get("dropped", {}).items():
+                state.dropped_before[reason] = state.dropped_before.get(reason, 0) + count
+            self._again(unit, "regrouped", counted=False)  # its stream goes on, regrouped
+        elif isinstance(report, Done):
             state = self.report.sources[unit.name]
             state.done_units += 1
             state.summary = report.summary
@@ -275,15 +330,21 @@ class Coordinator:
                 self.report.frames_by_worker.get(batch.worker, 0) + 1
             )
 
-    def _again(self, unit: WorkUnit, reason: str) -> None:
-        """The unit's next attempt, after the last frame committed, first in the queue."""
+    def _again(self, unit: WorkUnit, reason: str, counted: bool = True) -> None:
+        """The unit's next attempt, after the last frame committed, first in the queue; one
+        not `counted` (a regroup, not a failure) is not held against `max_attempts`."""
         state = self.report.sources[unit.name]
-        if unit.attempt >= self.max_attempts:
-            self._fail(unit.name, f"gave up after {unit.attempt} attempts ({reason})")
+        tries = unit.attempt - self._regrouped.get(unit.unit_id, 0)
+        if counted and tries >= self.max_attempts:
+            self._fail(unit.name, f"gave up after {tries} attempts ({reason})")
             return
-        self.report.reassignments += 1
+        if counted:
+            self.report.reassignments += 1
+        else:
+            self._regrouped[unit.unit_id] = self._regrouped.get(unit.unit_id, 0) + 1
         if unit.live:
             state.base = None  # placed after the gap when its frames come
+            self._waiting[unit.unit_id] = time.monotonic()
         retry = unit.retried(state.committed + 1)
         self._current[unit.unit_id] = retry.attempt
         self.queue.appendleft(retry)

@@ -61,6 +61,10 @@ class ThreadExecutor:
                 else:
                     self._reports.put(Done(worker, unit.unit_id, unit.attempt, summary))
 
+    def stop(self, worker: str) -> bool:
+        """Threads run a group to its end: no regrouping here."""
+        return False
+
     def reports(self, timeout: float) -> list[Report]:
         try:
             got = [self._reports.get(timeout=timeout)]

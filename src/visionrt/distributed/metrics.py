@@ -99,6 +99,7 @@ class _Totals:
             ("attempts", "Work units started, retries included", report.attempts),
             ("reassignments", "Units queued again: their worker died", report.reassignments),
             ("lost_workers", "Workers that died (their process or node)", report.lost_workers),
+            ("regroups", "Workers of streams restarted to take in a lost one", report.regroups),
             ("stale_batches", "Batches of given-up attempts, not written", report.stale_batches),
         ):
             yield CounterMetricFamily(f"visionrt_cluster_{name}", doc, value=value)

@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from visionrt.config import RunConfig
-from visionrt.distributed.coordinator import ClusterReport, Coordinator, Executor, SourceState
+from visionrt.distributed.coordinator import (
+    REGROUP_AFTER,
+    ClusterReport,
+    Coordinator,
+    Executor,
+    SourceState,
+)
 from visionrt.distributed.metrics import ClusterMetrics
 from visionrt.distributed.outputs import finalize_outputs
 from visionrt.distributed.plans import GroupPlans
@@ -88,12 +94,13 @@ def run_on_cluster(
     on_progress: Callable[[ClusterReport], None] | None = None,
     plans: GroupPlans | None = None,
     metrics: ClusterMetrics | None = None,
+    regroup_after: float = REGROUP_AFTER,
 ) -> tuple[RunSummary, ClusterReport]:
     """Run every source of `cfg` as a unit on `executor`'s workers; the JSONL goes to
     `output.dir` as a single-process run names it, each source's `source_id` its place in
     `cfg.sources`. The summary's `error` names the sources that failed; its `cluster` section
     holds the report and, with `plans`, the plan groups. `metrics` is kept up to date with
-    the report and the workers' endpoints."""
+    the report and the workers' endpoints. `regroup_after`: see coordinator.REGROUP_AFTER."""
     units = work_units(cfg)
     out, output = Path(cfg.output.dir), cfg.output
     name = f"{units[0].name}.jsonl" if len(units) == 1 else "detections.jsonl"
@@ -127,6 +134,7 @@ def run_on_cluster(
         cfg.cluster.max_attempts,
         progress,
         group=cfg.cluster.files_per_worker,
+        regroup_after=regroup_after,
     )
     report: ClusterReport | None = None
     try:
@@ -191,6 +199,8 @@ def _counts(state: SourceState, live: bool) -> dict[str, Any]:
     summary is all that came back: its frames in are those written, those that attempt
     dropped, and the gap no worker read (`worker lost`)."""
     dropped = dict(state.summary.get("dropped", {}))
+    for reason, count in state.dropped_before.items():
+        dropped[reason] = dropped.get(reason, 0) + count
     if state.lost:
         dropped[WORKER_LOST] = state.lost
     frames_in = state.summary.get("start_frame", 0) + state.summary.get("frames_in", 0)
