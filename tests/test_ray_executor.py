@@ -232,14 +232,17 @@ def test_run_ray_writes_what_a_plain_run_writes(
     videos: dict[str, Path], tiny_model: Path, tmp_path: Path
 ) -> None:
     """`visionrt run --ray local` (its own embedded Ray, after the module's: run in a
-    subprocess) and a plain run write the same JSONL; summary.json has the cluster section."""
+    subprocess) and a plain run write the same JSONL; summary.json has the cluster section;
+    `--telemetry` is one file of the workers' per-second lines, each naming its worker."""
     import subprocess
     import sys
 
     sources = [f"a={videos['a']}", f"b={videos['b']}"]
     common = ["--model", str(tiny_model), "--backend", "onnxruntime", "--no-plan", "--no-video"]
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    for out, extra in (("plain", []), ("ray", ["--ray", "local", "--workers", "2"])):
+    telemetry = tmp_path / "ray" / "telemetry.jsonl"
+    cluster = ["--ray", "local", "--workers", "2", "--telemetry", str(telemetry)]
+    for out, extra in (("plain", []), ("ray", cluster)):
         done = subprocess.run(
             [sys.executable, "-m", "visionrt.cli.main", "run", *sources, *common, *extra,
              "--out", str(tmp_path / out)],
@@ -260,6 +263,13 @@ def test_run_ray_writes_what_a_plain_run_writes(
     assert summary["accounted"]
     assert summary["cluster"]["attempts"] == 2
     assert sorted(summary["cluster"]["sources"]) == ["a", "b"]
+    lines = [json.loads(line) for line in telemetry.read_text().splitlines()]
+    last = {line["worker"]: line for line in lines}  # each worker ran one file, one Pipeline
+    assert sorted(last) == sorted(summary["cluster"]["workers"])
+    assert all(line["node"] for line in lines)
+    assert sum(line["frames_out"] for line in last.values()) == summary["frames_out"]
+    assert {name for line in last.values() for name in line["sources"]} == {"a", "b"}
+    assert str(telemetry) in summary["outputs"]
 
 
 def test_auto_workers_are_what_the_cluster_holds() -> None:

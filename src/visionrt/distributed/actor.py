@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from visionrt.distributed.files import Bundle, Manifest, bundle, localized
-from visionrt.distributed.units import Batch, Done, Failed, Group, Report
+from visionrt.distributed.units import Batch, Done, Failed, Group, Report, Sample
 from visionrt.distributed.worker import USER_ERRORS, group_batches
 from visionrt.plans import machine_fingerprint
 from visionrt.telemetry.metrics import MetricsServer
@@ -73,6 +73,11 @@ class UnitRunner:
             self._group, self._stop_asked = group_key(running), False
         summaries: dict[int, dict[str, Any]] = {}
         failed: dict[int, str] = {}  # sources of the group that could not be opened
+        samples: list[dict[str, Any]] = []  # telemetry lines, from the sampler's thread
+
+        def sampled() -> Iterator[Report]:
+            while samples:
+                yield Sample(self.worker, samples.pop(0))
 
         def fail_opened() -> Iterator[Report]:
             for unit_id in list(failed):
@@ -90,11 +95,14 @@ class UnitRunner:
                 summaries=summaries,
                 on_pipeline=self._follow,
                 failed=failed,
+                on_sample=samples.append,  # list.append: one step, safe across threads
             )
             for unit_id, frames in batches:
                 yield from fail_opened()
+                yield from sampled()
                 yield Batch(self.worker, unit_id, running[unit_id], frames)
             yield from fail_opened()
+            yield from sampled()
         except USER_ERRORS as err:
             for unit_id, attempt in running.items():
                 yield Failed(self.worker, unit_id, attempt, str(err), retry=False)

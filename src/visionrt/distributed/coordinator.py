@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from visionrt.distributed.units import Batch, Done, Group, Lost, Report, WorkUnit
+from visionrt.distributed.units import Batch, Done, Group, Lost, Report, Sample, WorkUnit
 
 # How long the queue may wait with no worker alive before its units are failed: a shrinking
 # cluster that lost every node must end the run, not hang.
@@ -140,10 +140,11 @@ class Coordinator:
         no_workers_grace: float = NO_WORKERS_GRACE,
         group: int = 1,
         regroup_after: float = REGROUP_AFTER,
+        on_sample: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.executor, self.write, self.max_attempts = executor, write, max_attempts
         self.group = max(1, group)
-        self.on_progress = on_progress
+        self.on_progress, self.on_sample = on_progress, on_sample
         self.no_workers_grace, self.regroup_after = no_workers_grace, regroup_after
         self.queue: deque[WorkUnit] = deque(units)
         names = [unit.name for unit in self.queue]
@@ -260,6 +261,10 @@ class Coordinator:
         self.executor.start(worker, group)
 
     def _handle(self, report: Report) -> None:
+        if isinstance(report, Sample):  # a worker's telemetry line
+            if self.on_sample is not None:
+                self.on_sample(report.worker, report.line)
+            return
         if isinstance(report, Lost):
             self.report.lost_workers += 1
             self._stopping.discard(report.worker)

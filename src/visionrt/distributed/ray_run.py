@@ -13,8 +13,8 @@ from visionrt.distributed.coordinator import ClusterReport
 from visionrt.distributed.metrics import ClusterMetrics
 from visionrt.distributed.plans import GroupPlans
 from visionrt.distributed.run import run_on_cluster, worker_settings
-from visionrt.errors import ConfigError
 from visionrt.plans import fingerprint_key, machine_fingerprint
+from visionrt.sinks.base import check_writable
 from visionrt.telemetry.stats import RunSummary
 
 # Prometheus' file-based service discovery: the workers' endpoints, labelled node and worker.
@@ -40,11 +40,8 @@ def run_on_ray(
     metrics). The summary (not yet written) and the report; outputs are finalized."""
     from visionrt.distributed.ray_executor import RayExecutor
 
-    if cfg.output.telemetry:
-        raise ConfigError(
-            "--ray: --telemetry: not run on a cluster yet (JSONL, MP4, depth, MOT, COCO, CSV,"
-            " summary.json and --metrics-port are)"
-        )
+    if cfg.output.telemetry:  # a path that cannot be written fails before Ray starts
+        check_writable(Path(cfg.output.telemetry), "telemetry")
     tell = say or (lambda _line: None)
     own = fingerprint_key(machine_fingerprint())
 

@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from visionrt.config import RunConfig
 from visionrt.distributed.coordinator import (
@@ -23,7 +23,7 @@ from visionrt.distributed.outputs import finalize_outputs
 from visionrt.distributed.plans import GroupPlans
 from visionrt.distributed.units import WorkUnit
 from visionrt.sinks import Sink, table_sinks
-from visionrt.sinks.base import FileSink
+from visionrt.sinks.base import FileSink, check_writable, unwritable
 from visionrt.sources.naming import named_specs
 from visionrt.sources.registry import LIVE_KINDS, source_kind
 from visionrt.telemetry.stats import RunSummary
@@ -108,6 +108,15 @@ def run_on_cluster(
     # Written here from the committed lines, as the JSONL is: one writer, frames once, in order.
     tables = table_sinks(out, [u.name for u in units], output.mot, output.coco, output.csv)
     ids = {unit.name: unit.unit_id for unit in units}
+    telemetry = open_telemetry(output.telemetry) if output.telemetry else None
+
+    def sample(worker: str, line: dict[str, Any]) -> None:
+        """A worker's telemetry line into the run's file, with whose it is."""
+        if telemetry is not None:
+            node = executor.info(worker).get("node", "") if worker in executor.workers() else ""
+            tagged = {"worker": worker, "node": node, **line}
+            telemetry.write(json.dumps(tagged, separators=(",", ":")) + "\n")
+            telemetry.flush()
 
     def write(source: str, frame: int, line: str) -> None:
         record = json.loads(line)
@@ -135,19 +144,34 @@ def run_on_cluster(
         progress,
         group=cfg.cluster.files_per_worker,
         regroup_after=regroup_after,
+        on_sample=sample,
     )
     report: ClusterReport | None = None
     try:
         report = coordinator.run()
     finally:
+        if telemetry is not None:
+            telemetry.close()
         closed = _close([*tables, *([sink] if sink is not None else [])], report is not None)
     done = {name: s.summary for name, s in report.sources.items() if s.done_units and not s.error}
     live = frozenset(u.name for u in units if u.live)
     outputs = [str(p) for p in closed] + finalize_outputs(out, done, live)
+    outputs += [str(output.telemetry)] if telemetry is not None else []
     summary = _summary(report, live, outputs)
     if plans is not None:
         summary.cluster["plan_groups"] = plans.report()
     return summary, report
+
+
+def open_telemetry(path: str | Path) -> TextIO:
+    """The run's telemetry file, open for the workers' lines: one line per worker a second,
+    as `run --telemetry` writes, plus `worker` and `node`. A SinkError when it cannot be."""
+    target = Path(path)
+    check_writable(target, "telemetry")
+    try:
+        return target.open("w", encoding="utf-8")
+    except OSError as err:
+        raise unwritable(target, err, "telemetry") from err
 
 
 def _close(sinks: list[Sink], complete: bool) -> list[Path]:

@@ -75,4 +75,12 @@ class Lost:
     worker: str
 
 
-Report = Batch | Done | Failed | Lost
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """A line of a worker's telemetry (with `output.telemetry`: the driver writes the file)."""
+
+    worker: str
+    line: dict[str, Any]
+
+
+Report = Batch | Done | Failed | Lost | Sample

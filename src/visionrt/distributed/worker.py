@@ -17,6 +17,7 @@ from visionrt.distributed.units import Group
 from visionrt.errors import ConfigError, ModelLoadError, SourceError
 from visionrt.pipeline import Pipeline
 from visionrt.sources.registry import open_source, source_kind
+from visionrt.telemetry.report import TelemetrySampler
 
 Frames = tuple[tuple[int, str], ...]  # (frame index, JSONL line), in frame order
 Send = Callable[[int, Frames], None]  # (unit id, frames)
@@ -34,6 +35,7 @@ def group_batches(
     summaries: dict[int, dict[str, Any]] | None = None,
     on_pipeline: Callable[[Pipeline], None] | None = None,
     failed: dict[int, str] | None = None,
+    on_sample: Callable[[dict[str, Any]], None] | None = None,
 ) -> Iterator[tuple[int, Frames]]:
     """Run `units` in one Pipeline with the configuration `run` (RunConfig's sections as a
     nested dict, its plan settled on the driver), yielding (unit id, frames) batches, each
@@ -45,7 +47,8 @@ def group_batches(
     metrics follow it). A bad source, model or option raises the CLI's one-line error
     (SourceError, ModelLoadError, ConfigError); with `failed`, a group's sources that cannot
     be opened are put there instead (unit id → the error, before the first batch) and the
-    others run without them."""
+    others run without them. With `output.telemetry`, `on_sample` gets the telemetry file's
+    lines (one a second, and a last one)."""
     cfg = load_config(values=dict(run))
     if threads:  # what the user set is kept; the runtime's default would take every core
         if not cfg.inference.threads:
@@ -85,6 +88,9 @@ def group_batches(
     since = [time.monotonic()] * len(units)
     files = None
     complete = False
+    sampler = None
+    if on_sample is not None and cfg.output.telemetry:
+        sampler = TelemetrySampler(pipeline.telemetry, on_sample).start()
     try:
         if writes_every_frame(cfg):  # every frame: an attempt's files are whole
             fps = [s.fps for s in pipeline.sources]
@@ -108,6 +114,8 @@ def group_batches(
                 yield unit.unit_id, tuple(frames)
         complete = True
     finally:
+        if sampler is not None:
+            sampler.close()  # its last line: the group's totals
         pipeline.close()
         written = files.close(complete) if files is not None else [[] for _ in units]
     if summaries is not None:

@@ -203,17 +203,52 @@ class TelemetryWriter:
                 self.on_error(error)
 
     def _write(self, handle: TextIO, previous: dict[str, Any] | None) -> dict[str, Any]:
-        snapshot = self.telemetry.snapshot()
-        frames, seconds = snapshot["frames_out"], snapshot["t"]
-        if previous is not None:
-            frames -= previous["frames_out"]
-            seconds -= previous["t"]
-        # Over the time since the last line, measured: the last line covers less than a second.
-        snapshot["fps"] = round(frames / seconds, 2) if seconds > 0 else 0.0
-        before = (previous or {}).get("sources", {})
-        for name, now in snapshot["sources"].items():
-            frames = now["frames_out"] - before.get(name, {}).get("frames_out", 0)
-            now["fps"] = round(frames / seconds, 2) if seconds > 0 else 0.0
-        handle.write(json.dumps(snapshot) + "\n")
+        line = telemetry_line(self.telemetry, previous)
+        handle.write(json.dumps(line) + "\n")
         handle.flush()
-        return snapshot
+        return line
+
+
+def telemetry_line(telemetry: Telemetry, previous: dict[str, Any] | None) -> dict[str, Any]:
+    """A telemetry file's line: the counters now, and FPS (the run's, each source's) over the
+    time since `previous` line, measured (the last line covers less than a second)."""
+    snapshot = telemetry.snapshot()
+    frames, seconds = snapshot["frames_out"], snapshot["t"]
+    if previous is not None:
+        frames -= previous["frames_out"]
+        seconds -= previous["t"]
+    snapshot["fps"] = round(frames / seconds, 2) if seconds > 0 else 0.0
+    before = (previous or {}).get("sources", {})
+    for name, now in snapshot["sources"].items():
+        frames = now["frames_out"] - before.get(name, {}).get("frames_out", 0)
+        now["fps"] = round(frames / seconds, 2) if seconds > 0 else 0.0
+    return snapshot
+
+
+class TelemetrySampler:
+    """The telemetry file's lines handed to `on_line` instead of written (a cluster's worker
+    sends them to the driver, which writes the one file): one per `interval` seconds from
+    `start()`, and a last one at `close()`."""
+
+    def __init__(
+        self, telemetry: Telemetry, on_line: Callable[[dict[str, Any]], None], interval: float = 1.0
+    ) -> None:
+        self.telemetry, self.on_line, self.interval = telemetry, on_line, interval
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="telemetry", daemon=True)
+
+    def start(self) -> TelemetrySampler:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _loop(self) -> None:
+        previous = None
+        while not self._done.wait(self.interval):
+            previous = telemetry_line(self.telemetry, previous)
+            self.on_line(previous)
+        self.on_line(telemetry_line(self.telemetry, previous))
