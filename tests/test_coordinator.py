@@ -56,6 +56,9 @@ class Scripted:
     def stop(self, worker: str) -> bool:
         return False
 
+    def info(self, worker: str) -> dict[str, str]:
+        return {"worker": worker, "node": f"node-{worker}"}
+
     def close(self) -> None:
         pass
 
@@ -584,3 +587,29 @@ def test_a_plan_tuned_on_a_node_is_kept_with_its_artifact_for_that_kind_of_machi
     assert (artifact.parent / "model.bin").read_bytes() == b"weights"
     assert cached_plan(tiny_model, tmp_path / "plans", theirs) == (plan, kept)
     assert cached_plan(tiny_model, tmp_path / "plans") is None  # not this machine's
+
+
+def test_the_progress_bar_counts_the_files_frames_and_shows_frames_per_node(
+    tmp_path: Path,
+) -> None:
+    """The bar's total is the files' frames from their headers (`max_frames` each at most),
+    none when a source is live; its text gives the frames per node, most first."""
+    from visionrt.cli.cluster import by_node
+    from visionrt.config import load_config
+    from visionrt.distributed.coordinator import ClusterReport
+    from visionrt.distributed.run import frame_total
+
+    videos = [str(write_video(tmp_path / f"v{i}.mp4", frames=n)) for i, n in enumerate((9, 6))]
+    assert frame_total(load_config(values={"sources": videos})) == 15
+    assert frame_total(load_config(values={"sources": videos, "source": {"max_frames": 7}})) == 13
+    assert frame_total(load_config(values={"sources": [videos[0], "rtsp://cam/1"]})) is None
+    assert (
+        frame_total(load_config(values={"sources": videos, "source": {"realtime": True}})) is None
+    )
+
+    report = ClusterReport(
+        frames_by_worker={"w1": 3, "w2": 5, "w3": 4},
+        worker_info={"w1": {"node": "aaaaaaaaffff"}, "w2": {"node": "bbbbbbbbffff"},
+                     "w3": {"node": "aaaaaaaaffff"}},
+    )  # fmt: skip
+    assert by_node(report) == "node aaaaaaaa 7, node bbbbbbbb 5"

@@ -80,9 +80,9 @@ def test_depth_candidates_follow_the_hardware() -> None:
 
 @pytest.fixture
 def tiny_depth_model(tmp_path: Path) -> Path:
-    from test_depth_task import _write_tiny_depth_model
+    from conftest import write_tiny_depth_model
 
-    return _write_tiny_depth_model(tmp_path / "tiny_depth.onnx")
+    return write_tiny_depth_model(tmp_path / "tiny_depth.onnx")
 
 
 def test_tune_depth_caches_the_fastest_accurate_plan_and_run_takes_it(

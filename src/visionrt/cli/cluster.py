@@ -1,5 +1,6 @@
 """`visionrt run --ray`: the sources as work units on Ray workers, the coordinator writing the
-JSONL and summary.json here; progress as one line of aggregate FPS and frames per worker."""
+JSONL and summary.json here; progress as one bar: frames (of the files' total), aggregate FPS
+and frames per node."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from visionrt.cli.outputs import metrics_token, write_summary
 from visionrt.config import RunConfig
 from visionrt.distributed.coordinator import ClusterReport
+from visionrt.distributed.run import frame_total
 from visionrt.errors import SourceError
 from visionrt.telemetry.stats import RunSummary
 
@@ -22,6 +25,7 @@ def run_cluster(
     resolve: Callable[[dict[str, Any]], tuple[RunConfig, str]],
     console: Console,
     json_out: bool,
+    quiet: bool = False,
 ) -> None:
     """Run `cfg`'s sources on the cluster `cfg.cluster` names, each worker with the plan of
     its machine (`resolve(fingerprint)`: the configuration and its plan lines, as this
@@ -32,19 +36,25 @@ def run_cluster(
     def say(line: str) -> None:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
-    said = [0.0]
-
-    def progress(report: ClusterReport) -> None:  # a line every 2 s, on a terminal
-        if not console.is_terminal or report.seconds - said[0] < 2.0:
-            return
-        said[0] = report.seconds
-        done = sum(s.written for s in report.sources.values())
-        per = ", ".join(f"{w} {n}" for w, n in sorted(report.frames_by_worker.items()))
-        fps = done / report.seconds if report.seconds else 0.0
-        console.print(f"{done} frames · {fps:.1f} FPS · {per}", markup=False, highlight=False)
-
     token = metrics_token(cfg)
-    summary, report = run_on_ray(cfg, plan_note, resolve, token, say, progress)
+    with Progress(
+        TextColumn("[bold]ray"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[fps]:.1f} FPS · {task.fields[nodes]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=quiet,
+    ) as bar:
+        task = bar.add_task("ray", total=frame_total(cfg), fps=0.0, nodes="")
+
+        def progress(report: ClusterReport) -> None:
+            done = sum(s.written for s in report.sources.values())
+            fps = done / report.seconds if report.seconds else 0.0
+            bar.update(task, completed=done, fps=fps, nodes=by_node(report))
+
+        summary, report = run_on_ray(cfg, plan_note, resolve, token, say, progress)
     path = Path(cfg.output.dir) / "summary.json"
     summary.outputs.append(str(path))
     write_summary(summary, path)
@@ -55,6 +65,15 @@ def run_cluster(
     _say(summary, report, console)
     if report.failed:
         raise SourceError(f"--ray: {summary.error}")
+
+
+def by_node(report: ClusterReport) -> str:
+    """Frames committed so far per node (its id's first 8 characters), most first."""
+    counts: dict[str, int] = {}
+    for worker, frames in report.frames_by_worker.items():
+        node = str(report.worker_info.get(worker, {}).get("node", "?"))[:8]
+        counts[node] = counts.get(node, 0) + frames
+    return ", ".join(f"node {n} {c}" for n, c in sorted(counts.items(), key=lambda i: -i[1]))
 
 
 def _say(summary: RunSummary, report: ClusterReport, console: Console) -> None:

@@ -220,7 +220,7 @@ def run_command(
                 found = configure_with_plan(plan, no_plan, config, set_, values, fingerprint)
                 return found[0], found[1]
 
-            run_cluster(cfg, plan_note, resolve, console, json_out)
+            run_cluster(cfg, plan_note, resolve, console, json_out, quiet)
         else:
             _execute(cfg, (plan_note, use), console, quiet, json_out)
     finally:

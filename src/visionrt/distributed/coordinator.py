@@ -253,6 +253,8 @@ class Coordinator:
         self.running[worker] = {unit.unit_id: unit for unit in group}
         self._sizes[worker] = len(group)
         self.report.workers_seen.add(worker)
+        # Its node from the start (progress by node); its Done adds memory and the rest.
+        self.report.worker_info.setdefault(worker, dict(self.executor.info(worker)))
         for unit in group:
             self._waiting.pop(unit.unit_id, None)
             self._current[unit.unit_id] = unit.attempt

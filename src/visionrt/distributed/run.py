@@ -77,6 +77,26 @@ def stream_cost(spec: str) -> float:
     return size * fps or UNPROBED_COST
 
 
+def frame_total(cfg: RunConfig) -> int | None:
+    """The frames the run will write, from the files' headers (`source.max_frames` each at
+    most); None when a source is live or a header does not say."""
+    import cv2
+
+    total = 0
+    for _, spec in named_specs(cfg.sources):
+        if cfg.source.realtime or source_kind(spec) != "file":
+            return None
+        capture = cv2.VideoCapture(spec)
+        try:
+            frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+        finally:
+            capture.release()
+        if frames <= 0:
+            return None
+        total += min(frames, cfg.source.max_frames or frames)
+    return total
+
+
 def worker_settings(cfg: RunConfig) -> dict[str, Any]:
     """What a worker builds its Pipeline from: the run's sections, its plan already in them,
     and where its videos go (`output.dir`, absolute: a worker's working folder is not the
