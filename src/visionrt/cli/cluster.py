@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from visionrt.cli.outputs import metrics_token, write_summary
+from visionrt.cli.outputs import metrics_token, run_progress, write_summary
 from visionrt.config import RunConfig
 from visionrt.distributed.coordinator import ClusterReport
 from visionrt.distributed.run import frame_total
@@ -37,16 +36,7 @@ def run_cluster(
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     token = metrics_token(cfg)
-    with Progress(
-        TextColumn("[bold]ray"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[fps]:.1f} FPS · {task.fields[nodes]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=quiet,
-    ) as bar:
+    with run_progress("ray", console, quiet, " · {task.fields[nodes]}") as bar:
         task = bar.add_task("ray", total=frame_total(cfg), fps=0.0, nodes="")
 
         def progress(report: ClusterReport) -> None:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from visionrt.cli.signals import start_up
 from visionrt.config import RunConfig, pipeline_for
@@ -18,6 +19,21 @@ from visionrt.sinks import JsonlSink, Sink, VideoSink, table_sinks
 from visionrt.sinks.base import check_writable, partial_path
 from visionrt.sources.naming import default_name, split_name, unique_names
 from visionrt.telemetry.stats import RunSummary
+
+
+def run_progress(label: str, console: Console, quiet: bool, detail: str = "") -> Progress:
+    """The bar a run shows: frames done (of the total when known), FPS (the task's `fps`
+    field), `detail` (a format over the task's fields), time taken; gone when it ends."""
+    return Progress(
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[fps]:.1f} FPS" + detail),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=quiet,
+    )
 
 
 def start_pipeline(cfg: RunConfig, service: bool = False) -> Pipeline:

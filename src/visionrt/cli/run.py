@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from visionrt.backends.registry import choose_auto
 from visionrt.cli.outputs import (
@@ -20,6 +19,7 @@ from visionrt.cli.outputs import (
     describe_run,
     make_sinks,
     metrics_token,
+    run_progress,
     start_pipeline,
     write_summary,
 )
@@ -327,16 +327,7 @@ def _run(
     if cfg.source.max_frames and total:
         total = min(total, cfg.source.max_frames * len(pipeline.sources))
     error: VisionRTError | None = None
-    with Progress(
-        TextColumn("[bold]run"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[fps]:.1f} FPS"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=quiet,
-    ) as progress:
+    with run_progress("run", console, quiet) as progress:
         task = progress.add_task("run", total=total, fps=0.0)
 
         def advance(_result: FrameResult) -> None:
