@@ -93,6 +93,18 @@ def cluster_run(
     return summary, report, moments
 
 
+def two_streams(tmp_path: Path, model: Path, frames: int) -> dict[str, Any]:
+    """Two videos of `frames` frames read in real time (30 FPS): cameras' stand-ins."""
+    videos = [write_video(tmp_path / f"live{i}.mp4", frames=frames) for i in range(2)]
+    return {
+        "sources": [f"cam{i}={v}" for i, v in enumerate(videos)],
+        "model": str(model),
+        "backend": "onnxruntime",
+        "source": {"realtime": True},
+        "output": {"dir": str(tmp_path / "out"), "video": False},
+    }
+
+
 def test_a_node_removed_mid_run_loses_no_frame(
     cluster: Cluster, tiny_model: Path, tmp_path: Path
 ) -> None:
@@ -131,15 +143,8 @@ def test_a_live_stream_on_a_removed_node_restarts_with_the_gap_counted(
     """Two streams read in real time (30 FPS files), one per worker; the node of one goes:
     its stream comes back on the head's worker once that one's stream ended, numbered after
     the gap, which is counted as frames the cluster lost."""
-    videos = [write_video(tmp_path / f"live{i}.mp4", frames=60) for i in range(2)]
     node = cluster.add_node(num_cpus=1)
-    values = {
-        "sources": [f"cam{i}={v}" for i, v in enumerate(videos)],
-        "model": str(tiny_model),
-        "backend": "onnxruntime",
-        "source": {"realtime": True},
-        "output": {"dir": str(tmp_path / "out"), "video": False},
-    }
+    values = two_streams(tmp_path, tiny_model, frames=60)
     summary, report, moments = cluster_run(cluster, values, node, when=15)
     assert "lost" in moments, moments
     assert report.failed == {}
@@ -164,15 +169,8 @@ def test_a_survivor_busy_with_a_stream_takes_in_the_lost_one(
     told to end its group and starts again with both streams in one Pipeline (no room for a
     replacement worker: each node has one CPU). Both continue after their gaps, in order,
     once, every frame accounted for; neither failed."""
-    videos = [write_video(tmp_path / f"long{i}.mp4", frames=150) for i in range(2)]
     node = cluster.add_node(num_cpus=1)
-    values = {
-        "sources": [f"cam{i}={v}" for i, v in enumerate(videos)],
-        "model": str(tiny_model),
-        "backend": "onnxruntime",
-        "source": {"realtime": True},
-        "output": {"dir": str(tmp_path / "out"), "video": False},
-    }
+    values = two_streams(tmp_path, tiny_model, frames=150)
     summary, report, moments = cluster_run(cluster, values, node, when=15, regroup_after=1.0)
     assert "lost" in moments, moments
     assert report.failed == {}
