@@ -197,26 +197,44 @@ def test_a_run_whose_actor_is_killed_mid_file_completes_every_frame_once(
 ) -> None:
     """The coordinator over Ray: one worker is SIGKILLed once its first frames are committed;
     its unit runs again on a survivor (or the replacement) from the last committed frame, and
-    the JSONL holds each frame of each source once, in order; no `.partial` is left."""
+    the JSONL holds each frame of each source once, in order; no `.partial` is left, and the
+    killed actor's decode processes end with it (none orphaned)."""
+    import psutil
+
     from visionrt.config import load_config
-    from visionrt.distributed.run import run_on_cluster
+    from visionrt.distributed.run import run_on_cluster, worker_settings
 
     values = {
         "sources": [f"long={videos['long']}", f"a={videos['a']}"],
         "model": str(tiny_model),
         "backend": "onnxruntime",
+        "source": {"workers": "process"},  # each file decoded in a process of the actor's
         "output": {"dir": str(tmp_path / "out"), "video": False},
     }
     cfg = load_config(values=values)
     killed: list[str] = []
+    orphans: list[psutil.Process] = []
 
     def kill_once(report: Any) -> None:
         for worker, frames in report.frames_by_worker.items():
-            if not killed and frames >= 32 and worker in executor.workers():
+            long_file = 0 in executor.running(worker)  # still decoding: 600 frames
+            if not killed and frames >= 32 and long_file and worker in executor.workers():
                 killed.append(worker)
-                os.kill(executor.info(worker)["pid"], signal.SIGKILL)
+                actor = psutil.Process(executor.info(worker)["pid"])
+                orphans.extend(actor.children(recursive=True))
+                actor.kill()
 
-    summary, report = run_on_cluster(cfg, executor, kill_once)
+    # The module's workers run its settings: this run's (decoding in processes) for a while.
+    saved = executor.run, {name: state.settings for name, state in executor._workers.items()}
+    executor.run = worker_settings(cfg)
+    for state in executor._workers.values():
+        state.settings = executor.run
+    try:
+        summary, report = run_on_cluster(cfg, executor, kill_once)
+    finally:
+        executor.run = saved[0]
+        for name, state in executor._workers.items():
+            state.settings = saved[1].get(name, saved[0])
     assert killed, "no worker was killed"
     assert report.failed == {}
     assert report.lost_workers == 1
@@ -226,6 +244,9 @@ def test_a_run_whose_actor_is_killed_mid_file_completes_every_frame_once(
     for source, count in (("long", 600), ("a", 45)):
         assert [r["frame"] for r in lines if r["source"] == source] == list(range(count))
     assert not list((tmp_path / "out").glob("*.partial*"))
+    assert orphans, "the actor decoded in processes of its own"
+    _, alive = psutil.wait_procs(orphans, timeout=10)
+    assert alive == [], f"decode processes outlived their actor: {alive}"
 
 
 def test_run_ray_writes_what_a_plain_run_writes(
