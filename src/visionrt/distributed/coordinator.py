@@ -20,6 +20,7 @@ NO_WORKERS_GRACE = 30.0
 # of live streams (which never comes free) is told to take it in: that worker restarts its
 # group with the stream added, its own streams losing the frames of the restart (counted).
 REGROUP_AFTER = 5.0
+STOP_GRACE = 30.0  # a worker told to end its group that has not, after this: ask another
 
 
 class Executor(Protocol):
@@ -159,7 +160,7 @@ class Coordinator:
         self._sizes: dict[str, int] = {}  # worker → how many units its group started with
         self._current: dict[int, int] = {u.unit_id: u.attempt for u in self.queue}
         self._waiting: dict[int, float] = {}  # a live unit put back → since when (monotonic)
-        self._stopping: set[str] = set()  # workers told to end their group, to regroup
+        self._stopping: dict[str, float] = {}  # workers told to end their group → since when
         self._regrouped: dict[int, int] = {}  # unit id → its attempts that were regroups
 
     def run(self) -> ClusterReport:
@@ -202,11 +203,14 @@ class Coordinator:
         when its group has ended its streams are back on the queue beside the waiting one,
         and it takes them all (`_groups`)."""
         now = time.monotonic()
+        # One regroup at a time; a worker that did not stop (nor die) within STOP_GRACE no
+        # longer holds the others back (its group, when it ends, is still a regroup).
+        pending = any(now - since <= STOP_GRACE for since in self._stopping.values())
         overdue = any(
             u.live and now - self._waiting.get(u.unit_id, now) >= self.regroup_after
             for u in self.queue
         )
-        if self._stopping or not overdue:
+        if pending or not overdue:
             return
         alive = self.executor.workers()
         busy = [
@@ -218,7 +222,7 @@ class Coordinator:
             return
         worker = min(busy, key=lambda w: sum(u.cost for u in self.running[w].values()))
         if self.executor.stop(worker):
-            self._stopping.add(worker)
+            self._stopping[worker] = now
             self.report.regroups += 1
 
     def _groups(self, idle: int) -> list[Group]:
@@ -269,7 +273,7 @@ class Coordinator:
             return
         if isinstance(report, Lost):
             self.report.lost_workers += 1
-            self._stopping.discard(report.worker)
+            self._stopping.pop(report.worker, None)
             # Back first in the queue in their order (each goes to its front).
             for unit in reversed(self.running.pop(report.worker, {}).values()):
                 self._again(unit, f"worker {report.worker} lost")
@@ -290,7 +294,7 @@ class Coordinator:
         stopping = report.worker in self._stopping
         if not units:
             self.running.pop(report.worker, None)
-            self._stopping.discard(report.worker)
+            self._stopping.pop(report.worker, None)
         if isinstance(report, Done) and stopping and unit.live:
             state = self.report.sources[unit.name]
             state.regrouped += 1
