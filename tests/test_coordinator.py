@@ -613,3 +613,38 @@ def test_the_progress_bar_counts_the_files_frames_and_shows_frames_per_node(
                      "w3": {"node": "aaaaaaaaffff"}},
     )  # fmt: skip
     assert by_node(report) == "node aaaaaaaa 7, node bbbbbbbb 5"
+
+
+def test_a_workers_next_group_takes_its_detector_still_loaded(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """A worker keeps its detector loaded between groups: the next group with the same model
+    and inference options runs on the same loaded backend (not closed with the first group's
+    Pipeline) and sends what a fresh load sends; other options load their own."""
+    from visionrt.distributed.worker import KeptDetector, group_batches
+
+    videos = [str(write_video(tmp_path / f"v{i}.mp4", frames=n)) for i, n in enumerate((8, 5))]
+    settings = {
+        "model": str(tiny_model),
+        "backend": "onnxruntime",
+        "output": {"dir": str(tmp_path / "out"), "video": False},
+        "pipeline": {"warmup": 0},
+    }
+    kept, seen = KeptDetector(), []
+
+    def frames(unit: WorkUnit, run: dict, keep: KeptDetector | None) -> list:
+        batches = group_batches((unit,), run, on_pipeline=seen.append, kept=keep)
+        return [frame for _, batch in batches for frame in batch]
+
+    assert len(frames(WorkUnit(0, "a", videos[0]), settings, kept)) == 8
+    second = frames(WorkUnit(1, "b", videos[1]), settings, kept)
+    assert seen[1].task.backend is seen[0].task.backend
+    assert not seen[1].task.owns_backend
+    assert second == frames(WorkUnit(1, "b", videos[1]), settings, None)  # a fresh load
+    assert seen[2].task.backend is not seen[0].task.backend
+    other = {**settings, "inference": {"threads": 1}}
+    frames(WorkUnit(2, "c", videos[0]), other, kept)
+    assert seen[3].task.backend is not seen[0].task.backend
+    assert kept.backend is seen[3].task.backend
+    kept.close()
+    assert kept.backend is None

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from visionrt.backends import BackendOptions
+from visionrt.backends import Backend, BackendOptions
 from visionrt.errors import ConfigError
 from visionrt.fuse.analytics import parse_analytics
 from visionrt.pipeline.options import DepthOptions, PipelineOptions
@@ -127,16 +127,20 @@ class RunConfig:
 
 
 def pipeline_for(
-    cfg: RunConfig, sources: Sequence[str] | None = None, service: bool = False
+    cfg: RunConfig,
+    sources: Sequence[str] | None = None,
+    service: bool = False,
+    loaded: Backend | None = None,
 ) -> Pipeline:
     """The Pipeline `cfg` describes over `sources` (default: its own), its plan settled already
-    (the plan's sections are in `cfg`, so the Pipeline takes none of its own)."""
+    (the plan's sections are in `cfg`, so the Pipeline takes none of its own). `loaded`: the
+    detector `cfg` names, already loaded (the caller keeps and closes it)."""
     from visionrt.pipeline import Pipeline
 
     return Pipeline(
         list(cfg.sources if sources is None else sources),
         cfg.model,
-        cfg.backend,
+        loaded if loaded is not None else cfg.backend,
         cfg.inference,
         cfg.postprocess,
         cfg.source,

@@ -11,7 +11,7 @@ from typing import Any
 
 from visionrt.distributed.files import Bundle, Manifest, bundle, localized
 from visionrt.distributed.units import Batch, Done, Failed, Group, Report, Sample
-from visionrt.distributed.worker import USER_ERRORS, group_batches
+from visionrt.distributed.worker import USER_ERRORS, KeptDetector, group_batches
 from visionrt.plans import machine_fingerprint
 from visionrt.telemetry.metrics import MetricsServer
 
@@ -36,6 +36,7 @@ class UnitRunner:
         self._group: tuple[tuple[int, int], ...] = ()  # the running group's `group_key`
         self._stop_asked = False  # before its Pipeline was built: it stops once it is
         self._lock = threading.Lock()
+        self.kept = KeptDetector()  # the last group's detector, for the next one
         if metrics is not None:  # (host, token): this worker's Prometheus endpoint
             host, token = metrics
             info = {"worker": worker, "node": self.node}
@@ -96,6 +97,7 @@ class UnitRunner:
                 on_pipeline=self._follow,
                 failed=failed,
                 on_sample=samples.append,  # list.append: one step, safe across threads
+                kept=self.kept,
             )
             for unit_id, frames in batches:
                 yield from fail_opened()

@@ -8,15 +8,17 @@ import json
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
+from visionrt.backends import Backend
 from visionrt.config import RunConfig, load_config, pipeline_for
 from visionrt.distributed.outputs import AttemptOutputs, writes_every_frame
 from visionrt.distributed.units import Group
 from visionrt.errors import ConfigError, ModelLoadError, SourceError
 from visionrt.pipeline import Pipeline
 from visionrt.sources.registry import open_source, source_kind
+from visionrt.tasks.detect import DetectTask
 from visionrt.telemetry.report import TelemetrySampler
 
 Frames = tuple[tuple[int, str], ...]  # (frame index, JSONL line), in frame order
@@ -36,6 +38,7 @@ def group_batches(
     on_pipeline: Callable[[Pipeline], None] | None = None,
     failed: dict[int, str] | None = None,
     on_sample: Callable[[dict[str, Any]], None] | None = None,
+    kept: KeptDetector | None = None,
 ) -> Iterator[tuple[int, Frames]]:
     """Run `units` in one Pipeline with the configuration `run` (RunConfig's sections as a
     nested dict, its plan settled on the driver), yielding (unit id, frames) batches, each
@@ -48,7 +51,8 @@ def group_batches(
     (SourceError, ModelLoadError, ConfigError); with `failed`, a group's sources that cannot
     be opened are put there instead (unit id → the error, before the first batch) and the
     others run without them. With `output.telemetry`, `on_sample` gets the telemetry file's
-    lines (one a second, and a last one)."""
+    lines (one a second, and a last one). `kept`: the worker's detector from its last group,
+    taken when this group loads the same model the same way, and kept for the next."""
     cfg = load_config(values=dict(run))
     if threads:  # what the user set is kept; the runtime's default would take every core
         if not cfg.inference.threads:
@@ -68,8 +72,9 @@ def group_batches(
     resumed = units[0].start_frame if _resumes(units, writes_every_frame(cfg)) else 0
     if resumed:  # a video file resumes there: the frames before it are decoded only
         cfg = replace(cfg, source=replace(cfg.source, start_frame=resumed))
+    loaded = kept.take(cfg) if kept is not None else None
     try:
-        pipeline = pipeline_for(cfg, [f"{unit.name}={unit.spec}" for unit in units])
+        pipeline = pipeline_for(cfg, [f"{unit.name}={unit.spec}" for unit in units], loaded=loaded)
     except SourceError:
         bad = _unopenable(units, cfg) if failed is not None and len(units) > 1 else {}
         if not bad:
@@ -79,7 +84,7 @@ def group_batches(
         units = tuple(unit for unit in units if unit.unit_id not in bad)
         if not units:
             return
-        pipeline = pipeline_for(cfg, [f"{unit.name}={unit.spec}" for unit in units])
+        pipeline = pipeline_for(cfg, [f"{unit.name}={unit.spec}" for unit in units], loaded=loaded)
     if on_pipeline is not None:
         on_pipeline(pipeline)
     # A live stream's frame numbers start again with each attempt: nothing there to skip.
@@ -116,6 +121,8 @@ def group_batches(
     finally:
         if sampler is not None:
             sampler.close()  # its last line: the group's totals
+        if kept is not None and complete:
+            kept.keep(cfg, pipeline)  # before close: the Pipeline then lets go of it only
         pipeline.close()
         written = files.close(complete) if files is not None else [[] for _ in units]
     if summaries is not None:
@@ -129,6 +136,45 @@ def group_batches(
                 "dropped": row.get("dropped", {}),
                 "outputs": outputs,
             }
+
+
+class KeptDetector:
+    """A worker's detector kept loaded between its groups: a group whose configuration loads
+    the same model the same way (model, runtime, inference options) takes it instead of
+    loading it again (measured in docs/benchmarks.md). Whole-frame detectors without motion
+    regions or a latency ladder only: those build their own variants from the model's name."""
+
+    def __init__(self) -> None:
+        self.key = ""
+        self.backend: Backend | None = None
+
+    @staticmethod
+    def _key(cfg: RunConfig) -> str:
+        options = cfg.pipeline
+        if options.tile or options.motion == "regions" or options.slo_ms:
+            return ""
+        return json.dumps([str(cfg.model), cfg.backend, asdict(cfg.inference)], default=str)
+
+    def take(self, cfg: RunConfig) -> Backend | None:
+        """The kept detector when `cfg` loads the same one (else it is closed: not needed)."""
+        if self.backend is not None and self._key(cfg) != self.key:
+            self.close()
+        return self.backend
+
+    def keep(self, cfg: RunConfig, pipeline: Pipeline) -> None:
+        """Keep `pipeline`'s detector past its close (it no longer closes it)."""
+        task, key = pipeline.task, self._key(cfg)
+        if type(task) is not DetectTask or not key:
+            return
+        if task.backend is not self.backend:
+            self.close()
+        task.owns_backend = False
+        self.key, self.backend = key, task.backend
+
+    def close(self) -> None:
+        if self.backend is not None:
+            self.backend.close()
+        self.key, self.backend = "", None
 
 
 def _unopenable(units: Group, cfg: RunConfig) -> dict[int, str]:
