@@ -648,3 +648,14 @@ def test_a_workers_next_group_takes_its_detector_still_loaded(
     assert kept.backend is seen[3].task.backend
     kept.close()
     assert kept.backend is None
+
+
+def test_a_live_streams_timestamps_go_on_after_a_retry() -> None:
+    """A live retry opens its stream again, its clock from 0: the run's timestamps go on after
+    the last one written, the gap's frames at the stream's rate so far."""
+    from visionrt.distributed.run import LiveClock
+
+    clock = LiveClock()
+    assert [clock.place(f, f * 0.1) for f in range(10)] == [round(f * 0.1, 6) for f in range(10)]
+    # The retry's frames are numbered after a gap of 5 (10-14); its own clock starts at 0.
+    assert [clock.place(f, (f - 15) * 0.1) for f in range(15, 18)] == [1.5, 1.6, 1.7]

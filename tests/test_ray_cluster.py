@@ -158,6 +158,8 @@ def test_a_live_stream_on_a_removed_node_restarts_with_the_gap_counted(
     rows = [json.loads(line) for line in (tmp_path / "out" / "detections.jsonl").open()]
     frames = [r["frame"] for r in rows if r["source"] == moved[0]]
     assert frames == sorted(set(frames))  # in order, once
+    times = [r["timestamp"] for r in rows if r["source"] == moved[0]]
+    assert all(a < b for a, b in itertools.pairwise(times)), times  # the retry's go on
     gap = [b - a for a, b in itertools.pairwise(frames) if b - a > 1]
     assert gap == [state.lost + 1]  # one gap, as long as the frames counted lost
 
@@ -185,6 +187,8 @@ def test_a_survivor_busy_with_a_stream_takes_in_the_lost_one(
     for name, state in report.sources.items():
         frames = [r["frame"] for r in rows if r["source"] == name]
         assert frames == sorted(set(frames)), name  # in order, once
+        times = [r["timestamp"] for r in rows if r["source"] == name]
+        assert all(a < b for a, b in itertools.pairwise(times)), (name, times)
         missing = sum(b - a - 1 for a, b in itertools.pairwise(frames))
         assert state.lost > 0, name
         # Frames not written are the gaps and those a Pipeline dropped (queue full, newer frame

@@ -77,6 +77,29 @@ def stream_cost(spec: str) -> float:
     return size * fps or UNPROBED_COST
 
 
+class LiveClock:
+    """A live source's timestamps across attempts. Each attempt opens the stream again, and its
+    timestamps start again at 0; they are placed after the last one written, the frames
+    between (the gap the coordinator numbered) at the stream's rate so far."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+        self.first: tuple[int, float] | None = None  # (frame, timestamp) written first
+        self.last: tuple[int, float] | None = None
+
+    def place(self, frame: int, timestamp: float) -> float:
+        placed = timestamp + self.offset
+        if self.first is not None and self.last is not None and placed < self.last[1]:
+            frames, seconds = self.last[0] - self.first[0], self.last[1] - self.first[1]
+            step = seconds / frames if frames > 0 and seconds > 0 else 0.0
+            expected = self.last[1] + (frame - self.last[0]) * step
+            self.offset += expected - placed
+            placed = expected
+        self.first = self.first or (frame, placed)
+        self.last = (frame, placed)
+        return round(placed, 6)
+
+
 def frame_total(cfg: RunConfig) -> int | None:
     """The frames the run will write, from the files' headers (`source.max_frames` each at
     most); None when a source is live or a header does not say."""
@@ -138,11 +161,15 @@ def run_on_cluster(
             telemetry.write(json.dumps(tagged, separators=(",", ":")) + "\n")
             telemetry.flush()
 
+    clocks = {unit.name: LiveClock() for unit in units if unit.live}
+
     def write(source: str, frame: int, line: str) -> None:
         record = json.loads(line)
         # A worker's Pipeline numbers its group's sources from 0, and a live stream's retry
-        # its frames: the run's numbers are the coordinator's.
+        # its frames: the run's numbers are the coordinator's; its clock too.
         record["source_id"], record["frame"] = ids[source], frame
+        if source in clocks:
+            record["timestamp"] = clocks[source].place(frame, record["timestamp"])
         if sink is not None:
             sink.append(json.dumps(record, separators=(",", ":")) + "\n")
         if tables:
