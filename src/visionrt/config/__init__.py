@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
-import types
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from visionrt.backends import Backend, BackendOptions
+from visionrt.config.values import coerce
 from visionrt.errors import ConfigError
 from visionrt.fuse.analytics import parse_analytics
 from visionrt.pipeline.options import DepthOptions, PipelineOptions
@@ -152,72 +151,6 @@ def pipeline_for(
     )
 
 
-def _type_name(hint: Any) -> str:
-    return getattr(hint, "__name__", str(hint).replace("typing.", ""))
-
-
-def _coerce(key: str, value: Any, hint: Any) -> Any:
-    """`value` as the type `hint` names, or a ConfigError naming the key and what it expected."""
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                return _coerce(key, value, arg)
-            except ConfigError as err:
-                errors.append(str(err))
-        raise ConfigError(errors[0])
-    if origin is tuple:
-        items = value if isinstance(value, list | tuple) else [value]
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(key, v, args[0]) for v in items)
-        if len(items) != len(args):
-            raise ConfigError(f"{key}: expected {len(args)} values, got {value!r}")
-        return tuple(_coerce(key, v, a) for v, a in zip(items, args, strict=True))
-    if origin is not None and issubclass(origin, typing.Mapping | dict):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping of key: value, got {value!r}")
-        return {str(k): str(v) for k, v in value.items()}
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: expected true or false, got {value!r}")
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
-    if hint is float:
-        number = _as_number(value)
-        if number is None:
-            raise ConfigError(f"{key}: expected a number, got {value!r}")
-        return number
-    if hint is str:
-        if isinstance(value, str | int | float) and not isinstance(value, bool):
-            return str(value)
-        raise ConfigError(f"{key}: expected a string, got {value!r}")
-    if hint is Path:
-        if isinstance(value, str) and value:
-            return Path(value)
-        raise ConfigError(f"{key}: expected a path, got {value!r}")
-    raise ConfigError(f"{key}: unsupported option type {_type_name(hint)}")
-
-
-def _as_number(value: Any) -> float | None:
-    """`value` as a float, or None. YAML 1.1 reads `1e-3` as a string (its floats need a dot),
-    so numeric strings count; NaN does not (every comparison with it is false, so range checks
-    would let it through)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return None if math.isnan(number) else number
-
-
 def _build(cls: type[Any], values: dict[str, Any], prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
@@ -253,7 +186,7 @@ def _build(cls: type[Any], values: dict[str, Any], prefix: str) -> Any:
         elif cls is RunConfig and name == "backend" and value is None:
             kwargs[name] = "null"  # YAML reads `backend: null` as None; it names the backend
         else:
-            kwargs[name] = _coerce(f"{prefix}{name}", value, hint)
+            kwargs[name] = coerce(f"{prefix}{name}", value, hint)
     return cls(**kwargs)
 
 
