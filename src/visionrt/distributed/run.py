@@ -66,15 +66,22 @@ def stream_cost(spec: str) -> float:
         return width * height * 30.0
     if kind != "file":
         return UNPROBED_COST
+    width, height, fps, _ = _header(spec)
+    return width * height * (fps or 30.0) or UNPROBED_COST
+
+
+def _header(spec: str) -> tuple[float, float, float, int]:
+    """A video file's width, height, frame rate and frame count as its header says (0 where
+    it does not), no frame decoded."""
     import cv2
 
     capture = cv2.VideoCapture(spec)
     try:
-        size = capture.get(cv2.CAP_PROP_FRAME_WIDTH) * capture.get(cv2.CAP_PROP_FRAME_HEIGHT)
-        fps = capture.get(cv2.CAP_PROP_FPS) or 30.0
+        props = (cv2.CAP_PROP_FRAME_WIDTH, cv2.CAP_PROP_FRAME_HEIGHT, cv2.CAP_PROP_FPS)
+        width, height, fps = (capture.get(prop) for prop in props)
+        return width, height, fps, int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
     finally:
         capture.release()
-    return size * fps or UNPROBED_COST
 
 
 class LiveClock:
@@ -103,17 +110,11 @@ class LiveClock:
 def frame_total(cfg: RunConfig) -> int | None:
     """The frames the run will write, from the files' headers (`source.max_frames` each at
     most); None when a source is live or a header does not say."""
-    import cv2
-
     total = 0
     for _, spec in named_specs(cfg.sources):
         if cfg.source.realtime or source_kind(spec) != "file":
             return None
-        capture = cv2.VideoCapture(spec)
-        try:
-            frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
-        finally:
-            capture.release()
+        frames = _header(spec)[3]
         if frames <= 0:
             return None
         total += min(frames, cfg.source.max_frames or frames)
