@@ -5,6 +5,7 @@ events, Prometheus and the per-second file, configuration, and depth."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -99,6 +100,27 @@ def test_a_slow_reference_never_delays_results(
     assert drained < 1.0
     assert events["audit: skipped (busy)"] >= 1
     assert live.summary().audit["sources"]["small"]["sampled"] == events["audit: sampled"]
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_the_reference_runs_only_on_idle_cycles(
+    small_video: Path, tiny_model: Path, wider: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Niceness is relative to the process's: in a Ray worker (niceness 15) a nice-19 lane took
+    a share of the cores from the run; SCHED_IDLE holds whatever the process's niceness."""
+    infer, policies = DetectTask.infer, set()
+
+    def seen(self: DetectTask, rows: list) -> object:
+        if threading.current_thread().name == "audit":
+            policies.add(os.sched_getscheduler(threading.get_native_id()))
+        return infer(self, rows)
+
+    monkeypatch.setattr(DetectTask, "infer", seen)
+    pipeline = _pipeline(small_video, tiny_model, audit=0.5, audit_reference=str(wider))
+    assert sum(1 for _ in pipeline) == 40
+    pipeline.close()
+    assert pipeline.summary().audit["sources"]["small"]["audited"] >= 1
+    assert policies == {os.SCHED_IDLE}
 
 
 @pytest.mark.parametrize(

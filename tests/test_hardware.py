@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -174,3 +176,25 @@ def test_doctor_names_the_hidden_flags(
     report = doctor_report()
     assert report["cpu_flags"] == ["avx2", "avx512f", "avx512_vnni", "amx_tile"]
     assert report["cpu_flags_hidden"] == ["amx_bf16", "avx512_bf16"]
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_idle_priority_holds_for_the_thread_and_the_threads_it_starts() -> None:
+    """The audit lane's reference runtime starts its threads after the lane lowered itself:
+    they must inherit it, and the caller's other threads must not."""
+    seen: dict[str, int] = {}
+
+    def lane() -> None:
+        hardware.idle_priority()
+        seen["lane"] = os.sched_getscheduler(threading.get_native_id())
+        child = threading.Thread(
+            target=lambda: seen.update(child=os.sched_getscheduler(threading.get_native_id()))
+        )
+        child.start()
+        child.join()
+
+    thread = threading.Thread(target=lane)
+    thread.start()
+    thread.join()
+    assert seen == {"lane": os.SCHED_IDLE, "child": os.SCHED_IDLE}
+    assert os.sched_getscheduler(threading.get_native_id()) != os.SCHED_IDLE

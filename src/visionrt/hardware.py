@@ -1,9 +1,11 @@
-"""What this machine's CPU can do, read once from /proc/cpuinfo, and the checks built on it."""
+"""What this machine's CPU can do, read once from /proc/cpuinfo, and the checks built on it; and
+the calling thread's share of it (Linux threads have their own priority)."""
 
 from __future__ import annotations
 
 import functools
 import os
+import threading
 from pathlib import Path
 
 from visionrt.errors import BackendUnavailable
@@ -71,3 +73,25 @@ def cpu_model() -> str:
     if "cpu family" in fields:
         name += f" (family {fields['cpu family']} model {fields.get('model', '?')})"
     return name.strip()
+
+
+def lower_priority(nice: int) -> None:
+    """Raise the calling thread's niceness by `nice` (at most 19); the threads it starts inherit
+    it. Not Linux, or not allowed: it runs at normal priority."""
+    try:
+        current = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, current + nice))
+    except (AttributeError, OSError):
+        pass
+
+
+def idle_priority() -> None:
+    """Run the calling thread (and the threads it starts) only on cycles no other thread wants:
+    Linux's SCHED_IDLE, which any user may choose, else niceness 19. Niceness is relative to the
+    process's own: beside a busy thread of a process at niceness 15 (a Ray worker) a nice-19
+    thread still gets 29 % of the core, a SCHED_IDLE one 8 % (the kernel's weights)."""
+    tid = threading.get_native_id()
+    try:
+        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        lower_priority(19)

@@ -5,10 +5,8 @@ delivered on those frames (mAP50 through `fidelity.fidelity`; depth AbsRel and Î
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import os
 import queue
 import threading
 import time
@@ -28,6 +26,7 @@ from visionrt.accuracy.audit_window import (
     surely_below,
 )
 from visionrt.fidelity.depth import depth_fidelity
+from visionrt.hardware import idle_priority
 from visionrt.tasks.base import Task, run_one
 from visionrt.telemetry import Telemetry
 from visionrt.types import DepthMap, FrameResult
@@ -164,10 +163,8 @@ class Auditor:
 
     # -- the lane --------------------------------------------------------------------------
     def _lane(self) -> None:
-        # Linux threads have their own niceness, and the threads they start inherit it; not
-        # Linux, or not allowed: the lane runs at normal priority, still off the hot path.
-        with contextlib.suppress(AttributeError, OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        # Before the reference loads: its runtime's threads inherit the lane's priority.
+        idle_priority()
         tasks: list[Task | None] = []
         try:
             for build in self._builders:

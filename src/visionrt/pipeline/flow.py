@@ -3,7 +3,6 @@ give up when the run aborts, and helper-thread priority."""
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
@@ -116,12 +115,3 @@ class Flow:
             for drain in drains:
                 drain()
             time.sleep(0.01)
-
-
-def lower_priority(nice: int) -> None:
-    """Raise the calling thread's niceness by `nice` (Linux threads have their own)."""
-    try:
-        current = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, current + nice))
-    except (AttributeError, OSError):  # not Linux, or not allowed: run at normal priority
-        pass

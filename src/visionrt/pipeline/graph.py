@@ -13,7 +13,8 @@ from typing import Any
 
 from visionrt.errors import StageError, VisionRTError
 from visionrt.fuse import Fused, Fuser
-from visionrt.pipeline.flow import END, Flow, Item, Job, lower_priority
+from visionrt.hardware import lower_priority
+from visionrt.pipeline.flow import END, Flow, Item, Job
 from visionrt.pipeline.gating import Gating, processed
 from visionrt.pipeline.inbox import Inboxes
 from visionrt.pipeline.options import PipelineOptions
