@@ -650,6 +650,63 @@ def test_a_workers_next_group_takes_its_detector_still_loaded(
     assert kept.backend is None
 
 
+@pytest.mark.parametrize("frames", [0, 12])
+def test_a_file_read_in_real_time_resumes_where_its_stream_has_got_to(frames: int) -> None:
+    """A camera's stand-in (a file with --realtime) on a lost worker: its retry starts at the
+    frame the stream has reached since (not at the file's start, which would show its frames
+    again), at its last frame at most, keeps the file's numbers, and what it passed over
+    counts as lost."""
+    cam = WorkUnit(0, "cam", "cam.mp4", live=True, paced=True, frames=frames)
+
+    def act(worker: str, unit: WorkUnit) -> list[Report]:
+        if unit.attempt == 1:
+            reports: list[Report] = [
+                Batch(worker, 0, 1, lines(unit, f, f + 2)) for f in range(0, 10, 2)
+            ]
+            executor.alive.discard(worker)
+            executor.alive.add("w2")
+            return [*reports, Lost(worker)]
+        start = unit.start_frame
+        return [Batch(worker, 0, unit.attempt, lines(unit, start, start + 5)), Done(worker, 0, 2)]
+
+    executor = Scripted({"w1"}, act, pause=0.05)  # 2 frames a report: ~40 frames a second
+    written, report = run([cam], executor)
+    retry = executor.started[-1][1]
+    assert retry.attempt == 2
+    # The stream ran on for at least one report's pause after frame 9.
+    assert retry.start_frame > 10 if not frames else retry.start_frame == 11
+    assert written["cam"] == [*range(10), *range(retry.start_frame, retry.start_frame + 5)]
+    assert report.sources["cam"].lost == retry.start_frame - 10
+
+
+def test_a_group_of_files_read_in_real_time_starts_each_at_its_own_frame(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """A regroup restarts several stand-ins in one Pipeline, each where its stream has got to:
+    each source's frames from its unit's frame on (the pictures: test_sources)."""
+    from visionrt.distributed.worker import group_batches
+
+    videos = [write_video(tmp_path / f"v{i}.mp4", frames=16, fps=100) for i in range(2)]
+    settings = {
+        "model": str(tiny_model),
+        "backend": "onnxruntime",
+        "pipeline": {"warmup": 0},
+        "source": {"realtime": True},
+    }
+    group = tuple(
+        WorkUnit(i, f"v{i}", str(v), start_frame=s, attempt=2, live=True, paced=True)
+        for i, (v, s) in enumerate(zip(videos, (5, 11), strict=True))
+    )
+    got: dict[int, list[dict]] = {}
+    for unit_id, frames in group_batches(group, settings):
+        got.setdefault(unit_id, []).extend(json.loads(line) for _, line in frames)
+    assert {u: [r["frame"] for r in rows] for u, rows in got.items()} == {
+        0: list(range(5, 16)),
+        1: list(range(11, 16)),
+    }
+    assert [r["timestamp"] for r in got[1]] == [f / 100 for f in range(11, 16)]
+
+
 def test_a_live_streams_timestamps_go_on_after_a_retry() -> None:
     """A live retry opens its stream again, its clock from 0: the run's timestamps go on after
     the last one written, the gap's frames at the stream's rate so far."""

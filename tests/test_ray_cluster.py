@@ -190,7 +190,10 @@ def test_a_survivor_busy_with_a_stream_takes_in_the_lost_one(
         times = [r["timestamp"] for r in rows if r["source"] == name]
         assert all(a < b for a, b in itertools.pairwise(times)), (name, times)
         missing = sum(b - a - 1 for a, b in itertools.pairwise(frames))
-        assert state.lost > 0, name
+        # The lost stream's wait is lost. The survivor's own stream (a file read in real time)
+        # goes on from where it had got to when it was started again: delayed, hardly lost.
+        if not state.regrouped:
+            assert state.lost > 0, name
         # Frames not written are the gaps and those a Pipeline dropped (queue full, newer frame
         # kept): all counted, but for the lost worker's own drops, which died with it.
         if state.regrouped:

@@ -462,6 +462,41 @@ def test_a_looped_paced_file_starts_again_with_its_times_running_on(tmp_path: Pa
     assert not source.report()["ended_early"]
 
 
+def test_a_paced_file_starts_at_its_start_frame_paced_from_there(tmp_path: Path) -> None:
+    """A camera's stand-in resumed mid-file (a cluster's retry): the frames from there, at
+    their media times, the first one at once rather than after the frames passed over."""
+    video = write_video(tmp_path / "paced.mp4", frames=160, fps=25)
+    whole = open_source(str(video), 0, SourceOptions())
+    expected = [f.image for f in whole.frames()][150:]
+    whole.close()
+    source = open_source(str(video), 0, SourceOptions(realtime=True, start_frame=150))
+    started = time.perf_counter()
+    frames = list(source.frames())
+    source.close()
+    assert [f.index for f in frames] == list(range(150, 160))
+    assert [round(f.timestamp, 3) for f in frames] == [round(i / 25, 3) for i in range(150, 160)]
+    # 6 s of media passed over: the first frame comes with the decoding, not 6 s later.
+    assert frames[0].captured_at - started < 3.0
+    assert frames[-1].captured_at - frames[0].captured_at >= 9 / 25 - 0.01  # then paced
+    for got, image in zip(frames, expected, strict=True):
+        np.testing.assert_array_equal(got.image, image)
+
+
+def test_a_looped_paced_file_started_past_its_end_goes_on_in_a_later_round(
+    tmp_path: Path,
+) -> None:
+    video = write_video(tmp_path / "loop.mp4", frames=8, fps=100)
+    source = open_source(str(video), 0, SourceOptions(realtime=True, loop=True, start_frame=19))
+    frames = []
+    for frame in source.frames():
+        frames.append(frame)
+        if len(frames) == 3:
+            source.stop()
+    source.close()
+    assert [f.index for f in frames] == [19, 20, 21]
+    assert [round(f.timestamp, 3) for f in frames] == [0.19, 0.2, 0.21]
+
+
 def test_auto_workers_put_each_of_several_cameras_in_a_process() -> None:
     from visionrt.sources.registry import worker_options
 

@@ -130,10 +130,12 @@ def pipeline_for(
     sources: Sequence[str] | None = None,
     service: bool = False,
     loaded: Backend | None = None,
+    start_frames: Sequence[int] | None = None,
 ) -> Pipeline:
     """The Pipeline `cfg` describes over `sources` (default: its own), its plan settled already
     (the plan's sections are in `cfg`, so the Pipeline takes none of its own). `loaded`: the
-    detector `cfg` names, already loaded (the caller keeps and closes it)."""
+    detector `cfg` names, already loaded (the caller keeps and closes it). `start_frames`: each
+    source's first frame (see Pipeline)."""
     from visionrt.pipeline import Pipeline
 
     return Pipeline(
@@ -148,6 +150,7 @@ def pipeline_for(
         plan=False,
         analytics=cfg.analytics,
         service=service,
+        start_frames=start_frames,
     )
 
 

@@ -50,7 +50,9 @@ class SourceState:
     retried attempt sent again (dropped, not written twice), the attempts its units took, and
     why it failed ("" while it has not). A live stream's retry numbers its frames from 0
     again: `base` places them after the gap, whose frames (`lost`, estimated from the
-    stream's rate and how long it was not read) are counted as dropped, `worker lost`."""
+    stream's rate and how long it was not read) are counted as dropped, `worker lost`. A file
+    read in real time keeps its own numbers: its retry starts where the stream has got to
+    (`reached`), and the frames it passed over are the gap."""
 
     committed: int = -1
     written: int = 0
@@ -67,6 +69,13 @@ class SourceState:
     regrouped: int = 0  # attempts its worker ended to take in a lost stream
     first_at: float = 0.0  # when its first and last frames were committed (monotonic)
     last_at: float = 0.0
+
+    def reached(self, now: float) -> int:
+        """The frame a live stream has got to at `now`: the one after the last committed, and
+        those its rate so far puts in the time since."""
+        span = self.last_at - self.first_at
+        rate = (self.written - 1) / span if self.written > 1 and span > 0 else 0.0
+        return self.committed + 1 + round((now - self.last_at) * rate)
 
 
 @dataclass
@@ -254,6 +263,15 @@ class Coordinator:
         return groups
 
     def _start(self, worker: str, group: Group) -> None:
+        # A file read in real time starts again where its stream has got to by now (its last
+        # frame at most: the frames it passed over are counted when that one comes).
+        now = time.monotonic()
+        group = tuple(
+            replace(u, start_frame=_capped(self.report.sources[u.name].reached(now), u.frames))
+            if u.paced and u.attempt > 1
+            else u
+            for u in group
+        )
         self.running[worker] = {unit.unit_id: unit for unit in group}
         self._sizes[worker] = len(group)
         self.report.workers_seen.add(worker)
@@ -321,11 +339,12 @@ class Coordinator:
         frames = batch.frames
         now = time.monotonic()
         if unit.live and state.base is None:  # a live retry's first frames: after the gap
-            span = state.last_at - state.first_at
-            rate = (state.written - 1) / span if state.written > 1 and span > 0 else 0.0
-            gap = max(0, round((now - state.last_at) * rate) - len(frames))
+            if unit.paced:  # numbered by the file: the gap is what it passed over
+                gap, state.base = max(0, frames[0][0] - state.committed - 1), 0
+            else:
+                gap = max(0, state.reached(now) - len(frames) - state.committed - 1)
+                state.base = state.committed + 1 + gap
             state.lost += gap
-            state.base = state.committed + 1 + gap
         base = state.base if unit.live else 0
         for frame, line in frames:
             frame += base or 0
@@ -368,3 +387,8 @@ class Coordinator:
         for unit in list(self.queue):
             self._fail(unit.name, error)
         self.queue.clear()
+
+
+def _capped(frame: int, frames: int) -> int:
+    """`frame`, or a stream of `frames` frames' last one (0 frames: not known, or looped)."""
+    return min(frame, frames - 1) if frames > 0 else frame

@@ -49,25 +49,25 @@ UNPROBED_COST = 1920 * 1080 * 30.0
 
 def work_units(cfg: RunConfig) -> list[WorkUnit]:
     """A unit per source, named as a single-process run names it; a live one costs its pixels
-    a second (placed by it)."""
+    a second (placed by it); a file read in real time knows its frames (its header's, up to
+    `source.max_frames`; 0 when it loops)."""
     units = []
     for i, (name, spec) in enumerate(named_specs(cfg.sources)):
-        live = source_kind(spec) in LIVE_KINDS or cfg.source.realtime
-        units.append(WorkUnit(i, name, spec, live=live, cost=stream_cost(spec) if live else 1.0))
+        kind = source_kind(spec)
+        if not (kind in LIVE_KINDS or cfg.source.realtime):
+            units.append(WorkUnit(i, name, spec))
+            continue
+        cost, frames = UNPROBED_COST, 0
+        if kind == "synthetic":
+            width, height = (int(v) for v in spec.split(":")[1].split("x"))
+            cost = width * height * 30.0
+        elif kind == "file":  # its header, no frame decoded
+            width, height, fps, count = _header(spec)
+            cost = width * height * (fps or 30.0) or UNPROBED_COST
+            frames = 0 if cfg.source.loop else min(count, cfg.source.max_frames or count)
+        paced = kind == "file"
+        units.append(WorkUnit(i, name, spec, live=True, paced=paced, frames=frames, cost=cost))
     return units
-
-
-def stream_cost(spec: str) -> float:
-    """Pixels a second of a file or synthetic source read in real time (its header, no frame
-    decoded); UNPROBED_COST for a camera or stream."""
-    kind = source_kind(spec)
-    if kind == "synthetic":
-        width, height = (int(v) for v in spec.split(":")[1].split("x"))
-        return width * height * 30.0
-    if kind != "file":
-        return UNPROBED_COST
-    width, height, fps, _ = _header(spec)
-    return width * height * (fps or 30.0) or UNPROBED_COST
 
 
 def _header(spec: str) -> tuple[float, float, float, int]:

@@ -12,8 +12,11 @@ class WorkUnit:
     """Source `name` (`spec` as given) from frame `start_frame` (to `end_frame`, exclusive;
     None: its end), run for the `attempt`-th time. `unit_id` names the unit across attempts.
     `live`: a stream that does not end (placed by `cost`, its pixels a second; never grouped
-    with files); `alone`: run in a Pipeline of its own (a group it was in failed with the
-    user's error, which one of the group's sources caused)."""
+    with files); `paced`: a live one that is a file read in real time (a camera's stand-in:
+    a retry starts at the frame the stream has got to, not at the file's start, and no later
+    than its last of `frames`; 0: not known, or looped); `alone`: run
+    in a Pipeline of its own (a group it was in failed with the user's error, which one of
+    the group's sources caused)."""
 
     unit_id: int
     name: str
@@ -22,6 +25,8 @@ class WorkUnit:
     end_frame: int | None = None
     attempt: int = 1
     live: bool = False
+    paced: bool = False
+    frames: int = 0
     cost: float = 1.0
     alone: bool = False
 

@@ -74,7 +74,7 @@ def group_batches(
         cfg = replace(cfg, source=replace(cfg.source, start_frame=resumed))
     loaded = kept.take(cfg) if kept is not None else None
     try:
-        pipeline = pipeline_for(cfg, [f"{unit.name}={unit.spec}" for unit in units], loaded=loaded)
+        pipeline = _pipeline(cfg, units, loaded)
     except SourceError:
         bad = _unopenable(units, cfg) if failed is not None and len(units) > 1 else {}
         if not bad:
@@ -84,7 +84,7 @@ def group_batches(
         units = tuple(unit for unit in units if unit.unit_id not in bad)
         if not units:
             return
-        pipeline = pipeline_for(cfg, [f"{unit.name}={unit.spec}" for unit in units], loaded=loaded)
+        pipeline = _pipeline(cfg, units, loaded)
     if on_pipeline is not None:
         on_pipeline(pipeline)
     # A live stream's frame numbers start again with each attempt: nothing there to skip.
@@ -175,6 +175,15 @@ class KeptDetector:
         if self.backend is not None:
             self.backend.close()
         self.key, self.backend = "", None
+
+
+def _pipeline(cfg: RunConfig, units: Group, loaded: Backend | None) -> Pipeline:
+    """The group's Pipeline; a file read in real time starts at its unit's frame (where its
+    stream has got to, on a retry)."""
+    starts = [unit.start_frame if unit.paced else cfg.source.start_frame for unit in units]
+    paced = any(unit.paced and unit.start_frame for unit in units)
+    specs = [f"{unit.name}={unit.spec}" for unit in units]
+    return pipeline_for(cfg, specs, loaded=loaded, start_frames=starts if paced else None)
 
 
 def _unopenable(units: Group, cfg: RunConfig) -> dict[int, str]:

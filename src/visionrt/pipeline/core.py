@@ -61,6 +61,8 @@ class Pipeline:
     `options.track`). With `options` None, the plan's motion gating (`tune` keeps it where it pays)
     runs too. A plan that runs is audited live against its FP32 reference
     (`options.audit`; `auditor`, `on_audit`, summary `audit`: see accuracy.audit).
+    `start_frames`: each source's `start_frame`, in place of `source_options`' (a cluster's
+    retries resume each source of a group where it stopped).
     """
 
     def __init__(
@@ -76,6 +78,7 @@ class Pipeline:
         plan: str | Path | bool | None = None,
         analytics: Mapping[str, Any] | None = None,
         service: bool = False,
+        start_frames: Sequence[int] | None = None,
     ) -> None:
         if not sources and not service:
             raise ConfigError("no source given")
@@ -84,7 +87,9 @@ class Pipeline:
         self.postprocess = postprocess or PostprocessOptions()
         source_options = source_options or SourceOptions()
         # Open sources before loading a model: a bad path fails fast.
-        self.sources, self.names, self.named, specs = open_sources(sources, source_options)
+        self.sources, self.names, self.named, specs = open_sources(
+            sources, source_options, start_frames
+        )
         try:
             check_analytics(self.analytics, self.names, self.options)
         except ConfigError:

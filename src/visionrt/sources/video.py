@@ -86,7 +86,9 @@ class VideoSource(Source):
 
     def frames(self) -> Iterator[Frame]:
         index = 0
-        skip = 0 if self.live else self.options.start_frame
+        # A camera has no frame to start at; a file read in real time (its stand-in) has, and
+        # is paced from the first frame it delivers.
+        skip = 0 if self.live and not self.paced else self.options.start_frame
         started = time.perf_counter()
         attempt = 0
         stamp = 0.0
@@ -99,8 +101,13 @@ class VideoSource(Source):
                     for frame in self._decode():
                         attempt = 0
                         if index < skip:  # numbered, not converted nor handed on
+                            if self.paced:  # where a loop's next round starts from
+                                stamp = self._media_stamp(frame)
                             index += 1
+                            self._rounds_index += 1
                             continue
+                        if self.paced and index == skip and skip:
+                            started = time.perf_counter() - self._media_stamp(frame)
                         stamp, now = self._stamp(frame, index, started, stamp)
                         if in_gap:
                             self.stats.gap_seconds += now - last_at
@@ -160,8 +167,7 @@ class VideoSource(Source):
         """The frame's timestamp and capture time; a paced file waits here for its media time."""
         now = time.perf_counter()
         if self.paced:  # media time, delivered when a camera would deliver it
-            stamp = float(frame.time) if frame.time is not None else self._rounds_index / self.fps
-            stamp += self._offset
+            stamp = self._media_stamp(frame)
             time.sleep(max(0.0, started + stamp - now))
             return stamp, time.perf_counter()
         if self.live:
@@ -169,6 +175,11 @@ class VideoSource(Source):
         if frame.time is not None:  # damaged files can step back: clamp
             return (float(frame.time) if index == 0 else max(previous, float(frame.time))), now
         return previous + (1.0 / self.fps if self.fps else 0.0), now
+
+    def _media_stamp(self, frame: Any) -> float:
+        """A paced file's frame at its media time, after the rounds before (looped)."""
+        stamp = float(frame.time) if frame.time is not None else self._rounds_index / self.fps
+        return stamp + self._offset
 
     def _rewind(self, last: float) -> None:
         """A looped file starts again: reopened, its times continuing after `last`."""
