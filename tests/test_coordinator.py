@@ -271,6 +271,33 @@ def test_a_cluster_run_writes_the_jsonl_a_single_process_run_writes(
     assert report.attempts == 2  # one group of two units, no retry
 
 
+def test_files_resumed_at_different_frames_run_again_in_one_group() -> None:
+    """A lost worker's group of files: each resumes after its own last committed frame, and
+    they run again together (one Pipeline, each source from its own frame), not one by one."""
+    calls: list[tuple[str, list[tuple[str, int]]]] = []
+
+    def act(worker: str, unit: WorkUnit) -> list[Report]:
+        if worker == "w1":
+            stop = {"s0": 8, "s1": 4}[unit.name]
+            reports: list[Report] = [Batch(worker, unit.unit_id, 1, lines(unit, 0, stop))]
+            if unit.name == "s1":
+                executor.alive.discard("w1")
+                executor.alive.add("w2")
+                reports.append(Lost(worker))
+            return reports
+        return whole(worker, unit)
+
+    class Calls(Scripted):
+        def start(self, worker: str, units: tuple[WorkUnit, ...]) -> None:
+            calls.append((worker, [(u.name, u.start_frame) for u in units]))
+            super().start(worker, units)
+
+    executor = Calls({"w1"}, act)
+    written, _ = run(units(20, 12), executor, group=2)
+    assert calls == [("w1", [("s0", 0), ("s1", 0)]), ("w2", [("s0", 8), ("s1", 4)])]
+    assert written == {"s0": list(range(20)), "s1": list(range(12))}
+
+
 def test_idle_workers_take_files_in_groups_that_leave_no_worker_idle() -> None:
     executor = Scripted({"w1", "w2"}, whole)
     written, report = run(units(4, 4, 4, 4, 4, 4, 4), executor, group=3)
@@ -705,6 +732,31 @@ def test_a_group_of_files_read_in_real_time_starts_each_at_its_own_frame(
         1: list(range(11, 16)),
     }
     assert [r["timestamp"] for r in got[1]] == [f / 100 for f in range(11, 16)]
+
+
+def test_a_group_resumes_each_file_at_its_own_frame(tmp_path: Path, tiny_model: Path) -> None:
+    """The worker's side: the frames before each unit's start are decoded only, not sent nor
+    counted in (the run adds them back from `start_frame`)."""
+    from visionrt.distributed.worker import group_batches
+
+    videos = [write_video(tmp_path / f"v{i}.mp4", frames=n) for i, n in enumerate((20, 12))]
+    settings = {
+        "model": str(tiny_model),
+        "backend": "onnxruntime",
+        "pipeline": {"warmup": 0},
+        "output": {"video": False},
+    }
+    group = tuple(
+        WorkUnit(i, f"v{i}", str(v), start_frame=s, attempt=2)
+        for i, (v, s) in enumerate(zip(videos, (8, 4), strict=True))
+    )
+    got: dict[int, list[int]] = {}
+    summaries: dict[int, dict] = {}
+    for unit_id, frames in group_batches(group, settings, summaries=summaries):
+        got.setdefault(unit_id, []).extend(index for index, _ in frames)
+    assert got == {0: list(range(8, 20)), 1: list(range(4, 12))}
+    counts = {u: (s["start_frame"], s["frames_in"], s["frames_out"]) for u, s in summaries.items()}
+    assert counts == {0: (8, 12, 12), 1: (4, 8, 8)}
 
 
 def test_a_live_streams_timestamps_go_on_after_a_retry() -> None:

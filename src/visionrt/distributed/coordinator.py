@@ -247,15 +247,15 @@ class Coordinator:
         rest = deque(u for u in self.queue if not u.live or u.alone)
         while rest and len(groups) < idle:
             first = rest.popleft()
-            if first.alone or first.live or first.start_frame:
-                groups.append((first,))  # a resumed file starts where it stopped: alone
+            if first.alone or first.live:
+                groups.append((first,))
                 continue
             size = min(self.group, math.ceil((len(rest) + 1) / (idle - len(groups))))
             units = [first]
             for unit in list(rest):
                 if len(units) >= size:
                     break
-                if not (unit.alone or unit.live or unit.start_frame):
+                if not (unit.alone or unit.live):
                     rest.remove(unit)
                     units.append(unit)
             groups.append(tuple(units))

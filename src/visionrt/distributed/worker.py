@@ -14,7 +14,7 @@ from typing import Any
 from visionrt.backends import Backend
 from visionrt.config import RunConfig, load_config, pipeline_for
 from visionrt.distributed.outputs import AttemptOutputs, writes_every_frame
-from visionrt.distributed.units import Group
+from visionrt.distributed.units import Group, WorkUnit
 from visionrt.errors import ConfigError, ModelLoadError, SourceError
 from visionrt.pipeline import Pipeline
 from visionrt.sources.registry import open_source, source_kind
@@ -69,22 +69,22 @@ def group_batches(
             return
         limit = min(ends[0], cfg.source.max_frames or ends[0])
         cfg = replace(cfg, source=replace(cfg.source, max_frames=limit))
-    resumed = units[0].start_frame if _resumes(units, writes_every_frame(cfg)) else 0
-    if resumed:  # a video file resumes there: the frames before it are decoded only
-        cfg = replace(cfg, source=replace(cfg.source, start_frame=resumed))
+    # A video file resumes at its unit's frame: the frames before it are decoded only.
+    resumed = [unit.start_frame if _resumes(unit, cfg) else 0 for unit in units]
     loaded = kept.take(cfg) if kept is not None else None
     try:
-        pipeline = _pipeline(cfg, units, loaded)
+        pipeline = _pipeline(cfg, units, resumed, loaded)
     except SourceError:
         bad = _unopenable(units, cfg) if failed is not None and len(units) > 1 else {}
         if not bad:
             raise
         assert failed is not None
         failed.update(bad)  # one camera's bad URL must not hold the others back
+        resumed = [n for unit, n in zip(units, resumed, strict=True) if unit.unit_id not in bad]
         units = tuple(unit for unit in units if unit.unit_id not in bad)
         if not units:
             return
-        pipeline = _pipeline(cfg, units, loaded)
+        pipeline = _pipeline(cfg, units, resumed, loaded)
     if on_pipeline is not None:
         on_pipeline(pipeline)
     # A live stream's frame numbers start again with each attempt: nothing there to skip.
@@ -127,10 +127,10 @@ def group_batches(
         written = files.close(complete) if files is not None else [[] for _ in units]
     if summaries is not None:
         rows = {row["name"]: row for row in pipeline.summary().sources}
-        for unit, outputs in zip(units, written, strict=True):
+        for unit, start, outputs in zip(units, resumed, written, strict=True):
             row = rows.get(unit.name, {})
             summaries[unit.unit_id] = {
-                "start_frame": resumed,  # frames before it were committed by other attempts
+                "start_frame": start,  # frames before it were committed by other attempts
                 "frames_in": row.get("frames_in", 0),
                 "frames_out": row.get("frames_out", 0),
                 "dropped": row.get("dropped", {}),
@@ -177,13 +177,16 @@ class KeptDetector:
         self.key, self.backend = "", None
 
 
-def _pipeline(cfg: RunConfig, units: Group, loaded: Backend | None) -> Pipeline:
-    """The group's Pipeline; a file read in real time starts at its unit's frame (where its
-    stream has got to, on a retry)."""
-    starts = [unit.start_frame if unit.paced else cfg.source.start_frame for unit in units]
-    paced = any(unit.paced and unit.start_frame for unit in units)
+def _pipeline(cfg: RunConfig, units: Group, resumed: list[int], loaded: Backend | None) -> Pipeline:
+    """The group's Pipeline, each source from its own frame: where a resumed file (`resumed`)
+    or a file read in real time (where its stream has got to, on a retry) starts, else the
+    run's `source.start_frame`."""
+    starts = [
+        max(cfg.source.start_frame, unit.start_frame if unit.paced else resume)
+        for unit, resume in zip(units, resumed, strict=True)
+    ]
     specs = [f"{unit.name}={unit.spec}" for unit in units]
-    return pipeline_for(cfg, specs, loaded=loaded, start_frames=starts if paced else None)
+    return pipeline_for(cfg, specs, loaded=loaded, start_frames=starts)
 
 
 def _unopenable(units: Group, cfg: RunConfig) -> dict[int, str]:
@@ -198,11 +201,10 @@ def _unopenable(units: Group, cfg: RunConfig) -> dict[int, str]:
     return bad
 
 
-def _resumes(units: Group, every_frame: bool) -> bool:
-    """Whether the group is one video file resumed after its first frame, without files that
-    need every frame (an attempt's video has them all: those it runs again too)."""
-    unit = units[0]
-    whole = len(units) == 1 and not unit.live and not every_frame
+def _resumes(unit: WorkUnit, cfg: RunConfig) -> bool:
+    """Whether `unit` is a video file resumed after its first frame, without files that need
+    every frame (an attempt's video has them all: those it runs again too)."""
+    whole = not unit.live and not writes_every_frame(cfg)
     return whole and unit.start_frame > 0 and source_kind(unit.spec) == "file"
 
 
