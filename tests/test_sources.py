@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -495,6 +496,19 @@ def test_a_looped_paced_file_started_past_its_end_goes_on_in_a_later_round(
     source.close()
     assert [f.index for f in frames] == [19, 20, 21]
     assert [round(f.timestamp, 3) for f in frames] == [0.19, 0.2, 0.21]
+    # A stand-in resumed an hour on: whole rounds are counted, not decoded.
+    source = open_source(str(video), 0, SourceOptions(realtime=True, loop=True, start_frame=80003))
+    decode, decoded = source._decode, []
+
+    def counted() -> Iterator[Any]:
+        for frame in decode():
+            decoded.append(frame)
+            yield frame
+
+    source._decode = counted  # type: ignore[method-assign]
+    first = next(source.frames())
+    source.close()
+    assert (first.index, round(first.timestamp, 2), len(decoded)) == (80003, 800.03, 4)
 
 
 def test_auto_workers_put_each_of_several_cameras_in_a_process() -> None:
