@@ -34,6 +34,8 @@ def cpuinfo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callabl
         _clear_caches()
 
     monkeypatch.setattr(hardware, "CPUINFO", path)
+    # The written flags are the machine here, also in a run that hides this machine's BF16.
+    monkeypatch.delenv(hardware.HIDE_VARIABLE, raising=False)
     yield write
     _clear_caches()  # the next reader sees this machine again
 
