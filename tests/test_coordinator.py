@@ -713,7 +713,7 @@ def test_a_group_of_files_read_in_real_time_starts_each_at_its_own_frame(
     each source's frames from its unit's frame on (the pictures: test_sources)."""
     from visionrt.distributed.worker import group_batches
 
-    videos = [write_video(tmp_path / f"v{i}.mp4", frames=16, fps=100) for i in range(2)]
+    videos = [write_video(tmp_path / f"v{i}.mp4", frames=16, fps=25) for i in range(2)]
     settings = {
         "model": str(tiny_model),
         "backend": "onnxruntime",
@@ -727,11 +727,13 @@ def test_a_group_of_files_read_in_real_time_starts_each_at_its_own_frame(
     got: dict[int, list[dict]] = {}
     for unit_id, frames in group_batches(group, settings):
         got.setdefault(unit_id, []).extend(json.loads(line) for _, line in frames)
-    assert {u: [r["frame"] for r in rows] for u, rows in got.items()} == {
-        0: list(range(5, 16)),
-        1: list(range(11, 16)),
-    }
-    assert [r["timestamp"] for r in got[1]] == [f / 100 for f in range(11, 16)]
+    # Live: a loaded machine may drop a frame (the newer one kept), never deliver an earlier one.
+    for unit_id, start in ((0, 5), (1, 11)):
+        numbers = [r["frame"] for r in got[unit_id]]
+        assert numbers == sorted(set(numbers)), numbers
+        assert set(numbers) <= set(range(start, 16)), numbers
+        assert numbers[0] < start + 3, numbers  # from its own frame, not the other's
+        assert [r["timestamp"] for r in got[unit_id]] == [n / 25 for n in numbers]
 
 
 def test_a_group_resumes_each_file_at_its_own_frame(tmp_path: Path, tiny_model: Path) -> None:
