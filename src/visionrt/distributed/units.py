@@ -14,9 +14,9 @@ class WorkUnit:
     `live`: a stream that does not end (placed by `cost`, its pixels a second; never grouped
     with files); `paced`: a live one that is a file read in real time (a camera's stand-in:
     a retry starts at the frame the stream has got to, not at the file's start, and no later
-    than its last of `frames`; 0: not known, or looped); `alone`: run
-    in a Pipeline of its own (a group it was in failed with the user's error, which one of
-    the group's sources caused)."""
+    than its last of `frames`; 0: not known, or looped); `alone`: run in a Pipeline of its
+    own (a group it was in failed with the user's error, which one of the group's sources
+    caused)."""
 
     unit_id: int
     name: str

@@ -1,5 +1,5 @@
-"""How stage threads hand frames on: the values in flight, bounded queues whose blocking calls
-give up when the run aborts, and helper-thread priority."""
+"""How stage threads hand frames on: the values in flight, and bounded queues whose blocking
+calls give up when the run aborts (helper threads' priority: hardware.lower_priority)."""
 
 from __future__ import annotations
 
