@@ -25,6 +25,11 @@ def units(*frames: int) -> list[WorkUnit]:
     return [WorkUnit(i, f"s{i}", f"video{i}.mp4", end_frame=n) for i, n in enumerate(frames)]
 
 
+def tiny_run(model: Path, **sections: object) -> dict[str, object]:
+    """A worker's settings for the tiny detector (ONNX Runtime, no warm-up), with `sections`."""
+    return {"model": str(model), "backend": "onnxruntime", "pipeline": {"warmup": 0}, **sections}
+
+
 def lines(unit: WorkUnit, start: int, stop: int) -> tuple[tuple[int, str], ...]:
     return tuple((f, f"{unit.name}:{f}") for f in range(start, stop))
 
@@ -187,7 +192,7 @@ def test_units_through_real_pipelines_write_what_one_process_writes(
     """Two videos as units on two thread workers, each a Pipeline of the tiny detector: the
     lines committed per source are those a single-process run over both yields."""
     videos = [write_video(tmp_path / f"v{i}.mp4", frames=n) for i, n in enumerate((12, 7))]
-    settings = {"model": str(tiny_model), "backend": "onnxruntime", "pipeline": {"warmup": 0}}
+    settings = tiny_run(tiny_model)
     work = [WorkUnit(i, f"v{i}", str(v)) for i, v in enumerate(videos)]
     executor = ThreadExecutor(2, lambda group, send: run_group(group, settings, send))
     got: dict[str, list[str]] = {}
@@ -714,12 +719,7 @@ def test_a_group_of_files_read_in_real_time_starts_each_at_its_own_frame(
     from visionrt.distributed.worker import group_batches
 
     videos = [write_video(tmp_path / f"v{i}.mp4", frames=16, fps=25) for i in range(2)]
-    settings = {
-        "model": str(tiny_model),
-        "backend": "onnxruntime",
-        "pipeline": {"warmup": 0},
-        "source": {"realtime": True},
-    }
+    settings = tiny_run(tiny_model, source={"realtime": True})
     group = tuple(
         WorkUnit(i, f"v{i}", str(v), start_frame=s, attempt=2, live=True, paced=True)
         for i, (v, s) in enumerate(zip(videos, (5, 11), strict=True))
@@ -742,12 +742,7 @@ def test_a_group_resumes_each_file_at_its_own_frame(tmp_path: Path, tiny_model: 
     from visionrt.distributed.worker import group_batches
 
     videos = [write_video(tmp_path / f"v{i}.mp4", frames=n) for i, n in enumerate((20, 12))]
-    settings = {
-        "model": str(tiny_model),
-        "backend": "onnxruntime",
-        "pipeline": {"warmup": 0},
-        "output": {"video": False},
-    }
+    settings = tiny_run(tiny_model, output={"video": False})
     group = tuple(
         WorkUnit(i, f"v{i}", str(v), start_frame=s, attempt=2)
         for i, (v, s) in enumerate(zip(videos, (8, 4), strict=True))

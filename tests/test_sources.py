@@ -446,15 +446,21 @@ def test_realtime_paces_a_file_like_a_camera(tmp_path: Path) -> None:
     assert not source.report()["ended_early"]
 
 
-def test_a_looped_paced_file_starts_again_with_its_times_running_on(tmp_path: Path) -> None:
-    video = write_video(tmp_path / "loop.mp4", frames=8, fps=100)
-    source = open_source(str(video), 0, SourceOptions(realtime=True, loop=True))
+def first_frames(source: Source, count: int) -> list[Frame]:
+    """A source's first `count` frames, then it is stopped and closed (a looped file)."""
     frames = []
     for frame in source.frames():
         frames.append(frame)
-        if len(frames) == 20:
+        if len(frames) == count:
             source.stop()
     source.close()
+    return frames
+
+
+def test_a_looped_paced_file_starts_again_with_its_times_running_on(tmp_path: Path) -> None:
+    video = write_video(tmp_path / "loop.mp4", frames=8, fps=100)
+    source = open_source(str(video), 0, SourceOptions(realtime=True, loop=True))
+    frames = first_frames(source, 20)
     assert [f.index for f in frames] == list(range(20))  # on past the file's 8 frames
     # Media time continues a frame after the last one: 0.00 … 0.07, 0.08 … 0.15, 0.16 …
     assert [round(f.timestamp, 3) for f in frames] == [round(i / 100, 3) for i in range(20)]
@@ -487,13 +493,8 @@ def test_a_looped_paced_file_started_past_its_end_goes_on_in_a_later_round(
     tmp_path: Path,
 ) -> None:
     video = write_video(tmp_path / "loop.mp4", frames=8, fps=100)
-    source = open_source(str(video), 0, SourceOptions(realtime=True, loop=True, start_frame=19))
-    frames = []
-    for frame in source.frames():
-        frames.append(frame)
-        if len(frames) == 3:
-            source.stop()
-    source.close()
+    looped = SourceOptions(realtime=True, loop=True, start_frame=19)
+    frames = first_frames(open_source(str(video), 0, looped), 3)
     assert [f.index for f in frames] == [19, 20, 21]
     assert [round(f.timestamp, 3) for f in frames] == [0.19, 0.2, 0.21]
     # A stand-in resumed an hour on: whole rounds are counted, not decoded.
