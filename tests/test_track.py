@@ -4,6 +4,8 @@ eviction, a long run), and the MOTChallenge sink on hand-built results."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -387,3 +389,11 @@ def test_pipeline_tracker_options_reach_the_trackers(tiny_model: Path) -> None:
     assert [(t.match_iou, t.lost_seconds) for t in trackers] == [(0.15, 2.5)] * 2
     with pytest.raises(ConfigError, match="track_match_iou: expected 0 < IoU <= 1"):
         PipelineOptions(track=True, track_match_iou=0)
+
+
+def test_scipy_is_imported_only_when_tracking_matches() -> None:
+    """scipy.optimize takes a quarter of a second to import: every run, worker and command
+    that loads the pipeline paid it, tracking or not."""
+    code = "import sys, visionrt.pipeline; print('scipy' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

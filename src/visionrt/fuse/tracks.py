@@ -4,15 +4,12 @@ assignment of tracks to detections."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-
-try:  # not a core dependency (it comes with the openvino extra): greedy matching without it
-    from scipy.optimize import linear_sum_assignment
-except ImportError:  # pragma: no cover - depends on the environment
-    linear_sum_assignment = None  # type: ignore[assignment]
 
 F64 = npt.NDArray[np.float64]
 Index = npt.NDArray[np.intp]
@@ -22,6 +19,26 @@ Index = npt.NDArray[np.intp]
 ALPHA = 0.75
 BETA = ALPHA**2 / (2.0 - ALPHA)
 MIN_SIZE = 1.0  # pixels: a predicted box never shrinks below this when its size velocity is < 0
+
+
+def __getattr__(name: str) -> Any:
+    """`linear_sum_assignment`: scipy's, or None without scipy, imported at first use."""
+    if name == "linear_sum_assignment":
+        return _hungarian()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _hungarian() -> Callable[..., Any] | None:
+    """scipy's Hungarian solver (not a core dependency: it comes with the openvino extra;
+    greedy matching without it), imported when tracking first matches, not with every run:
+    scipy.optimize takes 0.25 s to import."""
+    if "linear_sum_assignment" not in globals():
+        try:
+            from scipy.optimize import linear_sum_assignment as solver
+        except ImportError:  # pragma: no cover - depends on the environment
+            solver = None
+        globals()["linear_sum_assignment"] = solver
+    return globals()["linear_sum_assignment"]  # type: ignore[no-any-return]
 
 
 def match_boxes(iou: F64, threshold: float, optimal: bool = True) -> tuple[Index, Index]:
@@ -38,8 +55,9 @@ def assign(weights: F64, optimal: bool = True) -> tuple[Index, Index]:
     gated = np.where(weights > 0, weights, 0.0)
     if not gated.any():
         return np.zeros((0,), np.intp), np.zeros((0,), np.intp)
-    if optimal and linear_sum_assignment is not None:
-        rows, cols = linear_sum_assignment(gated, maximize=True)
+    solver = _hungarian() if optimal else None
+    if solver is not None:
+        rows, cols = solver(gated, maximize=True)
         keep = gated[rows, cols] > 0
         return rows[keep].astype(np.intp), cols[keep].astype(np.intp)
     rows, cols = np.nonzero(gated)
