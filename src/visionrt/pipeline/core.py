@@ -14,7 +14,7 @@ import cv2
 from visionrt.accuracy.audit_window import AuditEvent
 from visionrt.accuracy.geometry import settle
 from visionrt.backends import Backend, BackendOptions
-from visionrt.errors import ConfigError, SinkError
+from visionrt.errors import ConfigError
 from visionrt.fuse import parse_analytics
 from visionrt.pipeline.audit import build_auditor, finish_audit, planned_audit
 from visionrt.pipeline.build import (
@@ -29,7 +29,7 @@ from visionrt.pipeline.flow import Flow
 from visionrt.pipeline.gating import motion_summary
 from visionrt.pipeline.graph import Graph
 from visionrt.pipeline.options import DepthOptions, PipelineOptions
-from visionrt.pipeline.output import SinkThread
+from visionrt.pipeline.output import SinkThread, close_sinks
 from visionrt.pipeline.roster import Roster
 from visionrt.pipeline.schedule import Scheduler
 from visionrt.plans import Plan, plan_detector, use_gating
@@ -256,7 +256,6 @@ class Pipeline:
         stage fails; only a sink that failed itself keeps its `.partial` name. The error is
         raised after finalizing; `summary()` then carries it."""
         self._begin()
-        outputs: list[Path] = []
         writer = SinkThread(
             sinks, on_result, self.telemetry, self._fail, max(1, self.options.queue_size)
         )
@@ -273,12 +272,7 @@ class Pipeline:
             raise
         finally:
             writer.finish()
-            close_error: SinkError | None = None
-            for sink in sinks:
-                try:
-                    outputs.extend(sink.close(complete=sink is not writer.failed))
-                except Exception as err:  # finalize the others; report the first failure
-                    close_error = close_error or _as_sink_error(sink, err)
+            outputs, close_error = close_sinks(sinks, writer.failed)
             self._outputs = [str(p) for p in outputs]
             if close_error is not None and not self._errors:
                 self._errors.append(close_error)
@@ -393,9 +387,3 @@ class Pipeline:
         self._errors.append(err)
         self._flow.aborting.set()
         self._halt()
-
-
-def _as_sink_error(sink: Sink, err: Exception) -> SinkError:
-    if isinstance(err, SinkError):
-        return err
-    return SinkError(f"finalizing {type(sink).__name__} output failed: {err}")

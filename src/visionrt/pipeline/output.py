@@ -8,6 +8,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from visionrt.errors import SinkError
@@ -84,3 +85,23 @@ class SinkThread:
             self._on_error(err)
         finally:
             self._stopped.set()
+
+
+def close_sinks(sinks: Sequence[Sink], failed: Sink | None) -> tuple[list[Path], SinkError | None]:
+    """Finalize every sink (`failed`, the one that raised while writing, keeps its `.partial`
+    name): the files written, and the first error closing one raised (the others are still
+    finalized)."""
+    outputs: list[Path] = []
+    error: SinkError | None = None
+    for sink in sinks:
+        try:
+            outputs.extend(sink.close(complete=sink is not failed))
+        except Exception as err:
+            error = error or _as_sink_error(sink, err)
+    return outputs, error
+
+
+def _as_sink_error(sink: Sink, err: Exception) -> SinkError:
+    if isinstance(err, SinkError):
+        return err
+    return SinkError(f"finalizing {type(sink).__name__} output failed: {err}")
