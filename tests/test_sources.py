@@ -510,6 +510,10 @@ def test_a_looped_paced_file_started_past_its_end_goes_on_in_a_later_round(
     first = next(source.frames())
     source.close()
     assert (first.index, round(first.timestamp, 2), len(decoded)) == (80003, 800.03, 4)
+    # A header without a frame count: the rounds are decoded, not divided by zero.
+    source = open_source(str(video), 0, SourceOptions(realtime=True, loop=True, start_frame=19))
+    source.frame_count = 0
+    assert [f.index for f in first_frames(source, 2)] == [19, 20]
 
 
 def test_auto_workers_put_each_of_several_cameras_in_a_process() -> None:

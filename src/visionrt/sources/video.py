@@ -89,7 +89,8 @@ class VideoSource(Source):
         # A camera has no frame to start at; a file read in real time (its stand-in) has, and
         # is paced from the first frame it delivers.
         skip = 0 if self.live and not self.paced else self.options.start_frame
-        rounds = skip // self.frame_count if self.paced and self.options.loop else 0
+        looped = self.paced and self.options.loop and self.frame_count > 0
+        rounds = skip // self.frame_count if looped else 0
         if rounds and self.fps:  # whole rounds passed over are counted, not decoded
             index = rounds * self.frame_count
             self._offset += index / self.fps
