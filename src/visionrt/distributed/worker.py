@@ -70,7 +70,8 @@ def group_batches(
         limit = min(ends[0], cfg.source.max_frames or ends[0])
         cfg = replace(cfg, source=replace(cfg.source, max_frames=limit))
     # A video file resumes at its unit's frame: the frames before it are decoded only.
-    resumed = [unit.start_frame if _resumes(unit, cfg) else 0 for unit in units]
+    every_frame = writes_every_frame(cfg)
+    resumed = [unit.start_frame if _resumes(unit, every_frame) else 0 for unit in units]
     loaded = kept.take(cfg) if kept is not None else None
     try:
         pipeline = _pipeline(cfg, units, resumed, loaded)
@@ -97,7 +98,7 @@ def group_batches(
     if on_sample is not None and cfg.output.telemetry:
         sampler = TelemetrySampler(pipeline.telemetry, on_sample).start()
     try:
-        if writes_every_frame(cfg):  # every frame: an attempt's files are whole
+        if every_frame:  # every frame: an attempt's files are whole
             fps = [s.fps for s in pipeline.sources]
             files = AttemptOutputs(units, fps, cfg, pipeline.depth_sources())
         with closing(iter(pipeline)) as results:  # closed early too: its threads end
@@ -201,10 +202,10 @@ def _unopenable(units: Group, cfg: RunConfig) -> dict[int, str]:
     return bad
 
 
-def _resumes(unit: WorkUnit, cfg: RunConfig) -> bool:
+def _resumes(unit: WorkUnit, every_frame: bool) -> bool:
     """Whether `unit` is a video file resumed after its first frame, without files that need
     every frame (an attempt's video has them all: those it runs again too)."""
-    whole = not unit.live and not writes_every_frame(cfg)
+    whole = not unit.live and not every_frame
     return whole and unit.start_frame > 0 and source_kind(unit.spec) == "file"
 
 
