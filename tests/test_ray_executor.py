@@ -254,13 +254,15 @@ def test_run_ray_writes_what_a_plain_run_writes(
 ) -> None:
     """`visionrt run --ray local` (its own embedded Ray, after the module's: run in a
     subprocess) and a plain run write the same JSONL; summary.json has the cluster section;
-    `--telemetry` is one file of the workers' per-second lines, each naming its worker."""
+    `--telemetry` is one file of the workers' per-second lines, each naming its worker. The
+    embedded Ray is its own: a RAY_ADDRESS in the environment (a cluster Ray would join
+    otherwise, refusing the CPUs asked) is not used."""
     import subprocess
     import sys
 
     sources = [f"a={videos['a']}", f"b={videos['b']}"]
     common = ["--model", str(tiny_model), "--backend", "onnxruntime", "--no-plan", "--no-video"]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": "127.0.0.1:1"}
     telemetry = tmp_path / "ray" / "telemetry.jsonl"
     cluster = ["--ray", "local", "--workers", "2", "--telemetry", str(telemetry)]
     for out, extra in (("plain", []), ("ray", cluster)):

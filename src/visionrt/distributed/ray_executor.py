@@ -308,6 +308,9 @@ def _init_ray(ray: Any, address: str | None, workers: int, cpus: float, gpus: fl
     # Enough CPUs that every worker fits; GPUs as Ray finds them (claiming more would place a
     # GPU worker on a machine without one).
     ray.init(
+        # "local", not None: Ray would otherwise join the cluster RAY_ADDRESS or the file a
+        # `ray start` (or a killed run's head) left in /tmp/ray names, and refuse num_cpus.
+        address="local",
         num_cpus=max(1, math.ceil(workers * cpus)) if workers else os.cpu_count() or 1,
         include_dashboard=False,
         log_to_driver=False,
