@@ -628,7 +628,7 @@ def test_the_progress_bar_counts_the_files_frames_and_shows_frames_per_node(
     none when a source is live; its text gives the frames per node, most first."""
     from visionrt.cli.cluster import by_node
     from visionrt.config import load_config
-    from visionrt.distributed.coordinator import ClusterReport
+    from visionrt.distributed.report import ClusterReport
     from visionrt.distributed.run import frame_total
 
     videos = [str(write_video(tmp_path / f"v{i}.mp4", frames=n)) for i, n in enumerate((9, 6))]

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from visionrt.cli.outputs import metrics_token, run_progress, write_summary
 from visionrt.config import RunConfig
-from visionrt.distributed.coordinator import ClusterReport
+from visionrt.distributed.report import ClusterReport
 from visionrt.distributed.run import frame_total
 from visionrt.errors import SourceError
 from visionrt.telemetry.stats import RunSummary

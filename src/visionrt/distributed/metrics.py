@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from visionrt.distributed.coordinator import ClusterReport
+from visionrt.distributed.report import ClusterReport
 from visionrt.errors import SinkError
 from visionrt.telemetry.metrics import check_host, serve_registry
 

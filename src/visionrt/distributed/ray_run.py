@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from visionrt.config import RunConfig
-from visionrt.distributed.coordinator import ClusterReport
 from visionrt.distributed.metrics import ClusterMetrics
 from visionrt.distributed.plans import GroupPlans
+from visionrt.distributed.report import ClusterReport
 from visionrt.distributed.run import run_on_cluster, worker_settings
 from visionrt.plans import fingerprint_key, machine_fingerprint
 from visionrt.sinks.base import check_writable

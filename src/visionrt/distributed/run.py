@@ -11,16 +11,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from visionrt.config import RunConfig
-from visionrt.distributed.coordinator import (
-    REGROUP_AFTER,
-    ClusterReport,
-    Coordinator,
-    Executor,
-    SourceState,
-)
+from visionrt.distributed.coordinator import REGROUP_AFTER, Coordinator, Executor
 from visionrt.distributed.metrics import ClusterMetrics
 from visionrt.distributed.outputs import finalize_outputs
 from visionrt.distributed.plans import GroupPlans
+from visionrt.distributed.report import ClusterReport, SourceState
 from visionrt.distributed.units import WorkUnit
 from visionrt.sinks import Sink, table_sinks
 from visionrt.sinks.base import FileSink, check_writable, unwritable
