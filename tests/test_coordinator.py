@@ -13,7 +13,7 @@ import pytest
 from conftest import write_video
 
 from visionrt import Pipeline
-from visionrt.distributed.coordinator import Coordinator
+from visionrt.distributed.coordinator import Coordinator, RunStop
 from visionrt.distributed.local import ThreadExecutor
 from visionrt.distributed.units import Batch, Done, Failed, Lost, Report, WorkUnit
 from visionrt.distributed.worker import run_group
@@ -765,3 +765,97 @@ def test_a_live_streams_timestamps_go_on_after_a_retry() -> None:
     assert [clock.place(f, f * 0.1) for f in range(10)] == [round(f * 0.1, 6) for f in range(10)]
     # The retry's frames are numbered after a gap of 5 (10-14); its own clock starts at 0.
     assert [clock.place(f, (f - 15) * 0.1) for f in range(15, 18)] == [1.5, 1.6, 1.7]
+
+
+class Stopping(Scripted):
+    """Workers that run each unit's first 8 frames, then wait; told to stop, a worker sends
+    the frames it read since (8-9) and Done for each of its units, or is Lost (`lose`)."""
+
+    def __init__(self, names: set[str], lose: frozenset[str] = frozenset()) -> None:
+        super().__init__(names, self.first, pause=0.01)
+        self.lose, self.stops = lose, []
+        self.stop_run = RunStop()
+
+    def first(self, worker: str, unit: WorkUnit) -> list[Report]:
+        return [Batch(worker, unit.unit_id, unit.attempt, lines(unit, f, f + 4)) for f in (0, 4)]
+
+    def reports(self, timeout: float) -> list[Report]:
+        got = super().reports(timeout)
+        if not got and not self.stop_run.asked.is_set():
+            self.stop_run.ask()  # Ctrl-C once the first frames are in
+        return got
+
+    def stop(self, worker: str) -> bool:
+        self.stops.append(worker)
+        if worker in self.lose:
+            self.alive.discard(worker)
+            self.pending.append(Lost(worker))
+            return True
+        for w, unit in self.started:
+            if w == worker:
+                self.pending.append(Batch(w, unit.unit_id, unit.attempt, lines(unit, 8, 10)))
+                self.pending.append(Done(w, unit.unit_id, unit.attempt, {"frames_in": 10}))
+        return True
+
+
+def test_a_stop_ends_the_running_groups_starts_nothing_more_and_retries_nothing() -> None:
+    """Ctrl-C on the driver: the queue is dropped, each running worker is told to end its
+    group, and what it read is committed; a live stream that ends so is not regrouped, and a
+    worker lost while stopping is not replaced."""
+    work = [
+        WorkUnit(0, "f", "f.mp4", end_frame=100),
+        WorkUnit(1, "cam", "rtsp://cam", live=True),
+        WorkUnit(2, "g", "g.mp4", end_frame=100),
+        WorkUnit(3, "queued", "q.mp4", end_frame=100),
+    ]
+    executor = Stopping({"w1", "w2", "w3"}, lose=frozenset({"w3"}))
+    got: dict[str, list[int]] = {}
+    coordinator = Coordinator(
+        work,
+        executor,
+        lambda n, f, _: got.setdefault(n, []).append(f),
+        stop=executor.stop_run,
+        regroup_after=0.0,
+    )
+    report = coordinator.run()
+    started = sorted((w, u.name, u.attempt) for w, u in executor.started)
+    assert started == [("w1", "cam", 1), ("w2", "f", 1), ("w3", "g", 1)]  # stream placed first
+    assert sorted(executor.stops) == ["w1", "w2", "w3"]
+    assert got == {"cam": list(range(10)), "f": list(range(10)), "g": list(range(8))}
+    assert report.failed == {}
+    assert (report.reassignments, report.regroups, report.lost_workers) == (0, 0, 1)
+    assert report.sources["f"].done_units == 1
+    assert report.sources["queued"].attempts == 0
+    assert coordinator.stop.started.is_set()
+
+
+def test_a_second_stop_or_a_worker_that_does_not_stop_ends_the_run_with_what_was_committed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Asked twice (a second Ctrl-C) the run ends at once; asked once, a worker that never ends
+    its group holds the run INTERRUPT_GRACE at most."""
+    import visionrt.distributed.coordinator as coordinator_module
+
+    class Deaf(Stopping):
+        def stop(self, worker: str) -> bool:
+            self.stops.append(worker)
+            return True  # and never sends Done
+
+    for twice, grace in ((True, 60.0), (False, 0.3)):
+        monkeypatch.setattr(coordinator_module, "INTERRUPT_GRACE", grace)
+        executor = Deaf({"w1"})
+        if twice:
+            executor.stop_run.asked.set()  # the first Ctrl-C came; the second now
+            executor.stop_run.ask()
+            assert executor.stop_run.aborted.is_set()
+        got: list[int] = []
+        began = time.monotonic()
+        work = [WorkUnit(0, "f", "f.mp4", end_frame=100)]
+        report = Coordinator(work, executor, _frames_into(got), stop=executor.stop_run).run()
+        assert time.monotonic() - began < grace + 5.0
+        assert got == ([] if twice else list(range(8)))
+        assert report.failed == {}
+
+
+def _frames_into(frames: list[int]) -> Callable[[str, int, str], None]:
+    return lambda _name, frame, _line: frames.append(frame)

@@ -3,6 +3,7 @@ single-process run; a bad file is the user's error; a killed actor is Lost and r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -30,7 +31,7 @@ def executor(tiny_model: Path) -> Iterator[RayExecutor]:
         # which a later head node on this machine would pick up: tests opt out.
         env.setenv("RAY_AUTH_MODE", "disabled")
         env.setenv("RAY_USAGE_STATS_ENABLED", "0")
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         run = {"model": str(tiny_model), "backend": "onnxruntime"}
         workers = RayExecutor(None, workers=2, worker_cpus=1, worker_gpus=0, run=run)
         try:
@@ -314,3 +315,116 @@ def test_model_files_are_fetched_from_the_drivers_node(
     files = manifest({"model": str(tiny_model)})
     got = fetch(ray.get_runtime_context().get_node_id(), files)
     assert got == {str(tiny_model): tiny_model.read_bytes()}
+
+
+def _cluster_run(sources: list[str], model: Path, out: Path, *extra: str) -> Any:
+    """`visionrt run --ray local` in a subprocess (its own embedded Ray, after the module's)."""
+    import subprocess
+    import sys
+
+    command = [
+        sys.executable, "-m", "visionrt.cli.main", "run", *sources, "--model", str(model),
+        "--backend", "onnxruntime", "--no-plan", "--ray", "local", "--workers", "1",
+        "--out", str(out), "--quiet", *extra,
+    ]  # fmt: skip
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    return subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _follow(process: Any, until: Any, timeout: float = 120.0) -> list[Any]:
+    """The processes `process` started (Ray's too), gathered until `until()` holds."""
+    import psutil
+
+    seen: dict[int, psutil.Process] = {}
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert process.poll() is None, process.communicate()[1]
+        assert time.monotonic() < deadline, "the run never got there"
+        with contextlib.suppress(psutil.Error):
+            seen.update({p.pid: p for p in psutil.Process(process.pid).children(recursive=True)})
+        time.sleep(0.05)
+    return list(seen.values())
+
+
+def _none_left(started: list[Any]) -> None:
+    import psutil
+
+    _gone, alive = psutil.wait_procs(started, timeout=10)
+    assert not alive, [p.name() for p in alive]
+
+
+def test_ctrl_c_ends_a_cluster_run_with_its_outputs_finalized(
+    videos: dict[str, Path], tiny_model: Path, tmp_path: Path
+) -> None:
+    """Ctrl-C mid-run: the workers finish the frames they read, and the JSONL, the videos and
+    summary.json hold the frames committed (`interrupted`, every frame accounted); exit 130
+    with one line; no `.partial` file and no process of the embedded Ray is left."""
+    out = tmp_path / "out"
+    sources = [f"a={videos['a']}", f"b={videos['b']}"]
+    looped = ("--realtime", "--set", "source.loop=true")  # streams that never end
+    run = _cluster_run(sources, tiny_model, out, *looped)
+    partial = out / "detections.partial.jsonl"
+
+    def enough() -> bool:
+        return partial.exists() and len(partial.read_text().splitlines()) >= 20
+
+    started = _follow(run, enough)
+    run.send_signal(signal.SIGINT)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 130, stderr
+    said = stderr.strip().splitlines()[-1]
+    assert said.startswith("visionrt: error: interrupted: outputs finalized with"), stderr
+    assert "Traceback" not in stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"]
+    assert summary["accounted"]
+    frames = (out / "detections.jsonl").read_text().splitlines()
+    assert len(frames) == summary["frames_out"] >= 20
+    assert said.endswith(f" {len(frames)} frames")
+    assert sorted(p.name for p in out.iterdir() if p.name.endswith((".mp4", ".jsonl"))) == [
+        "a.mp4", "b.mp4", "detections.jsonl"
+    ]  # fmt: skip
+    assert all(Path(p).exists() for p in summary["outputs"])
+    _none_left(started)
+
+
+def test_sigterm_while_ray_starts_leaves_nothing_running(
+    videos: dict[str, Path], tiny_model: Path, tmp_path: Path
+) -> None:
+    """SIGTERM while the embedded Ray starts its processes (Ray's own handler would exit at
+    once, and a head stopped half-way left the raylet's agents running for good): one line,
+    exit 130, no output, and every process it started ends."""
+    import psutil
+
+    out = tmp_path / "out"
+    before = _orphans()
+    run = _cluster_run([f"a={videos['a']}"], tiny_model, out)
+
+    def ray_starting() -> bool:
+        try:
+            children = psutil.Process(run.pid).children(recursive=True)
+            return any("gcs_server" in " ".join(p.cmdline()) for p in children)
+        except psutil.Error:
+            return False
+
+    started = _follow(run, ray_starting)
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 130, stderr
+    said = stderr.strip().splitlines()[-1]
+    assert said == "visionrt: error: interrupted (SIGTERM) while starting: nothing processed"
+    assert not [p.name for p in out.iterdir()] if out.exists() else True
+    time.sleep(1.0)  # the raylet starts its agents after it registers
+    _none_left(started + [p for pid, p in _orphans().items() if pid not in before])
+
+
+def _orphans() -> dict[int, Any]:
+    """Ray's processes whose parent is gone (re-parented to init)."""
+    import psutil
+
+    found = psutil.process_iter(["name", "ppid"])
+    return {
+        p.pid: p
+        for p in found
+        if (p.info["name"] or "").startswith("ray::") and p.info["ppid"] == 1
+    }

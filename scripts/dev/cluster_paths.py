@@ -93,7 +93,13 @@ def in_actor(settings: dict[str, Any], units: tuple[Any, ...]) -> float:
     import ray
 
     quiet = logging.WARNING
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=quiet)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=quiet,
+    )
 
     @ray.remote(num_cpus=2)
     class Worker:

@@ -24,6 +24,7 @@ WINDOW = 20.0
 def main() -> None:
     config = json.loads(sys.argv[1]) if len(sys.argv) > 1 else None
     ray.init(
+        address="local",
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,

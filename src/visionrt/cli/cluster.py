@@ -4,6 +4,9 @@ and frames per node."""
 
 from __future__ import annotations
 
+import signal
+import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,10 +14,12 @@ from typing import Any
 from rich.console import Console
 
 from visionrt.cli.outputs import metrics_token, run_progress, write_summary
+from visionrt.cli.signals import STARTUP, not_ours
 from visionrt.config import RunConfig
+from visionrt.distributed.coordinator import RunStop
 from visionrt.distributed.report import ClusterReport
 from visionrt.distributed.run import frame_total
-from visionrt.errors import SourceError
+from visionrt.errors import Interrupted, SourceError
 from visionrt.telemetry.stats import RunSummary
 
 
@@ -29,13 +34,16 @@ def run_cluster(
     """Run `cfg`'s sources on the cluster `cfg.cluster` names, each worker with the plan of
     its machine (`resolve(fingerprint)`: the configuration and its plan lines, as this
     machine's are `cfg` and `plan_note`); SourceError (exit 3) when a source failed, after
-    every output is finalized."""
+    every output is finalized; Interrupted (exit 130) after Ctrl-C or SIGTERM, the outputs
+    holding the frames committed."""
     from visionrt.distributed.ray_run import run_on_ray
 
     def say(line: str) -> None:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     token = metrics_token(cfg)
+    stop = RunStop()
+    install_stop(stop)
     with run_progress("ray", console, quiet, " · {task.fields[nodes]}") as bar:
         task = bar.add_task("ray", total=frame_total(cfg), fps=0.0, nodes="")
 
@@ -44,7 +52,11 @@ def run_cluster(
             fps = done / report.seconds if report.seconds else 0.0
             bar.update(task, completed=done, fps=fps, nodes=by_node(report))
 
-        summary, report = run_on_ray(cfg, plan_note, resolve, token, say, progress)
+        try:
+            summary, report = run_on_ray(cfg, plan_note, resolve, token, say, progress, stop)
+        except Interrupted:
+            STARTUP.check()  # the start-up's line, naming the signal
+            raise
     path = Path(cfg.output.dir) / "summary.json"
     summary.outputs.append(str(path))
     write_summary(summary, path)
@@ -55,6 +67,41 @@ def run_cluster(
     _say(summary, report, console)
     if report.failed:
         raise SourceError(f"--ray: {summary.error}")
+    if summary.interrupted:
+        how = "aborted" if stop.aborted.is_set() else "interrupted"
+        raise Interrupted(f"{how}: outputs finalized with {summary.frames_out} frames")
+
+
+def install_stop(stop: RunStop) -> None:
+    """Ctrl-C or SIGTERM while Ray and the workers start: the start-up's handling (one line,
+    exit 130, nothing processed). Once the run is under way: `stop` is asked (the workers
+    finish the frames they read, the outputs are finalized); a second signal ends it now
+    with what was committed; a third leaves at once."""
+    starting = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def handle(signum: int, frame: Any) -> None:
+        if not_ours(signum):
+            return
+        if not stop.started.is_set():
+            stop.abort()  # held for the run's start, should a library swallow what is raised
+            previous = starting.get(signum)
+            if callable(previous):
+                previous(signum, frame)  # the start-up's: raises
+            raise KeyboardInterrupt
+        if stop.aborted.is_set():
+            raise KeyboardInterrupt
+        name = signal.Signals(signum).name
+        said = (
+            "aborting: the outputs keep what was committed"
+            if stop.asked.is_set()
+            else ("stopping, the workers finish the frames they read (again to abort)")
+        )
+        print(f"\nvisionrt: {name}: {said}", file=sys.stderr)
+        stop.ask()
+
+    if threading.current_thread() is threading.main_thread():  # Python's rule for handlers
+        signal.signal(signal.SIGINT, handle)
+        signal.signal(signal.SIGTERM, handle)
 
 
 def by_node(report: ClusterReport) -> str:

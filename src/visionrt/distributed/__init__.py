@@ -5,8 +5,11 @@ Pipeline; one coordinator commits every source's frames in order, once, across r
     from visionrt.distributed import run_on_ray
 
     summary, report = run_on_ray(load_config("run.yaml"))  # its `cluster:` section says where
+
+`RunStop` ends such a run early from another thread (its outputs finalized).
 """
 
+from visionrt.distributed.coordinator import RunStop
 from visionrt.distributed.ray_run import run_on_ray
 
-__all__ = ["run_on_ray"]
+__all__ = ["RunStop", "run_on_ray"]

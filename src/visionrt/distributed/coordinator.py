@@ -5,6 +5,7 @@ died back on the queue with its next attempt, resuming after the last committed 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -22,6 +23,9 @@ NO_WORKERS_GRACE = 30.0
 # group with the stream added, its own streams losing the frames of the restart (counted).
 REGROUP_AFTER = 5.0
 STOP_GRACE = 30.0  # a worker told to end its group that has not, after this: ask another
+# After a stop was asked (Ctrl-C): how long the running groups get to end theirs and send
+# what they read; a worker that has not by then is left (its frames since are not written).
+INTERRUPT_GRACE = 15.0
 
 
 class Executor(Protocol):
@@ -45,6 +49,28 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+class RunStop:
+    """Ends a cluster run early, from a signal handler or another thread. `ask()`: no unit
+    starts after it, and each running group is told to end: the frames its worker read are
+    finished and committed, its files finalized. `ask()` again (or `abort()`): the run ends
+    now with what was committed. `started` is set once the coordinator runs; before it, there
+    is nothing to finish."""
+
+    def __init__(self) -> None:
+        self.asked = threading.Event()
+        self.aborted = threading.Event()
+        self.started = threading.Event()
+
+    def ask(self) -> None:
+        if self.asked.is_set():
+            self.aborted.set()
+        self.asked.set()
+
+    def abort(self) -> None:
+        self.asked.set()
+        self.aborted.set()
+
+
 class Coordinator:
     """Runs `units` on `executor`'s workers. `write(name, frame, line)` is called for each
     frame of each source in order, once (from this thread only); a unit is tried at most
@@ -53,7 +79,7 @@ class Coordinator:
     An idle worker takes up to `group` files at once (fewer when that leaves other idle
     workers nothing), so one Pipeline batches across them; live streams are spread over the
     idle workers by cost, all of them placed at once (they never end).
-    `on_progress(report)` is called after each round of reports."""
+    `on_progress(report)` is called after each round of reports; `stop` ends the run early."""
 
     def __init__(
         self,
@@ -66,10 +92,13 @@ class Coordinator:
         group: int = 1,
         regroup_after: float = REGROUP_AFTER,
         on_sample: Callable[[str, dict[str, Any]], None] | None = None,
+        stop: RunStop | None = None,
     ) -> None:
         self.executor, self.write, self.max_attempts = executor, write, max_attempts
         self.group = max(1, group)
         self.on_progress, self.on_sample = on_progress, on_sample
+        self.stop = stop or RunStop()
+        self._ending: float | None = None  # when the stop was acted on (monotonic)
         self.no_workers_grace, self.regroup_after = no_workers_grace, regroup_after
         self.queue: deque[WorkUnit] = deque(units)
         names = [unit.name for unit in self.queue]
@@ -91,8 +120,11 @@ class Coordinator:
         """Until every unit is done or its source failed; the report (its `failed` sources)."""
         started = time.monotonic()
         alone_since: float | None = None
+        self.stop.started.set()
         try:
             while self.queue or self.running:
+                if self.stop.asked.is_set() and self._end():
+                    break
                 self._assign()
                 if not self.running and self.queue:
                     # Nobody to run the queue: wait for a worker (a restarted actor, a node
@@ -111,6 +143,17 @@ class Coordinator:
         finally:
             self.report.seconds = time.monotonic() - started
         return self.report
+
+    def _end(self) -> bool:
+        """A stop was asked: the queue is dropped and every running group told to end, once.
+        True when the run must end now: aborted, or past INTERRUPT_GRACE."""
+        now = time.monotonic()
+        if self._ending is None:
+            self._ending = now
+            self.queue.clear()
+            for worker in self.running:
+                self.executor.stop(worker)
+        return self.stop.aborted.is_set() or now - self._ending > INTERRUPT_GRACE
 
     # -- scheduling ------------------------------------------------------------------------
     def _assign(self) -> None:
@@ -228,7 +271,7 @@ class Coordinator:
         if not units:
             self.running.pop(report.worker, None)
             self._stopping.pop(report.worker, None)
-        if isinstance(report, Done) and stopping and unit.live:
+        if isinstance(report, Done) and stopping and unit.live and self._ending is None:
             state = self.report.sources[unit.name]
             state.regrouped += 1
             for reason, count in report.summary.get("dropped", {}).items():
@@ -243,9 +286,11 @@ class Coordinator:
         elif report.retry:
             self._again(unit, report.error)
         elif self._sizes.get(report.worker, 1) > 1 and not (unit.alone or report.own):
-            # A group's Pipeline failed on the user's error: whose, its own run tells.
-            self._current[unit.unit_id] = unit.attempt + 1
-            self.queue.appendleft(replace(unit, attempt=unit.attempt + 1, alone=True))
+            # A group's Pipeline failed on the user's error: whose, its own run tells (not
+            # after a stop: no unit starts then).
+            if self._ending is None:
+                self._current[unit.unit_id] = unit.attempt + 1
+                self.queue.appendleft(replace(unit, attempt=unit.attempt + 1, alone=True))
         else:
             self._fail(unit.name, report.error)
 
@@ -278,6 +323,8 @@ class Coordinator:
     def _again(self, unit: WorkUnit, reason: str, counted: bool = True) -> None:
         """The unit's next attempt, after the last frame committed, first in the queue; one
         not `counted` (a regroup, not a failure) is not held against `max_attempts`."""
+        if self._ending is not None:  # a stop was asked: no other attempt
+            return
         state = self.report.sources[unit.name]
         tries = unit.attempt - self._regrouped.get(unit.unit_id, 0)
         if counted and tries >= self.max_attempts:

@@ -8,10 +8,14 @@ import json
 import logging
 import math
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import psutil
 
 from visionrt.config import load_config
 from visionrt.distributed.actor import UnitRunner, error_line, group_key
@@ -79,7 +83,25 @@ class RayExecutor:
         self.settings_for, self._metrics = settings_for, metrics
         self.ray = _import_ray()
         self._owns_ray = not self.ray.is_initialized()
+        self._workers: dict[str, _Worker] = {}
+        self._before: set[int] = set()  # this process's children before Ray (see close)
+        try:
+            self._start(address, workers, worker_cpus, worker_gpus, replacements, startup_timeout)
+        except BaseException:  # a signal too: what was started ends with this run
+            self.close()
+            raise
+
+    def _start(
+        self,
+        address: str | None,
+        workers: int,
+        worker_cpus: float,
+        worker_gpus: float,
+        replacements: int | None,
+        startup_timeout: float,
+    ) -> None:
         if self._owns_ray:
+            self._before = {p.pid for p in psutil.Process().children(recursive=True)}
             _init_ray(self.ray, address, workers, worker_cpus, worker_gpus)
         if workers == 0:
             workers = _fitting(self.ray.cluster_resources(), worker_cpus, worker_gpus)
@@ -99,7 +121,6 @@ class RayExecutor:
         self._cpus = worker_cpus
         self._count = 0
         self._replacements = workers if replacements is None else replacements
-        self._workers: dict[str, _Worker] = {}
         self._lost: list[Report] = []
         for _ in range(workers):
             self._spawn()
@@ -111,7 +132,6 @@ class RayExecutor:
                 deadline = min(deadline, time.monotonic() + STARTUP_GRACE)
             self._settle(min(1.0, max(0.0, deadline - time.monotonic())))
         if not self.workers():
-            self.close()
             raise ConfigError(
                 f"no Ray worker started within {startup_timeout:g} s: each asks for"
                 f" {worker_cpus:g} CPU and {worker_gpus:g} GPU; the cluster has"
@@ -166,10 +186,20 @@ class RayExecutor:
         for state in self._workers.values():
             self.ray.kill(state.actor)
         self._workers.clear()
+        started: list[psutil.Process] = []
+        if self._owns_ray:
+            started = [
+                p for p in psutil.Process().children(recursive=True) if p.pid not in self._before
+            ]
         if self._owns_ray and self.ray.is_initialized():
             _stop_monitor(self.ray)
             self.ray.shutdown()
         self._owns_ray = False
+        # What `ray.shutdown` left: the raylet's agents, when it stops soon after it started
+        # them, outlive it (measured: a Ctrl-C in the first seconds left two, for good).
+        for process in started:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
 
     # -- internals ------------------------------------------------------------------------
     def _spawn(self) -> None:
@@ -296,6 +326,36 @@ def _stop_monitor(ray: Any) -> None:
 
 
 def _init_ray(ray: Any, address: str | None, workers: int, cpus: float, gpus: float) -> None:
+    """`ray.init`, the caller's signal handling kept. Ray replaces the process's SIGTERM
+    handler with `sys.exit`: a run stopped by SIGTERM (systemd, Kubernetes) would leave its
+    outputs unfinalized. And an embedded Ray interrupted while it starts its processes never
+    learns of those it started: the raylet's agents outlive the run. So while it starts,
+    Ctrl-C and SIGTERM are held, and handed to the caller's handlers once it has."""
+    if threading.current_thread() is not threading.main_thread():  # Python's rule
+        _start_ray(ray, address, workers, cpus, gpus)
+        return
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    held: list[int] = []
+    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    setter = getattr(utils, "set_sigterm_handler", None)
+    if address is None:
+        for sig in kept:
+            signal.signal(sig, lambda signum, _frame: held.append(signum))
+        if setter is not None:  # Ray's internals: where they differ, its handler is undone after
+            utils.set_sigterm_handler = lambda _handler: None
+    try:
+        _start_ray(ray, address, workers, cpus, gpus)
+    finally:
+        if setter is not None:
+            utils.set_sigterm_handler = setter
+        for sig, handler in kept.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+    for signum in held[:1]:
+        signal.raise_signal(signum)
+
+
+def _start_ray(ray: Any, address: str | None, workers: int, cpus: float, gpus: float) -> None:
     # Ray reads this at init: no usage report leaves the machine (the issue asks it off).
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address is not None:

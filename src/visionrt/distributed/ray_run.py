@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from visionrt.config import RunConfig
+from visionrt.distributed.coordinator import RunStop
 from visionrt.distributed.metrics import ClusterMetrics
 from visionrt.distributed.plans import GroupPlans
 from visionrt.distributed.report import ClusterReport
@@ -31,13 +32,15 @@ def run_on_ray(
     metrics_token: str = "",
     say: Callable[[str], None] | None = None,
     on_progress: Callable[[ClusterReport], None] | None = None,
+    stop: RunStop | None = None,
 ) -> tuple[RunSummary, ClusterReport]:
     """Run `cfg`'s sources on the Ray cluster `cfg.cluster.address` names ("" or "local": an
     embedded Ray on this machine). A worker on this machine's kind runs `cfg` (its plan lines:
     `plan_note`); one on another kind runs `resolve(fingerprint)` (None: `cfg` too). With
     `output.metrics_port` the cluster's totals are served there and each worker serves its
     own metrics, listed in TARGETS. `say` gets the lines worth printing (workers, plan groups,
-    metrics). The summary (not yet written) and the report; outputs are finalized."""
+    metrics). `stop` ends the run early (see RunStop; its `started` is set once the workers
+    are up). The summary (not yet written) and the report; outputs are finalized."""
     from visionrt.distributed.ray_executor import RayExecutor
 
     if cfg.output.telemetry:  # a path that cannot be written fails before Ray starts
@@ -79,7 +82,7 @@ def run_on_ray(
                 tell(f"plan group {key} ({len(group['workers'])} worker(s), {group['cpu']}):")
                 for line in group["plan"].splitlines() or ["no plan: the configuration as given"]:
                     tell(f"  {line}")
-            return run_on_cluster(cfg, executor, on_progress, plans, metrics)
+            return run_on_cluster(cfg, executor, on_progress, plans, metrics, stop=stop)
         finally:
             executor.close()
     finally:

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from visionrt.config import RunConfig
-from visionrt.distributed.coordinator import REGROUP_AFTER, Coordinator, Executor
+from visionrt.distributed.coordinator import REGROUP_AFTER, Coordinator, Executor, RunStop
 from visionrt.distributed.metrics import ClusterMetrics
 from visionrt.distributed.outputs import finalize_outputs
 from visionrt.distributed.plans import GroupPlans
 from visionrt.distributed.report import ClusterReport, SourceState
 from visionrt.distributed.units import WorkUnit
+from visionrt.errors import Interrupted
 from visionrt.sinks import Sink, table_sinks
 from visionrt.sinks.base import FileSink, check_writable, unwritable
 from visionrt.sources.naming import named_specs
@@ -134,12 +135,19 @@ def run_on_cluster(
     plans: GroupPlans | None = None,
     metrics: ClusterMetrics | None = None,
     regroup_after: float = REGROUP_AFTER,
+    stop: RunStop | None = None,
 ) -> tuple[RunSummary, ClusterReport]:
     """Run every source of `cfg` as a unit on `executor`'s workers; the JSONL goes to
     `output.dir` as a single-process run names it, each source's `source_id` its place in
     `cfg.sources`. The summary's `error` names the sources that failed; its `cluster` section
     holds the report and, with `plans`, the plan groups. `metrics` is kept up to date with
-    the report and the workers' endpoints. `regroup_after`: see coordinator.REGROUP_AFTER."""
+    the report and the workers' endpoints. `regroup_after`: see coordinator.REGROUP_AFTER.
+    `stop` ends the run early (Ctrl-C): the outputs hold what was committed, finalized, and
+    the summary says `interrupted`."""
+    if stop is not None:  # from here a stop finalizes what was committed
+        stop.started.set()
+        if stop.asked.is_set():
+            raise Interrupted("interrupted while starting: nothing processed")
     units = work_units(cfg)
     out, output = Path(cfg.output.dir), cfg.output
     name = f"{units[0].name}.jsonl" if len(units) == 1 else "detections.jsonl"
@@ -188,6 +196,7 @@ def run_on_cluster(
         group=cfg.cluster.files_per_worker,
         regroup_after=regroup_after,
         on_sample=sample,
+        stop=stop,
     )
     report: ClusterReport | None = None
     try:
@@ -201,6 +210,7 @@ def run_on_cluster(
     outputs = [str(p) for p in closed] + finalize_outputs(out, done, live)
     outputs += [str(output.telemetry)] if telemetry is not None else []
     summary = _summary(report, live, outputs)
+    summary.interrupted = coordinator.stop.asked.is_set()
     if plans is not None:
         summary.cluster["plan_groups"] = plans.report()
     return summary, report
@@ -273,4 +283,6 @@ def _counts(state: SourceState, live: bool) -> dict[str, Any]:
     frames_in = state.summary.get("start_frame", 0) + state.summary.get("frames_in", 0)
     if live:
         frames_in = state.written + sum(dropped.values())
+    # A run stopped before a worker's last attempt said what it read: what it sent, at least.
+    frames_in = max(frames_in, state.written + sum(dropped.values()))
     return {"frames_in": frames_in, "frames_out": state.written, "dropped": dropped}
