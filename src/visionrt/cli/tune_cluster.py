@@ -22,7 +22,7 @@ def tune_on_cluster(
         "--max-p99-ms", str(limits.max_p99_ms), "--budget-minutes", str(limits.budget_s / 60),
         "--motion" if motion else "--no-motion",
     ]  # fmt: skip
-    from visionrt.distributed.ray_executor import connect
+    from visionrt.distributed.ray_start import connect
     from visionrt.distributed.tune import tune_kinds
 
     if address == "local":

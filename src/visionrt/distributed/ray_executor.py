@@ -6,10 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
-import os
-import signal
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,8 +16,9 @@ import psutil
 from visionrt.config import load_config
 from visionrt.distributed.actor import UnitRunner, error_line, group_key
 from visionrt.distributed.files import Manifest, manifest
+from visionrt.distributed.ray_start import import_ray, init_ray, stop_monitor
 from visionrt.distributed.units import Done, Failed, Group, Lost, Report
-from visionrt.errors import BackendUnavailable, ConfigError
+from visionrt.errors import ConfigError
 
 log = logging.getLogger("visionrt")
 
@@ -81,7 +78,7 @@ class RayExecutor:
         self.run = dict(run or {})
         load_config(values=self.run)  # a bad option fails here, before any actor starts
         self.settings_for, self._metrics = settings_for, metrics
-        self.ray = _import_ray()
+        self.ray = import_ray()
         self._owns_ray = not self.ray.is_initialized()
         self._workers: dict[str, _Worker] = {}
         self._before: set[int] = set()  # this process's children before Ray (see close)
@@ -102,7 +99,7 @@ class RayExecutor:
     ) -> None:
         if self._owns_ray:
             self._before = {p.pid for p in psutil.Process().children(recursive=True)}
-            _init_ray(self.ray, address, workers, worker_cpus, worker_gpus)
+            init_ray(self.ray, address, workers, worker_cpus, worker_gpus)
         if workers == 0:
             workers = _fitting(self.ray.cluster_resources(), worker_cpus, worker_gpus)
         self._driver_node = self.ray.get_runtime_context().get_node_id()
@@ -192,7 +189,7 @@ class RayExecutor:
                 p for p in psutil.Process().children(recursive=True) if p.pid not in self._before
             ]
         if self._owns_ray and self.ray.is_initialized():
-            _stop_monitor(self.ray)
+            stop_monitor(self.ray)
             self.ray.shutdown()
         self._owns_ray = False
         # What `ray.shutdown` left: the raylet's agents, when it stops soon after it started
@@ -288,97 +285,8 @@ class RayExecutor:
             self._spawn()
 
 
-def connect(address: str) -> Any:
-    """Ray, connected to the running cluster at `address` ("auto", "host:port"), unless this
-    process is connected already."""
-    ray = _import_ray()
-    if not ray.is_initialized():
-        _init_ray(ray, address, 0, 0.0, 0.0)
-    return ray
-
-
-def _import_ray() -> Any:
-    try:
-        import ray
-    except ImportError as err:
-        raise BackendUnavailable(
-            "Ray is not installed: pip install 'visionrt[ray]' to run on a cluster"
-        ) from err
-    return ray
-
-
 def _fitting(resources: Mapping[str, float], cpus: float, gpus: float) -> int:
     """Workers the cluster's `resources` hold, each `cpus` CPUs and `gpus` GPUs (at least 1)."""
     if gpus:
         return max(1, int(resources.get("GPU", 0.0) // gpus))
     return max(1, int(resources.get("CPU", 1.0) // cpus))
-
-
-def _stop_monitor(ray: Any) -> None:
-    """Kill the embedded Ray's autoscaler monitor ahead of `ray.shutdown()`, which waits a
-    full second for it to answer SIGTERM (it does not; measured: 1.0 of 1.1 s). It has
-    nothing to scale on a fixed local cluster. Ray's internals: where they differ, nothing."""
-    node = getattr(getattr(getattr(ray, "_private", None), "worker", None), "_global_node", None)
-    processes = getattr(node, "all_processes", None)
-    for info in processes.get("monitor", []) if isinstance(processes, dict) else []:
-        with contextlib.suppress(Exception):
-            info.process.kill()
-
-
-def _init_ray(ray: Any, address: str | None, workers: int, cpus: float, gpus: float) -> None:
-    """`ray.init`, the caller's signal handling kept. Ray replaces the process's SIGTERM
-    handler with `sys.exit`: a run stopped by SIGTERM (systemd, Kubernetes) would leave its
-    outputs unfinalized. And an embedded Ray interrupted while it starts its processes never
-    learns of those it started: the raylet's agents outlive the run. So while it starts,
-    Ctrl-C and SIGTERM are held, and handed to the caller's handlers once it has."""
-    if threading.current_thread() is not threading.main_thread():  # Python's rule
-        _start_ray(ray, address, workers, cpus, gpus)
-        return
-    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    held: list[int] = []
-    utils = getattr(getattr(ray, "_private", None), "utils", None)
-    setter = getattr(utils, "set_sigterm_handler", None)
-    if address is None:
-        for sig in kept:
-            signal.signal(sig, lambda signum, _frame: held.append(signum))
-        if setter is not None:  # Ray's internals: where they differ, its handler is undone after
-            utils.set_sigterm_handler = lambda _handler: None
-    try:
-        _start_ray(ray, address, workers, cpus, gpus)
-    finally:
-        if setter is not None:
-            utils.set_sigterm_handler = setter
-        for sig, handler in kept.items():
-            if handler is not None:
-                signal.signal(sig, handler)
-    for signum in held[:1]:
-        signal.raise_signal(signum)
-
-
-def _start_ray(ray: Any, address: str | None, workers: int, cpus: float, gpus: float) -> None:
-    # Ray reads this at init: no usage report leaves the machine (the issue asks it off).
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if address is not None:
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-        return
-    # An embedded Ray is this run's alone: since Ray 2.59 a local init would turn token auth on
-    # and write ~/.ray/auth_token, which a head node the user starts later picks up while the
-    # nodes joining it do not (a cluster that cannot form). Off unless the user chose.
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    # Enough CPUs that every worker fits; GPUs as Ray finds them (claiming more would place a
-    # GPU worker on a machine without one).
-    ray.init(
-        # "local", not None: Ray would otherwise join the cluster RAY_ADDRESS or the file a
-        # `ray start` (or a killed run's head) left in /tmp/ray names, and refuse num_cpus.
-        address="local",
-        num_cpus=max(1, math.ceil(workers * cpus)) if workers else os.cpu_count() or 1,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.WARNING,  # "Started a local Ray instance" is ours to say
-    )
-    found = ray.cluster_resources().get("GPU", 0.0)
-    if gpus > found:
-        ray.shutdown()
-        raise ConfigError(
-            f"cluster.worker_gpus: {gpus:g} per worker asked, this machine has {found:g}"
-        )
