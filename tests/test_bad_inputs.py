@@ -102,6 +102,7 @@ CASES = [
     ("ROOT/broken-frames -m MODEL", 3, "no decodable frame (0 of 1 declared)"),
     ("ROOT/truncated.mkv -m MODEL", 3, "no decodable frame"),
     ("VIDEO -m ROOT/missing.onnx", 4, "model file not found"),
+    ("VIDEO -m ROOT/missing.pt", 4, "model file not found"),  # was torch's traceback
     ("VIDEO -m ROOT/model.txt", 4, "no backend reads .txt"),
     ("VIDEO -m ROOT/garbage.onnx", 4, "not a readable ONNX model"),
     ("VIDEO -m ROOT/model.xml --backend onnxruntime", 2, "read by openvino"),

@@ -859,3 +859,25 @@ def test_a_second_stop_or_a_worker_that_does_not_stop_ends_the_run_with_what_was
 
 def _frames_into(frames: list[int]) -> Callable[[str, int, str], None]:
     return lambda _name, frame, _line: frames.append(frame)
+
+
+def test_a_model_missing_on_the_driver_fails_before_any_worker_starts(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """Workers get their model files from the driver: one missing there is the plain run's
+    error (exit 4), said before Ray starts."""
+    from visionrt.config import load_config
+    from visionrt.distributed.files import check_models
+    from visionrt.distributed.ray_run import run_on_ray
+    from visionrt.errors import ModelLoadError
+
+    missing = tmp_path / "missing.onnx"
+    with pytest.raises(ModelLoadError, match="^model file not found: .*missing.onnx"):
+        check_models({"model": str(missing)})
+    with pytest.raises(ModelLoadError, match="^depth.model: model file not found"):
+        check_models({"model": str(tiny_model), "depth": {"model": str(missing)}})
+    check_models({"model": str(tiny_model), "depth": {"model": ""}})
+    check_models({"model": str(missing), "backend": "null"})  # runs without a file
+    values = {"sources": ["a.mp4"], "model": str(missing), "cluster": {"address": "local"}}
+    with pytest.raises(ModelLoadError):
+        run_on_ray(load_config(values=values))

@@ -164,6 +164,8 @@ def load_backend(name: str, model: str | Path, options: BackendOptions | None = 
     else:
         row = find_row(name) if name else row_for_file(model)
         check_reads(row, model)
+    if row.name != "null" and not model.exists():  # before a runtime's own traceback
+        raise ModelLoadError(f"model file not found: {model}")
     reason = unavailable_reason(row)
     if reason is not None:
         raise BackendUnavailable(reason)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from visionrt.errors import ModelLoadError
 from visionrt.paths import cache_root, file_sha256
 
 # (section, key) of the settings that name a model file, "" for the top level.
@@ -54,6 +55,17 @@ def manifest(settings: Mapping[str, Any]) -> Manifest:
         for path in _files(model):
             out[str(path)] = (main if path == model else file_sha256(path), main)
     return out
+
+
+def check_models(settings: Mapping[str, Any]) -> None:
+    """A ModelLoadError for a model file `settings` names that is not on this machine, before
+    any worker starts: every worker gets its model files from the driver (`manifest`)."""
+    if settings.get("backend") == "null":  # runs without one
+        return
+    for section, _, named in _named(settings):
+        if not Path(named).exists():
+            where = f"{section}.model: " if section else ""
+            raise ModelLoadError(f"{where}model file not found: {named}")
 
 
 def bundle(files: Manifest) -> Bundle:

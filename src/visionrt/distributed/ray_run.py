@@ -10,6 +10,7 @@ from typing import Any
 
 from visionrt.config import RunConfig
 from visionrt.distributed.coordinator import RunStop
+from visionrt.distributed.files import check_models
 from visionrt.distributed.metrics import ClusterMetrics
 from visionrt.distributed.plans import GroupPlans
 from visionrt.distributed.report import ClusterReport
@@ -45,6 +46,7 @@ def run_on_ray(
 
     if cfg.output.telemetry:  # a path that cannot be written fails before Ray starts
         check_writable(Path(cfg.output.telemetry), "telemetry")
+    check_models(worker_settings(cfg))  # as would a plain run (exit 4), not after Ray starts
     tell = say or (lambda _line: None)
     own = fingerprint_key(machine_fingerprint())
 
