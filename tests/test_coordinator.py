@@ -219,14 +219,22 @@ def test_a_cluster_run_writes_the_jsonl_a_single_process_run_writes(
     tmp_path: Path, tiny_model: Path
 ) -> None:
     """`run_on_cluster` over thread workers and a plain run of the same sources write the same
-    detections.jsonl, line for line per source (source ids included); a missing file fails its
-    source alone, named in the summary's error."""
+    detections.jsonl, line for line per source (source ids included; a named image folder's
+    lines with their image, as a plain run writes them); a missing file fails its source
+    alone, named in the summary's error."""
+    import cv2
+    import numpy as np
+
     from visionrt.config import load_config
     from visionrt.distributed.run import run_on_cluster, worker_settings
 
     videos = [str(write_video(tmp_path / f"v{i}.mp4", frames=n)) for i, n in enumerate((9, 6))]
+    shelf = tmp_path / "shelf"
+    shelf.mkdir()
+    for i in range(3):
+        cv2.imwrite(str(shelf / f"{i}.png"), np.full((48, 64, 3), 40 * i, np.uint8))
     values = {
-        "sources": [f"a={videos[0]}", videos[1]],
+        "sources": [f"a={videos[0]}", videos[1], f"photos={shelf}"],
         "model": str(tiny_model),
         "backend": "onnxruntime",
         "output": {"dir": str(tmp_path / "cluster"), "video": False},
@@ -237,7 +245,7 @@ def test_a_cluster_run_writes_the_jsonl_a_single_process_run_writes(
     summary, report = run_on_cluster(cfg, executor)
     executor.close()
     assert summary.error == ""
-    assert (summary.frames_in, summary.frames_out) == (15, 15)
+    assert (summary.frames_in, summary.frames_out) == (18, 18)
     assert summary.accounted
     assert summary.cluster["sources"]["a"]["frames_out"] == 9
 
@@ -248,10 +256,13 @@ def test_a_cluster_run_writes_the_jsonl_a_single_process_run_writes(
     expected = [json.loads(line) for line in plain.read_text().splitlines()]
     lines = (tmp_path / "cluster" / "detections.jsonl").read_text().splitlines()
     got = [json.loads(line) for line in lines]
-    for name in ("a", "v1"):
+    for name in ("a", "v1", "photos"):
         assert [r for r in got if r["source"] == name] == [
             r for r in expected if r["source"] == name
         ]
+    assert [Path(r["image"]).name for r in got if r["source"] == "photos"] == [
+        "0.png", "1.png", "2.png"
+    ]  # fmt: skip
 
     broken = load_config(values={**values, "sources": [videos[0], str(tmp_path / "gone.mp4")]})
     executor = ThreadExecutor(
@@ -872,9 +883,9 @@ def test_a_model_missing_on_the_driver_fails_before_any_worker_starts(
     from visionrt.errors import ModelLoadError
 
     missing = tmp_path / "missing.onnx"
-    with pytest.raises(ModelLoadError, match="^model file not found: .*missing.onnx"):
+    with pytest.raises(ModelLoadError, match=r"^model file not found: .*missing\.onnx"):
         check_models({"model": str(missing)})
-    with pytest.raises(ModelLoadError, match="^depth.model: model file not found"):
+    with pytest.raises(ModelLoadError, match=r"^depth\.model: model file not found"):
         check_models({"model": str(tiny_model), "depth": {"model": str(missing)}})
     check_models({"model": str(tiny_model), "depth": {"model": ""}})
     check_models({"model": str(missing), "backend": "null"})  # runs without a file

@@ -402,6 +402,16 @@ def test_jsonl_source_is_the_source_name(media: dict[str, Path], tmp_path: Path,
         "1.png",
     ]
     assert not any("image" in line for line in lines if line["source"] != "images")
+    # So does one of a folder the user named (its name replaced the file's in the frames).
+    named_run = tmp_path / "named"
+    named_args = ["run", f"shelf={images}", "-m", str(media["model"]), "--backend", "null"]
+    code, _ = _cli([*named_args, "-q", "--no-video", "--out", str(named_run)], capsys)
+    assert code == 0
+    shelf = [json.loads(line) for line in (named_run / "shelf.jsonl").read_text().splitlines()]
+    assert sorted(Path(line["image"]).name for line in shelf if line["source"] == "shelf") == [
+        "0.png",
+        "1.png",
+    ]
 
 
 def test_a_ladder_without_smaller_inputs_still_runs(

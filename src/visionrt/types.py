@@ -19,7 +19,9 @@ class Frame:
 
     `image` is H×W×3 uint8 BGR. `timestamp` is seconds from the source's start (media time for
     files, wall-clock since open for live sources); `captured_at` is `time.perf_counter()` when
-    the frame left the decoder, used for glass-to-result latency.
+    the frame left the decoder, used for glass-to-result latency. `item` is the file the
+    picture came from where a source has many (an image folder or glob; "" otherwise): kept
+    when a user's name for the source replaces `source_name`.
     """
 
     source_id: int
@@ -28,6 +30,7 @@ class Frame:
     timestamp: float
     captured_at: float
     source_name: str = ""
+    item: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from visionrt.distributed.outputs import AttemptOutputs, writes_every_frame
 from visionrt.distributed.units import Group, WorkUnit
 from visionrt.errors import ConfigError, ModelLoadError, SourceError
 from visionrt.pipeline import Pipeline
+from visionrt.sinks.jsonl import jsonl_record
 from visionrt.sources.registry import open_source, source_kind
 from visionrt.tasks.detect import DetectTask
 from visionrt.telemetry.report import TelemetrySampler
@@ -91,6 +92,7 @@ def group_batches(
     # A live stream's frame numbers start again with each attempt: nothing there to skip.
     skip = [0 if unit.live else unit.start_frame for unit in units]
     pending: list[list[tuple[int, str]]] = [[] for _ in units]
+    names, paths = [unit.name for unit in units], [unit.spec for unit in units]
     since = [time.monotonic()] * len(units)
     files = None
     complete = False
@@ -108,7 +110,8 @@ def group_batches(
                     files.write(result)
                 if index < skip[at]:
                     continue
-                pending[at].append((index, json.dumps(result.to_json(), separators=(",", ":"))))
+                line = json.dumps(jsonl_record(result, names, paths), separators=(",", ":"))
+                pending[at].append((index, line))
                 if (
                     len(pending[at]) >= batch_frames
                     or time.monotonic() - since[at] >= batch_seconds

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from visionrt.sinks.base import FileSink
 from visionrt.types import FrameResult
@@ -28,11 +29,22 @@ class JsonlSink(FileSink):
 
     def write(self, result: FrameResult) -> None:
         self.takes(result)
-        record = result.to_json()
-        source, own = result.frame.source_id, result.frame.source_name
-        if source < len(self.names):
-            name = self.names[source]
-            image = own and own != name and own not in self.paths[source : source + 1]
-            rest = {key: value for key, value in record.items() if key != "source"}
-            record = {"source": name, **({"image": own} if image else {}), **rest}
+        record = jsonl_record(result, self.names, self.paths)
         self.append(json.dumps(record, separators=(",", ":")) + "\n")
+
+
+def jsonl_record(
+    result: FrameResult, names: Sequence[str] = (), paths: Sequence[str] = ()
+) -> dict[str, Any]:
+    """`result`'s line as JsonlSink writes it (see there for `names` and `paths`); a cluster's
+    workers make theirs with it too."""
+    record = result.to_json()
+    source, own = result.frame.source_id, result.frame.source_name
+    if source < len(names):
+        name = names[source]
+        if not (own and own != name and own not in paths[source : source + 1]):
+            own = ""
+        image = result.frame.item or own  # a named folder's frames carry its name, not theirs
+        rest = {key: value for key, value in record.items() if key != "source"}
+        record = {"source": name, **({"image": image} if image else {}), **rest}
+    return record

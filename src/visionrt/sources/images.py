@@ -59,6 +59,7 @@ class ImageSource(Source):
                 timestamp=float(index),
                 captured_at=time.perf_counter(),
                 source_name=str(path),
+                item=str(path),
             )
             index += 1
             self.stats.frames = index

@@ -153,7 +153,7 @@ class ProcessSource(Source):
     # -- frames -------------------------------------------------------------------------------
 
     def _take(self, message: Message) -> Frame | None:
-        _, generation, slot, index, stamp, captured, source_name = message
+        _, generation, slot, index, stamp, captured, source_name, item = message
         ring = self._rings.get(generation)
         if ring is None:  # closed by another thread meanwhile
             return None
@@ -175,6 +175,7 @@ class ProcessSource(Source):
             timestamp=stamp,
             captured_at=captured - time.monotonic() + time.perf_counter(),
             source_name=source_name,
+            item=item,
         )
 
     def _freshest(self, message: Message) -> Message:

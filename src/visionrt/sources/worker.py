@@ -115,7 +115,7 @@ def _pump(source: Source, slots: _Slots, reply: Callable[[Message], None], skip:
             generation, slot = placed
             captured = frame.captured_at - time.perf_counter() + time.monotonic()
             reply(("frame", generation, slot, frame.index, frame.timestamp, captured,
-                   frame.source_name))  # fmt: skip
+                   frame.source_name, frame.item))  # fmt: skip
         stats = source.stats
         counts = (stats.corrupt, stats.lost, stats.reconnects, stats.gap_seconds, stats.ended_early,
                   len(stats.events), len(stats.warnings), slots.missed)  # fmt: skip
