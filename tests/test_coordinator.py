@@ -892,3 +892,38 @@ def test_a_model_missing_on_the_driver_fails_before_any_worker_starts(
     values = {"sources": ["a.mp4"], "model": str(missing), "cluster": {"address": "local"}}
     with pytest.raises(ModelLoadError):
         run_on_ray(load_config(values=values))
+
+
+def test_a_cluster_runs_summary_keeps_what_the_workers_pipelines_said(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """summary.json of a cluster run has what a plain run's has of each source (its latency,
+    what it declared), the runtime, and the live audit's figures and events of every source,
+    though each ran on its own worker."""
+    from visionrt.config import load_config
+    from visionrt.distributed.run import run_on_cluster, worker_settings
+
+    videos = [str(write_video(tmp_path / f"v{i}.mp4", frames=12)) for i in range(2)]
+    values = {
+        "sources": [f"a={videos[0]}", f"b={videos[1]}"],
+        "model": str(tiny_model),
+        "backend": "onnxruntime",
+        "output": {"dir": str(tmp_path / "cluster"), "video": False},
+        "pipeline": {"warmup": 0, "audit": 0.5, "audit_reference": str(tiny_model)},
+    }
+    cfg = load_config(values=values)
+    executor = ThreadExecutor(2, lambda group, send: run_group(group, worker_settings(cfg), send))
+    summary, report = run_on_cluster(cfg, executor)
+    executor.close()
+    assert sorted(report.frames_by_worker) == ["thread-0", "thread-1"]  # one source each
+    assert summary.accounted
+    for row in summary.sources:
+        assert row["declared"] == 12
+        assert row["latency_ms"]["p50"] > 0
+        assert row["frames_out"] == 12
+    assert summary.backend["runtime"] == "onnxruntime"
+    audited = summary.audit["sources"]
+    assert sorted(audited) == ["a", "b"]
+    assert all(audited[name]["audited"] >= 5 for name in ("a", "b"))
+    assert summary.audit["budget"] == {"min_fidelity": 0.95}
+    assert any("its own FP32 reference" in note for note in summary.notes)

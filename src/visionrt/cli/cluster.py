@@ -20,6 +20,7 @@ from visionrt.distributed.coordinator import RunStop
 from visionrt.distributed.report import ClusterReport
 from visionrt.distributed.run import frame_total
 from visionrt.errors import Interrupted, SourceError
+from visionrt.telemetry.report import audit_lines
 from visionrt.telemetry.stats import RunSummary
 
 
@@ -123,3 +124,5 @@ def _say(summary: RunSummary, report: ClusterReport, console: Console) -> None:
     for name, state in report.sources.items():
         said = f"failed: {state.error}" if state.error else f"{state.written} frames"
         console.print(f"  {name}: {said} ({state.attempts} attempt(s))", markup=False)
+    for line in audit_lines(summary.audit):  # as a plain run ends: each source's live audit
+        console.print(line, markup=False, highlight=False)

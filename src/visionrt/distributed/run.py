@@ -242,9 +242,13 @@ def _close(sinks: list[Sink], complete: bool) -> list[Path]:
 
 
 def _summary(report: ClusterReport, live: frozenset[str], outputs: list[str]) -> RunSummary:
-    """The run's summary from each source's last attempt and what was committed."""
+    """The run's summary from each source's last attempt and what was committed: its row as
+    that attempt's worker wrote it (latency, events, reconnects), the counts the coordinator's
+    (every attempt's), and the live audit's figures of each source's last attempt."""
+    states = report.sources
     rows = [
-        {"name": name, **_counts(state, name in live)} for name, state in report.sources.items()
+        {"name": name, **_attempt_row(state), **_counts(state, name in live)}
+        for name, state in states.items()
     ]
     dropped: dict[str, int] = {}
     for row in rows:
@@ -263,10 +267,36 @@ def _summary(report: ClusterReport, live: frozenset[str], outputs: list[str]) ->
         rss_mb=0.0,
     )
     summary.sources = rows
+    summary.audit = _merged_audit([state.summary.get("audit") or {} for state in states.values()])
+    backends = {json.dumps(s.summary.get("backend")) for s in states.values()} - {"null", "{}"}
+    summary.backend = json.loads(backends.pop()) if len(backends) == 1 else {}  # one plan group
+    notes = (note for state in states.values() for note in state.summary.get("notes", []))
+    summary.notes = list(dict.fromkeys(notes))
     summary.cluster = report.to_json()
     summary.outputs = outputs
     summary.error = "; ".join(f"{name}: {error}" for name, error in report.failed.items())
     return summary
+
+
+def _attempt_row(state: SourceState) -> dict[str, Any]:
+    row = dict(state.summary.get("row") or {})
+    row.pop("name", None)
+    return row
+
+
+def _merged_audit(audits: list[dict[str, Any]]) -> dict[str, Any]:
+    """The workers' live-audit reports (each of one source) as one run's: the settings of the
+    first, every source's figures, the events in time order, the first error."""
+    found = [audit for audit in audits if audit]
+    if not found:
+        return {}
+    merged = {**found[0], "sources": {}, "events": [], "error": ""}
+    for audit in found:
+        merged["sources"].update(audit.get("sources", {}))
+        merged["events"] += audit.get("events", [])
+        merged["error"] = merged["error"] or audit.get("error", "")
+    merged["events"].sort(key=lambda event: event.get("t", 0.0))
+    return merged
 
 
 def _counts(state: SourceState, live: bool) -> dict[str, Any]:

@@ -130,7 +130,8 @@ def group_batches(
         pipeline.close()
         written = files.close(complete) if files is not None else [[] for _ in units]
     if summaries is not None:
-        rows = {row["name"]: row for row in pipeline.summary().sources}
+        summary = pipeline.summary()
+        rows = {row["name"]: row for row in summary.sources}
         for unit, start, outputs in zip(units, resumed, written, strict=True):
             row = rows.get(unit.name, {})
             summaries[unit.unit_id] = {
@@ -139,6 +140,11 @@ def group_batches(
                 "frames_out": row.get("frames_out", 0),
                 "dropped": row.get("dropped", {}),
                 "outputs": outputs,
+                # What the run's summary says of it, as a plain run's would (merged there).
+                "row": row,
+                "audit": _own_audit(summary.audit, unit.name),
+                "backend": summary.backend,
+                "notes": summary.notes,
             }
 
 
@@ -191,6 +197,15 @@ def _pipeline(cfg: RunConfig, units: Group, resumed: list[int], loaded: Backend 
     ]
     specs = [f"{unit.name}={unit.spec}" for unit in units]
     return pipeline_for(cfg, specs, loaded=loaded, start_frames=starts)
+
+
+def _own_audit(audit: dict[str, Any], name: str) -> dict[str, Any]:
+    """The group's live-audit report with source `name`'s figures and events only."""
+    if not audit:
+        return {}
+    sources = audit.get("sources", {})
+    events = [e for e in audit.get("events", []) if e.get("source") == name]
+    return {**audit, "sources": {name: sources[name]} if name in sources else {}, "events": events}
 
 
 def _unopenable(units: Group, cfg: RunConfig) -> dict[int, str]:
