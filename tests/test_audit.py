@@ -354,3 +354,13 @@ def test_the_printed_summary_says_a_figure_below_the_budget() -> None:
         " skipped)"
     )
     assert "below" not in line(0.97)
+
+
+def test_an_audit_event_reads_back_what_it_wrote() -> None:
+    """A cluster's workers send their events as JSON; the driver says them as a plain run."""
+    from visionrt.accuracy.audit_window import AuditEvent
+
+    event = AuditEvent(12.25, "cam", "fidelity", 0.81234, 0.95, 30, 240)
+    again = AuditEvent.from_json(event.to_json())
+    assert str(again) == str(event)
+    assert again.to_json() == event.to_json()

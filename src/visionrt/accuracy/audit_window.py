@@ -53,6 +53,12 @@ class AuditEvent:
             f" the last {self.frames} audited frames (frame {self.frame})"
         )
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AuditEvent:
+        """The event `to_json` wrote (a cluster's worker sends its events so)."""
+        fields = ("source", "metric", "value", "budget", "frames", "frame")
+        return cls(data["t"], *(data[name] for name in fields))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "t": round(self.at, 3),

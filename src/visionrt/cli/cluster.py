@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
+from visionrt.accuracy.audit_window import AuditEvent
 from visionrt.cli.outputs import metrics_token, run_progress, write_summary
 from visionrt.cli.signals import STARTUP, not_ours
 from visionrt.config import RunConfig
@@ -124,5 +125,7 @@ def _say(summary: RunSummary, report: ClusterReport, console: Console) -> None:
     for name, state in report.sources.items():
         said = f"failed: {state.error}" if state.error else f"{state.written} frames"
         console.print(f"  {name}: {said} ({state.attempts} attempt(s))", markup=False)
-    for line in audit_lines(summary.audit):  # as a plain run ends: each source's live audit
+    # The live audit, as a plain run says it: its events (there, as they came), each source.
+    events = [str(AuditEvent.from_json(e)) for e in (summary.audit or {}).get("events", [])]
+    for line in [*events, *audit_lines(summary.audit)]:
         console.print(line, markup=False, highlight=False)
