@@ -78,8 +78,8 @@ def init_ray(ray: Any, address: str | None, workers: int, cpus: float, gpus: flo
     if address is None:
         for sig in kept:
             signal.signal(sig, lambda signum, _frame: held.append(signum))
-        if setter is not None:  # Ray's internals: where they differ, its handler is undone after
-            utils.set_sigterm_handler = lambda _handler: None
+    if setter is not None:  # Ray's internals: where they differ, its handler is undone after
+        utils.set_sigterm_handler = lambda _handler: None
     try:
         _start_ray(ray, address, workers, cpus, gpus)
     finally:
