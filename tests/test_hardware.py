@@ -200,3 +200,43 @@ def test_idle_priority_holds_for_the_thread_and_the_threads_it_starts() -> None:
     thread.join()
     assert seen == {"lane": os.SCHED_IDLE, "child": os.SCHED_IDLE}
     assert os.sched_getscheduler(threading.get_native_id()) != os.SCHED_IDLE
+
+
+def test_normal_priority_brings_a_raised_thread_back_where_allowed() -> None:
+    """A Ray worker's thread starts at niceness 15: it and the stage threads it starts come
+    back to 0 where the process may raise its priority, and say whether they did."""
+    seen: dict[str, object] = {}
+
+    def worker() -> None:
+        hardware.lower_priority(15)
+        seen["before"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        seen["done"] = hardware.normal_priority()
+        seen["after"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        child = threading.Thread(
+            target=lambda: seen.update(
+                child=os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            )
+        )
+        child.start()
+        child.join()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert seen["before"] == min(19, mine + 15)
+    assert seen["done"] == (seen["after"] == 0)
+    assert seen["child"] == seen["after"]
+    assert seen["after"] == (0 if _may_raise_priority() else seen["before"])
+
+
+def _may_raise_priority() -> bool:
+    """CAP_SYS_NICE (bit 23 of the effective capabilities), or a nice limit that allows 0."""
+    import resource
+
+    status = Path("/proc/self/status").read_text()
+    caps = int(
+        next(line.split()[1] for line in status.splitlines() if line.startswith("CapEff")), 16
+    )
+    limit = resource.getrlimit(resource.RLIMIT_NICE)[0]
+    return bool(caps >> 23 & 1) or limit == resource.RLIM_INFINITY or limit >= 20

@@ -12,6 +12,7 @@ from typing import Any
 from visionrt.distributed.files import Bundle, Manifest, bundle, localized
 from visionrt.distributed.units import Batch, Done, Failed, Group, Report, Sample
 from visionrt.distributed.worker import USER_ERRORS, KeptDetector, group_batches
+from visionrt.hardware import normal_priority
 from visionrt.plans import machine_fingerprint
 from visionrt.telemetry.metrics import MetricsServer
 
@@ -69,6 +70,9 @@ class UnitRunner:
         `run`, then Done for each unit, or Failed for each on an error (a unit whose source
         alone cannot be opened fails at once; the others run on). The model `files` it names
         are read here when this node has them, else fetched from the `driver`'s node."""
+        # Ray starts its workers at niceness 15 (a cluster's own Ray too; the embedded one at
+        # 0): the stages this thread starts run at 0 where allowed, as in a plain run.
+        normal_priority()
         running = {unit.unit_id: unit.attempt for unit in units}
         with self._lock:
             self._group, self._stop_asked = group_key(running), False
