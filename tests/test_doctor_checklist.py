@@ -3,6 +3,7 @@ built /proc and /sys trees, and the real `visionrt doctor --json` on this machin
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -373,7 +374,13 @@ def test_core_pinning_advice(tmp_path: Path, siblings: list[str], value: str, fi
 def test_doctor_json_on_this_machine_has_the_new_findings() -> None:
     command = [sys.executable, "-m", "visionrt.cli.main", "doctor", "--json"]
     run = subprocess.run(command, capture_output=True, text=True, timeout=180, check=True)
-    system = json.loads(run.stdout)["system"]
+    report = json.loads(run.stdout)
+    try:  # `visionrt run --ray` needs it: doctor says which, if any
+        ray = importlib.metadata.version("ray")
+    except importlib.metadata.PackageNotFoundError:
+        ray = "not installed"
+    assert report["packages"]["ray"] == ray
+    system = report["system"]
     findings = system["findings"]
     names = {finding["name"] for finding in findings}
     assert names >= NEW_FINDINGS

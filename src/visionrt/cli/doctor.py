@@ -59,6 +59,7 @@ def doctor_report() -> dict[str, Any]:
                 "tensorrt",
                 "av",
                 "opencv-python-headless",
+                "ray",
             )
         },
         "backends": {row.name: unavailable_reason(row) or "available" for row in ROWS},
