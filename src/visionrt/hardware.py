@@ -90,8 +90,8 @@ def normal_priority() -> bool:
     higher and that is allowed (root, CAP_SYS_NICE or RLIMIT_NICE): a Ray worker starts at 15,
     where the live audit's SCHED_IDLE lane weighs 8 % beside each stage, not 0.3 %. True when
     the thread runs at niceness 0 after."""
-    tid = threading.get_native_id() if hasattr(threading, "get_native_id") else 0
     try:
+        tid = threading.get_native_id()
         if os.getpriority(os.PRIO_PROCESS, tid) > 0:
             os.setpriority(os.PRIO_PROCESS, tid, 0)
         return os.getpriority(os.PRIO_PROCESS, tid) == 0

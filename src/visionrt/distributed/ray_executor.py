@@ -3,7 +3,6 @@ to the driver in bounded batches."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
@@ -11,12 +10,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
-
 from visionrt.config import load_config
 from visionrt.distributed.actor import UnitRunner, error_line, group_key
 from visionrt.distributed.files import Manifest, manifest
-from visionrt.distributed.ray_start import import_ray, init_ray, stop_monitor
+from visionrt.distributed.ray_start import children, import_ray, init_ray, stop_embedded
 from visionrt.distributed.units import Done, Failed, Group, Lost, Report
 from visionrt.errors import ConfigError
 
@@ -98,7 +95,7 @@ class RayExecutor:
         startup_timeout: float,
     ) -> None:
         if self._owns_ray:
-            self._before = {p.pid for p in psutil.Process().children(recursive=True)}
+            self._before = children()
             init_ray(self.ray, address, workers, worker_cpus, worker_gpus)
         if workers == 0:
             workers = _fitting(self.ray.cluster_resources(), worker_cpus, worker_gpus)
@@ -183,20 +180,9 @@ class RayExecutor:
         for state in self._workers.values():
             self.ray.kill(state.actor)
         self._workers.clear()
-        started: list[psutil.Process] = []
         if self._owns_ray:
-            started = [
-                p for p in psutil.Process().children(recursive=True) if p.pid not in self._before
-            ]
-        if self._owns_ray and self.ray.is_initialized():
-            stop_monitor(self.ray)
-            self.ray.shutdown()
+            stop_embedded(self.ray, self._before)
         self._owns_ray = False
-        # What `ray.shutdown` left: the raylet's agents, when it stops soon after it started
-        # them, outlive it (measured: a Ctrl-C in the first seconds left two, for good).
-        for process in started:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
 
     # -- internals ------------------------------------------------------------------------
     def _spawn(self) -> None:

@@ -39,12 +39,10 @@ def jsonl_record(
     """`result`'s line as JsonlSink writes it (see there for `names` and `paths`); a cluster's
     workers make theirs with it too."""
     record = result.to_json()
-    source, own = result.frame.source_id, result.frame.source_name
+    source, item = result.frame.source_id, result.frame.item
     if source < len(names):
         name = names[source]
-        if not (own and own != name and own not in paths[source : source + 1]):
-            own = ""
-        image = result.frame.item or own  # a named folder's frames carry its name, not theirs
+        image = item if item and item != name and item not in paths[source : source + 1] else ""
         rest = {key: value for key, value in record.items() if key != "source"}
         record = {"source": name, **({"image": image} if image else {}), **rest}
     return record
