@@ -4,6 +4,7 @@ speed-up is claimed), and how the frames spread over the workers.
 
     python scripts/bench_cluster.py --files 4 --frames 0 --runs 2     # whole files, workers auto
     python scripts/bench_cluster.py --files 4 --frames 300 --realtime  # as cameras: latency
+    python scripts/bench_cluster.py --files 4 --workers 2 --worker-cpus 1  # two 1-CPU workers
 
 With `--realtime` the files are read at their frame rate, as live streams: what counts then is
 each source's glass-to-result latency (p50, p95) and the frames dropped to keep up.
@@ -31,6 +32,8 @@ VIDEO = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
 def once(args: argparse.Namespace, ray: bool, out: Path) -> dict[str, float]:
     sources = [f"cam{i}={VIDEO}" for i in range(args.files)]
     extra = ["--ray", "local", "--workers", args.workers] if ray else []
+    if ray and args.worker_cpus:
+        extra += ["--worker-cpus", str(args.worker_cpus)]
     if args.frames:
         extra += ["--max-frames", str(args.frames)]
     if args.realtime:
@@ -65,6 +68,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=0, help="per file; 0: all")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--workers", default="auto")
+    parser.add_argument("--worker-cpus", type=float, default=0, help="0: the default (2)")
     parser.add_argument("--realtime", action="store_true", help="read the files as cameras")
     parser.add_argument("--result", default=str(ROOT / "docs/results/cluster_overhead.json"))
     args = parser.parse_args()
@@ -80,6 +84,7 @@ def main() -> None:
         "files": args.files,
         "frames_per_file": args.frames,
         "workers": args.workers,
+        "worker_cpus": args.worker_cpus or 2,
         "realtime": args.realtime,
         "runs": rows,
     }

@@ -4,10 +4,12 @@ attempt ignored, a user error not retried, attempts bounded, a cluster with no w
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import write_video
@@ -162,10 +164,94 @@ def test_a_cluster_with_no_worker_left_fails_what_is_queued() -> None:
     assert "no worker left" in report.failed["s1"]
 
 
-def test_one_unit_per_source() -> None:
-    twice = [WorkUnit(0, "s", "a.mp4", 0, 10), WorkUnit(1, "s", "a.mp4", 10, 20)]
-    with pytest.raises(ValueError, match="one work unit per source"):
-        Coordinator(twice, Scripted(set(), whole), lambda *_: None)
+def ranges(name: str, *cuts: int) -> list[WorkUnit]:
+    """Source `name` as frame ranges [cuts[0], cuts[1]), [cuts[1], cuts[2]), ..."""
+    return [
+        WorkUnit(i, name, f"{name}.mp4", a, b, first_frame=a)
+        for i, (a, b) in enumerate(itertools.pairwise(cuts))
+    ]
+
+
+class LastFirst(Scripted):
+    """As Scripted, but the reports of the unit started last come first: a file's later
+    ranges finish before its earlier ones."""
+
+    def reports(self, timeout: float) -> list[Report]:
+        ids = [getattr(report, "unit_id", -1) for report in self.pending]
+        if not ids:
+            return []
+        return [self.pending.pop(ids.index(max(ids)))]
+
+
+def test_a_files_ranges_are_written_in_order_though_later_ones_finish_first(
+    tmp_path: Path,
+) -> None:
+    """Three ranges of one file on three workers, the last finishing first: every frame is
+    written once and in order (a later range's frames are held until the ones before are
+    done), and nothing is held at the end."""
+    executor = LastFirst({"w1", "w2", "w3"}, whole)
+    written, report = run(ranges("s", 0, 10, 22, 30), executor, spool_dir=tmp_path)
+    assert written["s"] == list(range(30))
+    assert {w for w, _ in executor.started} == {"w1", "w2", "w3"}
+    state = report.sources["s"]
+    assert (state.units, state.done_units, state.held, state.duplicates) == (3, 3, 0, 0)
+    assert sum(report.frames_by_worker.values()) == 30
+    assert list(tmp_path.iterdir()) == []  # the spools leave no file behind
+
+
+def test_a_lost_range_resumes_after_its_own_last_frame() -> None:
+    """The middle range's worker dies after 4 frames: its retry starts at frame 14 (after its
+    own last frame, not the source's last written one), and the source is written whole, in
+    order, once."""
+
+    def act(worker: str, unit: WorkUnit) -> list[Report]:
+        if unit.unit_id == 1 and unit.attempt == 1:
+            executor.alive.discard(worker)
+            return [Batch(worker, 1, 1, lines(unit, 10, 14)), Lost(worker)]
+        return whole(worker, unit)
+
+    executor = LastFirst({"w1", "w2", "w3"}, act)
+    written, report = run(ranges("s", 0, 10, 20, 30), executor)
+    assert written["s"] == list(range(30))
+    retry = [u for _, u in executor.started if u.unit_id == 1 and u.attempt == 2]
+    assert [(u.start_frame, u.first_frame, u.end_frame) for u in retry] == [(14, 10, 20)]
+    assert report.sources["s"].duplicates == 0
+
+
+def test_a_stopped_run_writes_the_held_ranges_after_what_was_written() -> None:
+    """A stop while the first range is still running: the later ranges' frames a worker sent
+    are written too, after the first range's, in order (with the gap of what it never sent)."""
+    stop = RunStop()
+
+    def act(worker: str, unit: WorkUnit) -> list[Report]:
+        if unit.unit_id == 0:  # sends 4 frames, then the user presses Ctrl-C
+            return [Batch(worker, 0, 1, lines(unit, 0, 4))]
+        return whole(worker, unit)
+
+    executor = Scripted({"w1", "w2", "w3"}, act)
+    original = executor.reports
+
+    def reports(timeout: float) -> list[Report]:
+        got = original(timeout)
+        if not executor.pending:
+            stop.abort()
+        return got
+
+    executor.reports = reports  # type: ignore[method-assign]
+    written, report = run(ranges("s", 0, 10, 20, 30), executor, stop=stop)
+    assert written["s"] == [*range(4), *range(10, 30)]
+    assert report.sources["s"].held == 0
+
+
+def test_two_ranges_of_one_file_never_share_a_pipeline() -> None:
+    """One worker taking up to 4 files at once takes one range of a file at a time (two would
+    share its name and outputs in one Pipeline), beside other files."""
+    work = [*ranges("s", 0, 10, 20), WorkUnit(2, "t", "t.mp4", end_frame=5)]
+    executor = Scripted({"w1"}, whole)
+    written, _ = run(work, executor, group=4)
+    assert written == {"s": list(range(20)), "t": list(range(5))}
+    first = [u.unit_id for w, u in executor.started][:2]
+    assert first == [0, 2]  # s's first range beside t; its second range after
 
 
 def test_threads_run_units_and_report_user_errors() -> None:
@@ -546,11 +632,13 @@ def test_videos_the_driver_cannot_see_are_listed_in_a_manifest(tmp_path: Path) -
     (tmp_path / "cam.depth.attempt2.mp4").write_bytes(b"depth")
     (tmp_path / "cam.depth.attempt1.partial.mp4").write_bytes(b"half depth")
     finals = {
-        "cam": {
-            "outputs": [str(here), str(tmp_path / "cam.depth.attempt2.mp4"), str(maps)],
-            "worker": {"node": "n1"},
-        },
-        "far": {"outputs": ["/elsewhere/far.attempt1.mp4"], "worker": {"node": "n2"}},
+        "cam": [
+            {
+                "outputs": [str(here), str(tmp_path / "cam.depth.attempt2.mp4"), str(maps)],
+                "worker": {"node": "n1"},
+            }
+        ],
+        "far": [{"outputs": ["/elsewhere/far.attempt1.mp4"], "worker": {"node": "n2"}}],
     }
     written = finalize_outputs(tmp_path, finals)
     assert written == [
@@ -563,12 +651,30 @@ def test_videos_the_driver_cannot_see_are_listed_in_a_manifest(tmp_path: Path) -
     assert (tmp_path / "cam.mp4").read_bytes() == b"video"
     manifest = json.loads((tmp_path / MANIFEST).read_text())
     assert manifest == {"far": {"node": "n2", "files": ["/elsewhere/far.attempt1.mp4"]}}
+    # A split file with a range's part on another node: the parts are listed, not joined
+    # (the one here keeps its range's name).
+    split = tmp_path / "split"
+    split.mkdir()
+    (split / "long.part1.attempt1.mp4").write_bytes(b"first range")
+    parts = [
+        {"outputs": [str(split / "long.part1.attempt1.mp4")], "worker": {"node": "n1"}},
+        {"outputs": [str(split / "long.part2.attempt3.mp4")], "worker": {"node": "n2"}},
+    ]
+    written = finalize_outputs(split, {"long": parts})
+    assert written == [str(split / "long.part1.mp4"), str(split / MANIFEST)]
+    assert json.loads((split / MANIFEST).read_text()) == {
+        "long": {
+            "node": "n2",
+            "files": [str(split / "long.part1.mp4"), str(split / "long.part2.attempt3.mp4")],
+            "nodes": ["n1", "n2"],
+        }
+    }
     # A live stream's earlier attempt saw frames the last one did not: its file is kept.
     road = tmp_path / "live"
     road.mkdir()
     (road / "road.attempt1.partial.mp4").write_bytes(b"before the loss")
     (road / "road.attempt2.mp4").write_bytes(b"after")
-    final = {"road": {"outputs": [str(road / "road.attempt2.mp4")]}}
+    final = {"road": [{"outputs": [str(road / "road.attempt2.mp4")]}]}
     finalize_outputs(road, final, live=frozenset({"road"}))
     assert sorted(p.name for p in road.iterdir()) == ["road.attempt1.partial.mp4", "road.mp4"]
 
@@ -927,3 +1033,30 @@ def test_a_cluster_runs_summary_keeps_what_the_workers_pipelines_said(
     assert all(audited[name]["audited"] >= 5 for name in ("a", "b"))
     assert summary.audit["budget"] == {"min_fidelity": 0.95}
     assert any("its own FP32 reference" in note for note in summary.notes)
+
+
+def test_a_worker_sharing_its_node_leaves_its_runtimes_threads_unpinned(
+    tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker given fewer CPUs than its node has tells the runtimes not to pin their threads
+    (OpenVINO pins from the first core: every worker on one node would run on the same ones);
+    one given the whole node leaves them as a plain run does."""
+    import visionrt.distributed.worker as worker
+
+    video = write_video(tmp_path / "v.mp4", frames=3)
+    unit = WorkUnit(0, "v", str(video))
+    built = worker.pipeline_for
+    seen: list[Any] = []
+
+    def pipeline_for(cfg: Any, *args: Any, **kwargs: Any) -> Pipeline:
+        seen.append(cfg)
+        return built(cfg, *args, **kwargs)
+
+    monkeypatch.setattr(worker, "pipeline_for", pipeline_for)
+    monkeypatch.setattr(worker.os, "cpu_count", lambda: 4)
+    for cpus, pinned in ((1, False), (4, True)):
+        batches = worker.group_batches((unit,), tiny_run(tiny_model), cpus)
+        assert sum(len(frames) for _, frames in batches) == 3
+        options = seen[-1].inference
+        assert (options.threads, options.pin_threads) == (cpus, pinned)
+        assert seen[-1].depth.inference.pin_threads == pinned

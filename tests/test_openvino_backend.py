@@ -87,6 +87,16 @@ def test_info_says_what_runs(fp32: Backend) -> None:
     assert info.details["nireq"] == fp32.concurrency == 1
 
 
+def test_threads_left_unpinned_when_asked(model: Path) -> None:
+    """A cluster's workers share a node: OpenVINO, which pins each process's threads from the
+    first core, is told not to (two 1-CPU workers on a 2-core node otherwise ran on one)."""
+    shared = load_backend("openvino", model, BackendOptions(threads=1, pin_threads=False))
+    try:
+        assert shared.info.details["pinned"] is False
+    finally:
+        shared.close()
+
+
 def test_fp32_matches_onnxruntime(
     fp32: Backend, frames: list[np.ndarray], reference: list[np.ndarray]
 ) -> None:

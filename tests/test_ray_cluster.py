@@ -27,7 +27,8 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from visionrt.config import load_config  # noqa: E402
 from visionrt.distributed.ray_executor import RayExecutor  # noqa: E402
-from visionrt.distributed.run import WORKER_LOST, run_on_cluster, worker_settings  # noqa: E402
+from visionrt.distributed.run import run_on_cluster, worker_settings  # noqa: E402
+from visionrt.distributed.summary import WORKER_LOST  # noqa: E402
 from visionrt.hardware import HIDE_VARIABLE  # noqa: E402
 from visionrt.paths import file_sha256  # noqa: E402
 from visionrt.plans import Plan, fingerprint_key, machine_fingerprint, plan_path  # noqa: E402

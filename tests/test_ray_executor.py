@@ -250,6 +250,49 @@ def test_a_run_whose_actor_is_killed_mid_file_completes_every_frame_once(
     assert alive == [], f"decode processes outlived their actor: {alive}"
 
 
+def test_a_split_file_whose_range_worker_is_killed_completes_every_frame_once(
+    executor: RayExecutor, videos: dict[str, Path], tiny_model: Path, tmp_path: Path
+) -> None:
+    """A 600-frame file split into two ranges, one per worker; the worker of the second range
+    is SIGKILLed once some of its frames are in: the range runs again from its own last frame,
+    the first range's frames are written first, and the JSONL holds every frame once, in
+    order."""
+    import psutil
+
+    from visionrt.config import load_config
+    from visionrt.distributed.run import run_on_cluster
+
+    values = {
+        "sources": [f"long={videos['long']}"],
+        "model": str(tiny_model),
+        "backend": "onnxruntime",
+        "output": {"dir": str(tmp_path / "out"), "video": False},
+        "cluster": {"range_frames": 100},
+    }
+    cfg = load_config(values=values)
+    killed: list[str] = []
+    said: list[str] = []
+
+    def kill_once(report: Any) -> None:
+        for worker, frames in report.frames_by_worker.items():
+            second = 1 in executor.running(worker)
+            if not killed and frames >= 32 and second and worker in executor.workers():
+                killed.append(worker)
+                psutil.Process(executor.info(worker)["pid"]).kill()
+
+    summary, report = run_on_cluster(cfg, executor, kill_once, say=said.append)
+    assert said == ["long: 2 frame ranges from frames [0, 300]"]
+    assert killed, "no worker was killed"
+    assert report.failed == {}
+    assert report.reassignments == 1
+    assert (summary.frames_in, summary.frames_out) == (600, 600)
+    assert summary.accounted
+    lines = [json.loads(line) for line in (tmp_path / "out" / "long.jsonl").open()]
+    assert [r["frame"] for r in lines] == list(range(600))
+    assert report.sources["long"].duplicates == 0  # the retry started after its last frame
+    assert not list((tmp_path / "out").glob("*.partial*"))
+
+
 def test_run_ray_writes_what_a_plain_run_writes(
     videos: dict[str, Path], tiny_model: Path, tmp_path: Path
 ) -> None:

@@ -322,3 +322,35 @@ def test_overlay_shows_track_ids_distances_and_predicted_boxes() -> None:
     assert outline(predicted) == 2 * 70 < outline(no_distance)  # 1 px sides, thin
     other = annotate(image, boxes, names, np.array([8], np.int64), seen)
     assert not np.array_equal(other[120, 50], no_distance[120, 50])  # colour follows the id
+
+
+def test_joined_videos_play_each_parts_frames_in_turn_with_their_times(tmp_path: Path) -> None:
+    """Three parts (a split file's ranges, encoded alike) as one MP4: every frame, the parts'
+    pictures as they are (packets copied), times running on across the joins."""
+    import av
+
+    from visionrt.sinks.video import join_videos
+
+    results = _results(25)
+    parts = []
+    for i, (start, stop) in enumerate([(0, 7), (7, 19), (19, 25)]):
+        sink = VideoSink(tmp_path / f"part{i}.mp4", fps=25)
+        for result in results[start:stop]:
+            sink.write(result)
+        parts += sink.close()
+
+    def pictures(path: Path) -> list[tuple[float, bytes]]:
+        with av.open(str(path)) as container:
+            return [
+                (round(float(f.time), 3), f.to_ndarray(format="bgr24").tobytes())
+                for f in container.decode(video=0)
+            ]
+
+    joined = join_videos(parts, tmp_path / "joined.mp4")
+    got = pictures(joined)
+    assert [t for t, _ in got] == [round(i / 25, 3) for i in range(25)]
+    assert [p for _, p in got] == [p for part in parts for _, p in pictures(part)]
+    assert not partial_path(joined).exists()
+    with pytest.raises(SinkError, match="cannot join 2 parts"):
+        join_videos([parts[0], tmp_path / "gone.mp4"], tmp_path / "broken.mp4")
+    assert not list(tmp_path.glob("broken*"))  # nothing that looks like an output

@@ -38,6 +38,10 @@ class BackendOptions:
     fold_preprocess: bool = False
     cache_dir: Path | None = None
     settings: Mapping[str, str] = field(default_factory=dict)
+    # Whether the runtime may pin its threads to cores (OpenVINO does, from the first core): a
+    # process that shares the machine with others (a cluster's workers) must not, or they all
+    # run on the same cores.
+    pin_threads: bool = True
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:

@@ -98,6 +98,8 @@ class OpenVINOBackend(Backend):
             config["INFERENCE_PRECISION_HINT"] = "f32"
         if options.threads > 0:
             config["INFERENCE_NUM_THREADS"] = options.threads
+        if not options.pin_threads:
+            config["ENABLE_CPU_PINNING"] = False
         if "streams" in options.settings:
             config["NUM_STREAMS"] = _positive_int("streams", options.settings["streams"])
         cache = options.settings.get("cache")
@@ -153,6 +155,7 @@ class OpenVINOBackend(Backend):
                 "nireq": requests,
                 "optimal_nireq": optimal,
                 "threads": int(self.compiled.get_property("INFERENCE_NUM_THREADS")),
+                "pinned": _pinned(self.compiled),
                 "float_precision": float_precision,
                 "fold_preprocess": options.fold_preprocess,
                 "capabilities": list(core.get_property(device, "OPTIMIZATION_CAPABILITIES")),
@@ -174,6 +177,14 @@ class OpenVINOBackend(Backend):
     def close(self) -> None:
         self.__dict__.pop("_requests", None)
         self.__dict__.pop("compiled", None)
+
+
+def _pinned(compiled: Any) -> bool | None:
+    """Whether the CPU plugin pins its threads to cores (None: a device that does not say)."""
+    try:
+        return bool(compiled.get_property("ENABLE_CPU_PINNING"))
+    except RuntimeError:
+        return None
 
 
 def _first_line(err: BaseException) -> str:

@@ -50,7 +50,8 @@ def run_cluster(
         task = bar.add_task("ray", total=frame_total(cfg), fps=0.0, nodes="")
 
         def progress(report: ClusterReport) -> None:
-            done = sum(s.written for s in report.sources.values())
+            # Frames of later ranges held back count too: they are done, written later.
+            done = sum(s.written + s.held for s in report.sources.values())
             fps = done / report.seconds if report.seconds else 0.0
             bar.update(task, completed=done, fps=fps, nodes=by_node(report))
 

@@ -76,7 +76,9 @@ class ClusterOptions:
     CPUs (2: a pipeline overlaps decoding with inference; with 1 it cannot, and two 1-CPU
     workers ran at half a 2-CPU one's FPS) and GPUs; a unit whose worker died is tried at most
     `max_attempts` times; an idle worker takes up to `files_per_worker` files into one
-    Pipeline (batched across them, one model load)."""
+    Pipeline (batched across them, one model load). A video file longer than its share of
+    the workers is split at keyframes into frame ranges run by several workers, none shorter
+    than `range_frames` (0: files are never split)."""
 
     address: str = ""
     workers: str = "auto"
@@ -84,6 +86,7 @@ class ClusterOptions:
     worker_gpus: float = 0.0
     max_attempts: int = 3
     files_per_worker: int = 4
+    range_frames: int = 2000
 
     def __post_init__(self) -> None:
         if self.workers != "auto" and not (self.workers.isdigit() and int(self.workers) > 0):
@@ -95,6 +98,10 @@ class ClusterOptions:
             )
         if self.max_attempts < 1:
             raise ConfigError(f"cluster.max_attempts: expected >= 1, got {self.max_attempts}")
+        if self.range_frames < 0:
+            raise ConfigError(
+                f"cluster.range_frames: expected >= 0 (0: never split), got {self.range_frames}"
+            )
         if self.files_per_worker < 1:
             raise ConfigError(
                 f"cluster.files_per_worker: expected >= 1, got {self.files_per_worker}"
@@ -130,12 +137,12 @@ def pipeline_for(
     sources: Sequence[str] | None = None,
     service: bool = False,
     loaded: Backend | None = None,
-    start_frames: Sequence[int] | None = None,
+    frame_ranges: Sequence[tuple[int, int]] | None = None,
 ) -> Pipeline:
     """The Pipeline `cfg` describes over `sources` (default: its own), its plan settled already
     (the plan's sections are in `cfg`, so the Pipeline takes none of its own). `loaded`: the
-    detector `cfg` names, already loaded (the caller keeps and closes it). `start_frames`: each
-    source's first frame (see Pipeline)."""
+    detector `cfg` names, already loaded (the caller keeps and closes it). `frame_ranges`: each
+    source's first and end frame (see Pipeline)."""
     from visionrt.pipeline import Pipeline
 
     return Pipeline(
@@ -150,7 +157,7 @@ def pipeline_for(
         plan=False,
         analytics=cfg.analytics,
         service=service,
-        start_frames=start_frames,
+        frame_ranges=frame_ranges,
     )
 
 

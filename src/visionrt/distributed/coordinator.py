@@ -10,8 +10,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Protocol
 
+from visionrt.distributed.ranges import SourceRanges
 from visionrt.distributed.report import ClusterReport, SourceState
 from visionrt.distributed.units import Batch, Done, Group, Lost, Report, Sample, WorkUnit
 
@@ -79,7 +81,9 @@ class Coordinator:
     An idle worker takes up to `group` files at once (fewer when that leaves other idle
     workers nothing), so one Pipeline batches across them; live streams are spread over the
     idle workers by cost, all of them placed at once (they never end).
-    `on_progress(report)` is called after each round of reports; `stop` ends the run early."""
+    `on_progress(report)` is called after each round of reports; `stop` ends the run early.
+    A source's frame ranges (several units of one name, in frame order) are written in order:
+    a later range's frames are held in `spool_dir` until every range before it is done."""
 
     def __init__(
         self,
@@ -93,6 +97,7 @@ class Coordinator:
         regroup_after: float = REGROUP_AFTER,
         on_sample: Callable[[str, dict[str, Any]], None] | None = None,
         stop: RunStop | None = None,
+        spool_dir: Path | None = None,
     ) -> None:
         self.executor, self.write, self.max_attempts = executor, write, max_attempts
         self.group = max(1, group)
@@ -101,14 +106,19 @@ class Coordinator:
         self._ending: float | None = None  # when the stop was acted on (monotonic)
         self.no_workers_grace, self.regroup_after = no_workers_grace, regroup_after
         self.queue: deque[WorkUnit] = deque(units)
-        names = [unit.name for unit in self.queue]
-        if len(set(names)) != len(names):
-            # Frame ranges of one source would commit out of order: not split (yet).
-            raise ValueError("one work unit per source: a source's frame ranges are not split")
         self.report = ClusterReport()
+        by_name: dict[str, list[WorkUnit]] = {}
         for unit in self.queue:
             state = self.report.sources.setdefault(unit.name, SourceState())
             state.units += 1
+            by_name.setdefault(unit.name, []).append(unit)
+        self._ranges = {
+            name: SourceRanges([u.unit_id for u in sorted(ranges, key=_first)], spool_dir)
+            for name, ranges in by_name.items()
+            if len(ranges) > 1
+        }
+        # Each unit's last frame received (the next attempt resumes after it).
+        self._received = {u.unit_id: u.start_frame - 1 for u in self.queue}
         self.running: dict[str, dict[int, WorkUnit]] = {}  # worker → its units by id
         self._sizes: dict[str, int] = {}  # worker → how many units its group started with
         self._current: dict[int, int] = {u.unit_id: u.attempt for u in self.queue}
@@ -140,6 +150,12 @@ class Coordinator:
                 self.report.seconds = time.monotonic() - started
                 if self.on_progress is not None:
                     self.on_progress(self.report)
+            # Ranges still held (a run stopped, or a range that failed): written after what
+            # was, in order, so nothing a worker sent is lost.
+            for name, ranges in self._ranges.items():
+                for frame, line in ranges.rest():
+                    self._write(name, frame, line)
+                self.report.sources[name].held = 0
         finally:
             self.report.seconds = time.monotonic() - started
         return self.report
@@ -213,7 +229,8 @@ class Coordinator:
             for unit in list(rest):
                 if len(units) >= size:
                     break
-                if not (unit.alone or unit.live):
+                # Two ranges of one file in a Pipeline would share its name (and outputs).
+                if not (unit.alone or unit.live or any(u.name == unit.name for u in units)):
                     rest.remove(unit)
                     units.append(unit)
             groups.append(tuple(units))
@@ -281,8 +298,14 @@ class Coordinator:
             state = self.report.sources[unit.name]
             state.done_units += 1
             state.summary = report.summary
+            state.unit_summaries[unit.unit_id] = report.summary
             if "worker" in report.summary:
                 self.report.worker_info[report.worker] = dict(report.summary["worker"])
+            ranges = self._ranges.get(unit.name)
+            if ranges is not None:  # the ranges after it that are due now
+                for frame, line in ranges.finish(unit.unit_id):
+                    self._write(unit.name, frame, line)
+                state.held = ranges.held
         elif report.retry:
             self._again(unit, report.error)
         elif self._sizes.get(report.worker, 1) > 1 and not (unit.alone or report.own):
@@ -306,19 +329,33 @@ class Coordinator:
                 state.base = state.committed + 1 + gap
             state.lost += gap
         base = state.base if unit.live else 0
+        ranges = self._ranges.get(unit.name)
+        held = ranges is not None and ranges.holds(unit.unit_id)
         for frame, line in frames:
             frame += base or 0
-            if frame <= state.committed:  # sent again by a retried attempt
+            if frame <= self._received[unit.unit_id]:  # sent again by a retried attempt
                 state.duplicates += 1
                 continue
-            self.write(unit.name, frame, line)
-            state.committed = frame
-            state.written += 1
-            state.first_at = state.first_at or now
-            state.last_at = now
+            self._received[unit.unit_id] = frame
             self.report.frames_by_worker[batch.worker] = (
                 self.report.frames_by_worker.get(batch.worker, 0) + 1
             )
+            if held:  # a later range: written once the ranges before it are
+                assert ranges is not None
+                ranges.hold(unit.unit_id, frame, line)
+                state.held += 1
+                continue
+            self._write(unit.name, frame, line, now)
+
+    def _write(self, name: str, frame: int, line: str, now: float | None = None) -> None:
+        """Frame `frame` of source `name` into the outputs (in order, once)."""
+        state = self.report.sources[name]
+        self.write(name, frame, line)
+        state.committed = frame
+        state.written += 1
+        now = time.monotonic() if now is None else now
+        state.first_at = state.first_at or now
+        state.last_at = now
 
     def _again(self, unit: WorkUnit, reason: str, counted: bool = True) -> None:
         """The unit's next attempt, after the last frame committed, first in the queue; one
@@ -337,7 +374,7 @@ class Coordinator:
         if unit.live:
             state.base = None  # placed after the gap when its frames come
             self._waiting[unit.unit_id] = time.monotonic()
-        retry = unit.retried(state.committed + 1)
+        retry = unit.retried(self._received[unit.unit_id] + 1)
         self._current[unit.unit_id] = retry.attempt
         self.queue.appendleft(retry)
 
@@ -349,6 +386,10 @@ class Coordinator:
         for unit in list(self.queue):
             self._fail(unit.name, error)
         self.queue.clear()
+
+
+def _first(unit: WorkUnit) -> int:
+    return unit.first_frame
 
 
 def _capped(frame: int, frames: int) -> int:

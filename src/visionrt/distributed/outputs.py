@@ -5,7 +5,9 @@ that attempt ends), every frame of the source, so a retry's files are whole. The
 only one that knows which attempt counts, gives that attempt's files the run's names
 (`cam.mp4`, `cam.depth.mp4`, `cam.depth/`) where it can see them — a shared `--out`, or the
 embedded Ray on this machine — and removes the other attempts'; files on another node's disk
-stay there, listed in `manifest.json` with their node."""
+stay there, listed in `manifest.json` with their node. A file split into frame ranges has a
+part per range (`cam.part2.attempt1.mp4`): the driver joins the parts into the run's file
+(packets copied), where it sees them all."""
 
 from __future__ import annotations
 
@@ -20,19 +22,29 @@ from visionrt.config import RunConfig
 from visionrt.distributed.units import Group
 from visionrt.sinks import Sink, VideoSink
 from visionrt.sinks.base import finalize
+from visionrt.sinks.video import join_videos
 from visionrt.types import FrameResult
 
 MANIFEST = "manifest.json"
 _ATTEMPT = re.compile(r"\.attempt\d+(?=\.[^.]*$)")  # before the last suffix
+_PART = re.compile(r"\.part\d+(?=\.[^.]*$)")
 
 
-def attempt_path(final: Path, attempt: int) -> Path:
-    """Where an attempt writes what the run names `final` (the suffix kept: muxers read it)."""
-    return final.with_name(f"{final.stem}.attempt{attempt}{final.suffix}")
+def attempt_path(final: Path, attempt: int, part: int = 0) -> Path:
+    """Where an attempt writes what the run names `final` (the suffix kept: muxers read it);
+    of range `part` of a split file (0: the whole file)."""
+    stem = f"{final.stem}.part{part}" if part else final.stem
+    return final.with_name(f"{stem}.attempt{attempt}{final.suffix}")
 
 
 def final_path(path: Path) -> Path:
+    """The name an attempt's file gets: its range's (`cam.part2.mp4`), or the run's."""
     return path.with_name(_ATTEMPT.sub("", path.name, count=1))
+
+
+def whole_path(path: Path) -> Path:
+    """The run's name for a range's file (`cam.part2.mp4` → `cam.mp4`)."""
+    return path.with_name(_PART.sub("", path.name, count=1))
 
 
 def writes_every_frame(cfg: RunConfig) -> bool:
@@ -54,17 +66,17 @@ class AttemptOutputs:
         for i, (unit, rate) in enumerate(zip(units, fps, strict=True)):
             sinks, attempt = self.sinks[i], unit.attempt
             if output.video:
-                video = attempt_path(out / f"{unit.name}.mp4", attempt)
+                video = attempt_path(out / f"{unit.name}.mp4", attempt, unit.part)
                 sinks.append(
                     VideoSink(video, rate, output.codec, i, output.preset, output.draw_regions)
                 )
             if not (depth.model and i in depth_on):
                 continue
             if depth.video:
-                video = attempt_path(out / f"{unit.name}.depth.mp4", attempt)
+                video = attempt_path(out / f"{unit.name}.depth.mp4", attempt, unit.part)
                 sinks.append(DepthVideoSink(video, rate, output.codec, i, output.preset))
             if depth.maps:
-                maps = attempt_path(out / f"{unit.name}.depth", attempt)
+                maps = attempt_path(out / f"{unit.name}.depth", attempt, unit.part)
                 sinks.append(DepthMapSink(maps, depth.maps, i))
 
     def write(self, result: FrameResult) -> None:
@@ -80,21 +92,41 @@ class AttemptOutputs:
 
 
 def finalize_outputs(
-    out: Path, finals: Mapping[str, Mapping[str, Any]], live: frozenset[str] = frozenset()
+    out: Path,
+    finals: Mapping[str, Sequence[Mapping[str, Any]]],
+    live: frozenset[str] = frozenset(),
 ) -> list[str]:
-    """For each source (`finals`: its last attempt's summary, with `outputs` and the worker's
-    `node`), its files under the run's names when this machine sees them, else listed in
-    `out/manifest.json`. Returns the paths written here. A `live` stream's earlier attempts
-    saw frames the last one did not: their (partial) files are kept."""
+    """For each source (`finals`: the last attempt's summary of each of its units, in frame
+    order, with `outputs` and the worker's `node`), its files under the run's names when this
+    machine sees them (a split file's parts joined), else listed in `out/manifest.json`.
+    Returns the paths written here. A `live` stream's earlier attempts saw frames the last one
+    did not: their (partial) files are kept."""
     written: list[str] = []
     elsewhere: dict[str, dict[str, Any]] = {}
-    for name, summary in finals.items():
-        node = str((summary.get("worker") or {}).get("node", ""))
-        for path in (Path(p) for p in summary.get("outputs", [])):
-            if not path.exists():  # on the worker's node only
-                elsewhere.setdefault(name, {"node": node, "files": []})["files"].append(str(path))
+    for name, summaries in finals.items():
+        targets: dict[Path, list[tuple[Path, str]]] = {}  # the run's file → its parts
+        for summary in summaries:
+            node = str((summary.get("worker") or {}).get("node", ""))
+            for path in (Path(p) for p in summary.get("outputs", [])):
+                # Named in `out` (a worker on another node writes to the same path there).
+                target = out / whole_path(final_path(path)).name
+                targets.setdefault(target, []).append((path, node))
+        for target, parts in targets.items():
+            away = [(path, node) for path, node in parts if not path.exists()]
+            if len(parts) == 1 and not away:
+                final = finalize(parts[0][0], target)
+            elif not away:  # every range's part is here: one file
+                final = _joined(target, [path for path, _ in parts])
+            else:  # on the workers' nodes only (those here keep their range's name)
+                listed = elsewhere.setdefault(name, {"node": away[0][1], "files": []})
+                for path, node in parts:
+                    if path.exists():
+                        path = finalize(path, final_path(path))
+                        written.append(str(path))
+                    listed["files"].append(str(path))
+                    if len(parts) > 1:
+                        listed.setdefault("nodes", []).append(node)
                 continue
-            final = finalize(path, final_path(path))
             written.append(str(final))
             if name not in live:
                 _remove_other_attempts(final)
@@ -103,6 +135,18 @@ def finalize_outputs(
         manifest.write_text(json.dumps(elsewhere, indent=1), encoding="utf-8")
         written.append(str(manifest))
     return written
+
+
+def _joined(final: Path, parts: list[Path]) -> Path:
+    """A split file's ranges' videos as the run's one file; the parts and the other attempts'
+    files of each range go."""
+    if any(part.is_dir() for part in parts):  # depth maps: files are never split with them
+        raise ValueError(f"cannot join folders into {final}")
+    joined = join_videos(parts, final)
+    for part in parts:
+        part.unlink(missing_ok=True)
+        _remove_other_attempts(final_path(part))
+    return joined
 
 
 def _remove_other_attempts(final: Path) -> None:

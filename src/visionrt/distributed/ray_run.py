@@ -84,7 +84,7 @@ def run_on_ray(
                 tell(f"plan group {key} ({len(group['workers'])} worker(s), {group['cpu']}):")
                 for line in group["plan"].splitlines() or ["no plan: the configuration as given"]:
                     tell(f"  {line}")
-            return run_on_cluster(cfg, executor, on_progress, plans, metrics, stop=stop)
+            return run_on_cluster(cfg, executor, on_progress, plans, metrics, stop=stop, say=tell)
         finally:
             executor.close()
     finally:

@@ -25,6 +25,9 @@ class SourceState:
     units: int = 0
     done_units: int = 0
     summary: dict[str, Any] = field(default_factory=dict)  # its last attempt's run summary
+    # Each unit's last summary (a file split into frame ranges has several), by unit id.
+    unit_summaries: dict[int, dict[str, Any]] = field(default_factory=dict)
+    held: int = 0  # frames of later ranges received, held until the ranges before are written
     base: int | None = 0  # added to a live attempt's frame numbers (None: not known yet)
     lost: int = 0
     # What earlier attempts that ended (a regroup) dropped: the last summary has only its own.

@@ -15,7 +15,9 @@ from visionrt.distributed.coordinator import REGROUP_AFTER, Coordinator, Executo
 from visionrt.distributed.metrics import ClusterMetrics
 from visionrt.distributed.outputs import finalize_outputs
 from visionrt.distributed.plans import GroupPlans
-from visionrt.distributed.report import ClusterReport, SourceState
+from visionrt.distributed.ranges import split_units
+from visionrt.distributed.report import ClusterReport
+from visionrt.distributed.summary import cluster_summary
 from visionrt.distributed.units import WorkUnit
 from visionrt.errors import Interrupted
 from visionrt.sinks import Sink, table_sinks
@@ -24,8 +26,6 @@ from visionrt.sources.naming import named_specs
 from visionrt.sources.registry import LIVE_KINDS, source_kind
 from visionrt.telemetry.stats import RunSummary
 from visionrt.types import FrameResult
-
-WORKER_LOST = "cluster: worker lost"
 
 
 class LinesSink(FileSink):
@@ -64,6 +64,23 @@ def work_units(cfg: RunConfig) -> list[WorkUnit]:
         paced = kind == "file"
         units.append(WorkUnit(i, name, spec, live=True, paced=paced, frames=frames, cost=cost))
     return units
+
+
+def split_long_files(
+    cfg: RunConfig, units: list[WorkUnit], workers: int
+) -> tuple[list[WorkUnit], list[str]]:
+    """`units` with each video file longer than its share of `workers` split into frame
+    ranges (see ranges.split_units), and a line for each file split or left whole."""
+    if workers < 2 or not cfg.cluster.range_frames:
+        return units, []
+    limit = cfg.source.max_frames
+    frames = [
+        min(_header(u.spec)[3], limit or 2**62)
+        if not u.live and source_kind(u.spec) == "file"
+        else 0
+        for u in units
+    ]
+    return split_units(units, frames, workers, cfg)
 
 
 def _header(spec: str) -> tuple[float, float, float, int]:
@@ -136,6 +153,7 @@ def run_on_cluster(
     metrics: ClusterMetrics | None = None,
     regroup_after: float = REGROUP_AFTER,
     stop: RunStop | None = None,
+    say: Callable[[str], None] = lambda _line: None,
 ) -> tuple[RunSummary, ClusterReport]:
     """Run every source of `cfg` as a unit on `executor`'s workers; the JSONL goes to
     `output.dir` as a single-process run names it, each source's `source_id` its place in
@@ -143,18 +161,22 @@ def run_on_cluster(
     holds the report and, with `plans`, the plan groups. `metrics` is kept up to date with
     the report and the workers' endpoints. `regroup_after`: see coordinator.REGROUP_AFTER.
     `stop` ends the run early (Ctrl-C): the outputs hold what was committed, finalized, and
-    the summary says `interrupted`."""
+    the summary says `interrupted`. A long video file runs as frame ranges on several workers
+    (`cluster.range_frames`); `say` gets a line for each file split or left whole."""
     if stop is not None:  # from here a stop finalizes what was committed
         stop.started.set()
         if stop.asked.is_set():
             raise Interrupted("interrupted while starting: nothing processed")
-    units = work_units(cfg)
+    whole = work_units(cfg)
+    units, notes = split_long_files(cfg, whole, len(executor.workers()))
+    for note in notes:
+        say(note)
     out, output = Path(cfg.output.dir), cfg.output
-    name = f"{units[0].name}.jsonl" if len(units) == 1 else "detections.jsonl"
+    name = f"{whole[0].name}.jsonl" if len(whole) == 1 else "detections.jsonl"
     sink = LinesSink(out / name) if output.jsonl else None
     # Written here from the committed lines, as the JSONL is: one writer, frames once, in order.
-    tables = table_sinks(out, [u.name for u in units], output.mot, output.coco, output.csv)
-    ids = {unit.name: unit.unit_id for unit in units}
+    tables = table_sinks(out, [u.name for u in whole], output.mot, output.coco, output.csv)
+    ids = {unit.name: unit.unit_id for unit in whole}  # each source's place in the run
     telemetry = open_telemetry(output.telemetry) if output.telemetry else None
 
     def sample(worker: str, line: dict[str, Any]) -> None:
@@ -197,6 +219,7 @@ def run_on_cluster(
         regroup_after=regroup_after,
         on_sample=sample,
         stop=stop,
+        spool_dir=out,
     )
     report: ClusterReport | None = None
     try:
@@ -205,11 +228,16 @@ def run_on_cluster(
         if telemetry is not None:
             telemetry.close()
         closed = _close([*tables, *([sink] if sink is not None else [])], report is not None)
-    done = {name: s.summary for name, s in report.sources.items() if s.done_units and not s.error}
+    done = {  # each unit's last summary, in frame order (a split file's ranges)
+        name: [s.unit_summaries[unit] for unit in sorted(s.unit_summaries)] or [s.summary]
+        for name, s in report.sources.items()
+        if s.done_units and not s.error
+    }
     live = frozenset(u.name for u in units if u.live)
     outputs = [str(p) for p in closed] + finalize_outputs(out, done, live)
     outputs += [str(output.telemetry)] if telemetry is not None else []
-    summary = _summary(report, live, outputs)
+    summary = cluster_summary(report, live, outputs)
+    summary.notes = [*notes, *summary.notes]
     summary.interrupted = coordinator.stop.asked.is_set()
     if plans is not None:
         summary.cluster["plan_groups"] = plans.report()
@@ -239,80 +267,3 @@ def _close(sinks: list[Sink], complete: bool) -> list[Path]:
     if error is not None:
         raise error
     return closed
-
-
-def _summary(report: ClusterReport, live: frozenset[str], outputs: list[str]) -> RunSummary:
-    """The run's summary from each source's last attempt and what was committed: its row as
-    that attempt's worker wrote it (latency, events, reconnects), the counts the coordinator's
-    (every attempt's), and the live audit's figures of each source's last attempt."""
-    states = report.sources
-    rows = [
-        {"name": name, **_attempt_row(state), **_counts(state, name in live)}
-        for name, state in states.items()
-    ]
-    dropped: dict[str, int] = {}
-    for row in rows:
-        for reason, count in row["dropped"].items():
-            dropped[reason] = dropped.get(reason, 0) + count
-    frames_out = sum(row["frames_out"] for row in rows)
-    summary = RunSummary(
-        frames_in=sum(row["frames_in"] for row in rows),
-        frames_out=frames_out,
-        dropped=dropped,
-        seconds=round(report.seconds, 3),
-        fps=round(frames_out / report.seconds, 3) if report.seconds else 0.0,
-        stages={},
-        latency={},
-        cpu_percent=0.0,
-        rss_mb=0.0,
-    )
-    summary.sources = rows
-    summary.audit = _merged_audit([state.summary.get("audit") or {} for state in states.values()])
-    backends = {json.dumps(s.summary.get("backend")) for s in states.values()} - {"null", "{}"}
-    summary.backend = json.loads(backends.pop()) if len(backends) == 1 else {}  # one plan group
-    notes = (note for state in states.values() for note in state.summary.get("notes", []))
-    summary.notes = list(dict.fromkeys(notes))
-    summary.cluster = report.to_json()
-    summary.outputs = outputs
-    summary.error = "; ".join(f"{name}: {error}" for name, error in report.failed.items())
-    return summary
-
-
-def _attempt_row(state: SourceState) -> dict[str, Any]:
-    row = dict(state.summary.get("row") or {})
-    row.pop("name", None)
-    return row
-
-
-def _merged_audit(audits: list[dict[str, Any]]) -> dict[str, Any]:
-    """The workers' live-audit reports (each of one source) as one run's: the settings of the
-    first, every source's figures, the events in time order, the first error."""
-    found = [audit for audit in audits if audit]
-    if not found:
-        return {}
-    merged = {**found[0], "sources": {}, "events": [], "error": ""}
-    for audit in found:
-        merged["sources"].update(audit.get("sources", {}))
-        merged["events"] += audit.get("events", [])
-        merged["error"] = merged["error"] or audit.get("error", "")
-    merged["events"].sort(key=lambda event: event.get("t", 0.0))
-    return merged
-
-
-def _counts(state: SourceState, live: bool) -> dict[str, Any]:
-    """A source's frames in, out and dropped. A file's retry runs it from the frame after the
-    last one committed (`start_frame`), so its frames in are those before it and those its
-    last attempt saw; a live stream's attempts each saw their own stretch, and the last one's
-    summary is all that came back: its frames in are those written, those that attempt
-    dropped, and the gap no worker read (`worker lost`)."""
-    dropped = dict(state.summary.get("dropped", {}))
-    for reason, count in state.dropped_before.items():
-        dropped[reason] = dropped.get(reason, 0) + count
-    if state.lost:
-        dropped[WORKER_LOST] = state.lost
-    frames_in = state.summary.get("start_frame", 0) + state.summary.get("frames_in", 0)
-    if live:
-        frames_in = state.written + sum(dropped.values())
-    # A run stopped before a worker's last attempt said what it read: what it sent, at least.
-    frames_in = max(frames_in, state.written + sum(dropped.values()))
-    return {"frames_in": frames_in, "frames_out": state.written, "dropped": dropped}

@@ -11,6 +11,8 @@ from typing import Any
 class WorkUnit:
     """Source `name` (`spec` as given) from frame `start_frame` (to `end_frame`, exclusive;
     None: its end), run for the `attempt`-th time. `unit_id` names the unit across attempts.
+    `first_frame`: where its range starts (a long file's ranges run on several workers; 0: the
+    whole file); a retry's `start_frame` is past it, after the frames committed.
     `live`: a stream that does not end (placed by `cost`, its pixels a second; never grouped
     with files); `paced`: a live one that is a file read in real time (a camera's stand-in:
     a retry starts at the frame the stream has got to, not at the file's start, and no later
@@ -29,6 +31,8 @@ class WorkUnit:
     frames: int = 0
     cost: float = 1.0
     alone: bool = False
+    first_frame: int = 0
+    part: int = 0  # its range's number from 1 (its files' names); 0: the whole file
 
     def retried(self, resume_at: int) -> WorkUnit:
         """The next attempt, from `resume_at` (after the last frame committed)."""

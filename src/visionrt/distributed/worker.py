@@ -5,6 +5,7 @@ frame order."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing
@@ -60,19 +61,25 @@ def group_batches(
             cfg = replace(cfg, inference=replace(cfg.inference, threads=threads))
         if not cfg.source.decode_threads:
             cfg = replace(cfg, source=replace(cfg.source, decode_threads=threads))
-    ends = [u.end_frame for u in units if u.end_frame is not None]
-    if ends:
-        if len(units) > 1:
-            raise ValueError(
-                "a frame range runs alone: max_frames is the Pipeline's, not a source's"
-            )
-        if ends[0] <= units[0].start_frame:  # an empty range (max_frames 0 is "all")
-            return
-        limit = min(ends[0], cfg.source.max_frames or ends[0])
-        cfg = replace(cfg, source=replace(cfg.source, max_frames=limit))
-    # A video file resumes at its unit's frame: the frames before it are decoded only.
+        if threads < (os.cpu_count() or threads):  # other workers share this node's cores
+            cfg = unpinned(cfg)
+    # A range a retry has nothing left of (every frame committed) runs no Pipeline.
+    empty = [u for u in units if u.end_frame is not None and u.end_frame <= u.start_frame]
+    for unit in empty:
+        if summaries is not None:
+            summaries[unit.unit_id] = {
+                "start_frame": unit.start_frame,
+                "first_frame": unit.first_frame,
+            }
+    units = tuple(unit for unit in units if unit not in empty)
+    if not units:
+        return
+    # A video file resumes at its unit's frame (seeking, or decoding the frames before it);
+    # one whose attempt writes files with every frame runs from its range's first frame.
     every_frame = writes_every_frame(cfg)
-    resumed = [unit.start_frame if _resumes(unit, every_frame) else 0 for unit in units]
+    resumed = [
+        unit.start_frame if _resumes(unit, every_frame) else unit.first_frame for unit in units
+    ]
     loaded = kept.take(cfg) if kept is not None else None
     try:
         pipeline = _pipeline(cfg, units, resumed, loaded)
@@ -136,6 +143,7 @@ def group_batches(
             row = rows.get(unit.name, {})
             summaries[unit.unit_id] = {
                 "start_frame": start,  # frames before it were committed by other attempts
+                "first_frame": unit.first_frame,  # its range's first
                 "frames_in": row.get("frames_in", 0),
                 "frames_out": row.get("frames_out", 0),
                 "dropped": row.get("dropped", {}),
@@ -146,6 +154,13 @@ def group_batches(
                 "backend": summary.backend,
                 "notes": summary.notes,
             }
+
+
+def unpinned(cfg: RunConfig) -> RunConfig:
+    """`cfg` with its runtimes' threads left to the OS scheduler: OpenVINO pins each process's
+    threads from the first core, so two 1-CPU workers on a 2-core node ran on one core."""
+    depth = replace(cfg.depth, inference=replace(cfg.depth.inference, pin_threads=False))
+    return replace(cfg, inference=replace(cfg.inference, pin_threads=False), depth=depth)
 
 
 class KeptDetector:
@@ -190,13 +205,16 @@ class KeptDetector:
 def _pipeline(cfg: RunConfig, units: Group, resumed: list[int], loaded: Backend | None) -> Pipeline:
     """The group's Pipeline, each source from its own frame: where a resumed file (`resumed`)
     or a file read in real time (where its stream has got to, on a retry) starts, else the
-    run's `source.start_frame`."""
-    starts = [
-        max(cfg.source.start_frame, unit.start_frame if unit.paced else resume)
+    run's `source.start_frame`; and to its range's end, else the run's `source.end_frame`."""
+    ranges = [
+        (
+            max(cfg.source.start_frame, unit.start_frame if unit.paced else resume),
+            unit.end_frame or cfg.source.end_frame,
+        )
         for unit, resume in zip(units, resumed, strict=True)
     ]
     specs = [f"{unit.name}={unit.spec}" for unit in units]
-    return pipeline_for(cfg, specs, loaded=loaded, start_frames=starts)
+    return pipeline_for(cfg, specs, loaded=loaded, frame_ranges=ranges)
 
 
 def _own_audit(audit: dict[str, Any], name: str) -> dict[str, Any]:

@@ -61,8 +61,9 @@ class Pipeline:
     `options.track`). With `options` None, the plan's motion gating (`tune` keeps it where it pays)
     runs too. A plan that runs is audited live against its FP32 reference
     (`options.audit`; `auditor`, `on_audit`, summary `audit`: see accuracy.audit).
-    `start_frames`: each source's `start_frame`, in place of `source_options`' (a cluster's
-    retries resume each source of a group where it stopped).
+    `frame_ranges`: each source's (`start_frame`, `end_frame`), in place of `source_options`'
+    (a cluster's retries resume each source of a group where it stopped; a long file's ranges
+    run on several workers).
     """
 
     def __init__(
@@ -78,7 +79,7 @@ class Pipeline:
         plan: str | Path | bool | None = None,
         analytics: Mapping[str, Any] | None = None,
         service: bool = False,
-        start_frames: Sequence[int] | None = None,
+        frame_ranges: Sequence[tuple[int, int]] | None = None,
     ) -> None:
         if not sources and not service:
             raise ConfigError("no source given")
@@ -88,7 +89,7 @@ class Pipeline:
         source_options = source_options or SourceOptions()
         # Open sources before loading a model: a bad path fails fast.
         self.sources, self.names, self.named, specs = open_sources(
-            sources, source_options, start_frames
+            sources, source_options, frame_ranges
         )
         try:
             check_analytics(self.analytics, self.names, self.options)

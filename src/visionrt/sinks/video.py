@@ -179,3 +179,39 @@ class VideoSink(Sink):
         if not complete:
             return [self._partial]
         return [finalize(self._partial, self.path)]
+
+
+def join_videos(parts: list[Path], final: Path) -> Path:
+    """The MP4 files `parts` (each encoded the same way: one run's frame ranges) as one file
+    `final`, their frames one after another, packets copied (nothing encoded again). Written
+    as `final`'s `.partial` until whole; a SinkError when a part cannot be read or the file
+    written."""
+    import av
+
+    check_writable(final)
+    partial = partial_path(final)
+    try:
+        with av.open(str(partial), mode="w") as out:
+            stream: Any = None
+            offset = Fraction(0)  # seconds: the parts before
+            for part in parts:
+                with av.open(str(part)) as source:
+                    video = source.streams.video[0]
+                    if stream is None:
+                        stream = out.add_stream_from_template(video)
+                    shift = round(offset / video.time_base)  # in this part's time base
+                    end = shift
+                    for packet in source.demux(video):
+                        if packet.dts is None:  # the demuxer's flush packet
+                            continue
+                        if packet.pts is not None:
+                            end = max(end, shift + packet.pts + (packet.duration or 0))
+                            packet.pts += shift
+                        packet.dts += shift
+                        packet.stream = stream  # muxed in its own time base, rescaled there
+                        out.mux(packet)
+                    offset = end * video.time_base
+    except (av.FFmpegError, OSError, IndexError) as err:
+        partial.unlink(missing_ok=True)
+        raise SinkError(f"cannot join {len(parts)} parts into {final}: {err}") from err
+    return finalize(partial, final)

@@ -37,9 +37,13 @@ class SourceOptions:
     # A paced file starts again at its end, its times running on: a camera stand-in for a
     # service and for soak tests (`visionrt serve`). Only with `realtime`.
     loop: bool = False
-    # A video file's first frame to run (a cluster's retry resumes there): the frames before
-    # it are decoded, to keep every frame's number exact, but never handed on. Files only.
+    # A video file's frames from `start_frame` to `end_frame` (exclusive; 0: to its end): a
+    # cluster's retry resumes at its start, a long file's ranges run on several workers. Each
+    # frame keeps the number a run from the first frame gives it: the reader seeks to the
+    # keyframe before the start where the file's timestamps place its frames, and decodes
+    # the frames before it otherwise. Files only.
     start_frame: int = 0
+    end_frame: int = 0
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "file", "live"):
@@ -52,6 +56,11 @@ class SourceOptions:
             raise ConfigError(f"source.max_frames: expected >= 0, got {self.max_frames}")
         if self.start_frame < 0:
             raise ConfigError(f"source.start_frame: expected >= 0, got {self.start_frame}")
+        if self.end_frame and self.end_frame <= self.start_frame:
+            raise ConfigError(
+                f"source.end_frame: expected 0 (the end) or > start_frame {self.start_frame},"
+                f" got {self.end_frame}"
+            )
         if self.loop and not self.realtime:
             raise ConfigError("source.loop: loops a file paced at its frame rate: add --realtime")
         if self.reconnect_attempts < 0:
@@ -143,7 +152,8 @@ class Source(ABC):
             return
         declared, read = self.frame_count, self.stats.frames
         options: SourceOptions | None = getattr(self, "options", None)
-        limit = options.max_frames if options is not None else 0
+        limits = (options.max_frames, options.end_frame) if options is not None else ()
+        limit = min((n for n in limits if n), default=0)
         asked = min(declared, limit) if declared and limit else declared
         shortfall = asked - read
         # A count derived from a duration can be off by a frame or two (rounding, an audio

@@ -45,18 +45,23 @@ def open_source(spec: str, source_id: int = 0, options: SourceOptions | None = N
 
 
 def open_sources(
-    given: Sequence[str | Source], options: SourceOptions, starts: Sequence[int] | None = None
+    given: Sequence[str | Source],
+    options: SourceOptions,
+    ranges: Sequence[tuple[int, int]] | None = None,
 ) -> tuple[list[Source], list[str], list[bool], list[str]]:
     """Open each source (`rgb=cam0.mp4` names one; a Source is taken as it is): the sources, their
     unique names, whether each name was given, and each spec without its name ("" for a
-    Source). `starts`: each source's `start_frame`, in place of `options`'."""
+    Source). `ranges`: each source's (`start_frame`, `end_frame`), in place of `options`'."""
     named = [split_name(s) if isinstance(s, str) else ("", s) for s in given]
     specs = [spec if isinstance(spec, str) else "" for _, spec in named]
     per_source = worker_options(specs, options)
-    if starts is not None:
-        if len(starts) != len(given):
-            raise ValueError(f"{len(starts)} start frames for {len(given)} sources")
-        per_source = [replace(o, start_frame=n) for o, n in zip(per_source, starts, strict=True)]
+    if ranges is not None:
+        if len(ranges) != len(given):
+            raise ValueError(f"{len(ranges)} frame ranges for {len(given)} sources")
+        per_source = [
+            replace(o, start_frame=start, end_frame=end)
+            for o, (start, end) in zip(per_source, ranges, strict=True)
+        ]
     sources = [
         spec if isinstance(spec, Source) else open_source(spec, i, per_source[i])
         for i, (_, spec) in enumerate(named)

@@ -11,6 +11,7 @@ from typing import Any
 
 from visionrt.errors import SourceError
 from visionrt.sources.base import Source, SourceOptions
+from visionrt.sources.frame_index import index_frames
 from visionrt.types import Frame
 
 MAX_CONSECUTIVE_CORRUPT = 25  # live only: then the stream is broken and reconnecting may help
@@ -94,6 +95,13 @@ class VideoSource(Source):
         if rounds and self.fps:  # whole rounds passed over are counted, not decoded
             index = rounds * self.frame_count
             self._offset += index / self.fps
+        # A file started (or ended) part-way is placed by its frames' timestamps: a seek to the
+        # keyframe before its first frame, and an end that a corrupt frame does not move.
+        start_pts = end_pts = None
+        if self.kind == "file" and not looped and (skip or self.options.end_frame):
+            start_pts, end_pts = self._place(skip, self.options.end_frame)
+            index = skip if start_pts is not None else 0
+        end_frame = self.options.end_frame or -1
         started = time.perf_counter()
         attempt = 0
         stamp = 0.0
@@ -105,9 +113,21 @@ class VideoSource(Source):
                 try:
                     for frame in self._decode():
                         attempt = 0
+                        if start_pts is not None:  # from the keyframe before the first frame
+                            if frame.pts is None or frame.pts < start_pts:
+                                continue
+                            if frame.pts != start_pts:  # the seek missed it
+                                raise _Misplaced
+                            start_pts = None
+                        if end_pts is not None and frame.pts is not None and frame.pts >= end_pts:
+                            return
                         if index < skip:  # numbered, not converted nor handed on
-                            if self.paced:  # where a loop's next round starts from
+                            # Its time: where a loop's next round starts from, and what a
+                            # file's later times are clamped to (damaged ones step back).
+                            if self.paced:
                                 stamp = self._media_stamp(frame)
+                            elif frame.time is not None:
+                                stamp = self._stamp(frame, index, started, stamp)[0]
                             index += 1
                             self._rounds_index += 1
                             continue
@@ -129,7 +149,7 @@ class VideoSource(Source):
                         index += 1
                         self._rounds_index += 1
                         self.stats.frames = index
-                        if self._stopped or index == self.options.max_frames:
+                        if self._stopped or index in (self.options.max_frames, end_frame):
                             return
                     if self._stopped:  # a clean stop is not a disconnect
                         return
@@ -142,6 +162,12 @@ class VideoSource(Source):
                     if self._ended_cleanly():  # a finite video, not a dropped stream
                         return
                     reason = "end of stream"
+                except _Misplaced:  # numbered from the first frame, as without an index
+                    self.stats.events.append(f"{self.name}: seek missed frame {skip}, decoded")
+                    start_pts, end_pts, index = None, None, 0
+                    self.close()
+                    self._open()
+                    continue
                 except SourceError as err:
                     if self._stopped:
                         return
@@ -165,6 +191,31 @@ class VideoSource(Source):
         finally:
             if in_gap:
                 self.stats.gap_seconds += time.perf_counter() - last_at
+
+    def _place(self, start: int, end: int) -> tuple[int | None, int | None]:
+        """The timestamps of frames `start` (when > 0; the container then seeks to the
+        keyframe before it) and `end` (when > 0): (None, None) where the file's frames cannot
+        be placed by timestamp, and are numbered by decoding from the first one."""
+        import av
+
+        index = index_frames(self.name, max(start, end))
+        if isinstance(index, str):
+            self.stats.events.append(
+                f"{self.name}: frames not placed by timestamp ({index}): decoded from the first"
+            )
+            return None, None
+        start_pts = index.pts_of(start) if start else None
+        end_pts = index.pts_of(end) if end else None
+        if start and start_pts is None:  # past the last frame: nothing to seek to
+            return None, None
+        if start_pts is not None:
+            try:
+                self._container.seek(index.key_before(start_pts), stream=self._stream)
+            except av.FFmpegError:
+                self.close()
+                self._open()
+                return None, None
+        return start_pts, end_pts
 
     def _stamp(
         self, frame: Any, index: int, started: float, previous: float
@@ -320,6 +371,10 @@ class _StopClock:
 
 
 _STOP_CLOCK = _StopClock()
+
+
+class _Misplaced(Exception):
+    """A seek did not land on the frame the index placed there."""
 
 
 def _install_stop_clock() -> None:

@@ -1,0 +1,125 @@
+"""A cluster run's summary.json: each source's row and counts from what its workers said and
+what the coordinator committed, across attempts and frame ranges, and the run's totals."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from visionrt.distributed.report import ClusterReport, SourceState
+from visionrt.telemetry.stats import RunSummary
+
+WORKER_LOST = "cluster: worker lost"
+
+
+def cluster_summary(report: ClusterReport, live: frozenset[str], outputs: list[str]) -> RunSummary:
+    """The run's summary from each source's last attempt and what was committed: its row as
+    that attempt's worker wrote it (latency, events, reconnects), the counts the coordinator's
+    (every attempt's), and the live audit's figures of each source's last attempt (of each of
+    its ranges: a file split into frame ranges)."""
+    states = report.sources
+    rows = [
+        {"name": name, **_attempt_row(state), **_counts(state, name in live)}
+        for name, state in states.items()
+    ]
+    dropped: dict[str, int] = {}
+    for row in rows:
+        for reason, count in row["dropped"].items():
+            dropped[reason] = dropped.get(reason, 0) + count
+    frames_out = sum(row["frames_out"] for row in rows)
+    summary = RunSummary(
+        frames_in=sum(row["frames_in"] for row in rows),
+        frames_out=frames_out,
+        dropped=dropped,
+        seconds=round(report.seconds, 3),
+        fps=round(frames_out / report.seconds, 3) if report.seconds else 0.0,
+        stages={},
+        latency={},
+        cpu_percent=0.0,
+        rss_mb=0.0,
+    )
+    summary.sources = rows
+    summary.audit = _merged_audit(
+        [unit.get("audit") or {} for state in states.values() for unit in _units(state)]
+    )
+    backends = {json.dumps(s.summary.get("backend")) for s in states.values()} - {"null", "{}"}
+    summary.backend = json.loads(backends.pop()) if len(backends) == 1 else {}  # one plan group
+    notes = (note for state in states.values() for note in state.summary.get("notes", []))
+    summary.notes = list(dict.fromkeys(notes))
+    summary.cluster = report.to_json()
+    summary.outputs = outputs
+    summary.error = "; ".join(f"{name}: {error}" for name, error in report.failed.items())
+    return summary
+
+
+def _attempt_row(state: SourceState) -> dict[str, Any]:
+    row = dict(state.summary.get("row") or {})
+    row.pop("name", None)
+    return row
+
+
+def _merged_audit(audits: list[dict[str, Any]]) -> dict[str, Any]:
+    """The workers' live-audit reports (each of one source, or of one range of it) as one
+    run's: the settings of the first, every source's figures (its ranges' combined), the
+    events in time order, the first error."""
+    found = [audit for audit in audits if audit]
+    if not found:
+        return {}
+    merged = {**found[0], "sources": {}, "events": [], "error": ""}
+    for audit in found:
+        for name, entry in audit.get("sources", {}).items():
+            merged["sources"][name] = _combined(merged["sources"].get(name), entry)
+        merged["events"] += audit.get("events", [])
+        merged["error"] = merged["error"] or audit.get("error", "")
+    merged["events"].sort(key=lambda event: event.get("t", 0.0))
+    return merged
+
+
+def _counts(state: SourceState, live: bool) -> dict[str, Any]:
+    """A source's frames in, out and dropped. A file's retry runs it from the frame after the
+    last one committed (`start_frame`), so its frames in are those before it and those its
+    last attempt saw; a live stream's attempts each saw their own stretch, and the last one's
+    summary is all that came back: its frames in are those written, those that attempt
+    dropped, and the gap no worker read (`worker lost`). A file split into frame ranges: the
+    sum over its ranges."""
+    dropped: dict[str, int] = {}
+    for unit in _units(state):
+        for reason, count in unit.get("dropped", {}).items():
+            dropped[reason] = dropped.get(reason, 0) + count
+    for reason, count in state.dropped_before.items():
+        dropped[reason] = dropped.get(reason, 0) + count
+    if state.lost:
+        dropped[WORKER_LOST] = state.lost
+    frames_in = 0
+    for unit in _units(state):
+        before = unit.get("start_frame", 0) - unit.get("first_frame", 0)  # committed earlier
+        frames_in += before + unit.get("frames_in", 0)
+    if live:
+        frames_in = state.written + sum(dropped.values())
+    # A run stopped before a worker's last attempt said what it read: what it sent, at least.
+    frames_in = max(frames_in, state.written + sum(dropped.values()))
+    return {"frames_in": frames_in, "frames_out": state.written, "dropped": dropped}
+
+
+def _units(state: SourceState) -> list[dict[str, Any]]:
+    """The last summary of each of a source's units (its frame ranges; one for most)."""
+    return list(state.unit_summaries.values()) or [state.summary]
+
+
+def _combined(first: dict[str, Any] | None, other: dict[str, Any]) -> dict[str, Any]:
+    """Two ranges' audit figures of one source: the counts added, and the fidelity and depth
+    figures of the worse range (a mean of two ranges' mAP would hide the weak one)."""
+    if first is None:
+        return dict(other)
+    merged = {
+        key: first.get(key, 0) + other.get(key, 0) for key in ("sampled", "audited", "skipped")
+    }
+    merged["ranges"] = first.get("ranges", 1) + other.get("ranges", 1)
+    fid = [e for e in (first, other) if "fidelity" in e]
+    if fid:
+        worse = min(fid, key=lambda e: e["fidelity"]["map50"])
+        merged["fidelity"], merged["window"] = worse["fidelity"], worse.get("window", {})
+    deep = [e for e in (first, other) if "depth" in e]
+    if deep:
+        merged["depth"] = max(deep, key=lambda e: e["depth"]["abs_rel"])["depth"]
+    return merged
