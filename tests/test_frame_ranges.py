@@ -187,13 +187,14 @@ def test_long_files_are_split_into_ranges_of_their_share_of_the_workers(
 
 
 def test_held_ranges_come_out_in_order_once_the_ranges_before_are_done(tmp_path: Path) -> None:
-    held = SourceRanges([7, 8, 9], tmp_path)
+    held = SourceRanges([7, 8, 9], tmp_path / "out")  # a folder not made yet
     assert not held.holds(7)
     assert held.holds(8)
     assert held.holds(9)
     held.hold(9, 20, '{"frame":20}')
     held.hold(8, 10, '{"frame":10}')
     assert held.held == 2
+    assert list((tmp_path / "out").iterdir()) == []  # spooled in unnamed files
     assert list(held.finish(9)) == []  # the first range is not done: nothing due
     # The second range is written through from now on; the third waits for it.
     assert list(held.finish(7)) == [(10, '{"frame":10}')]

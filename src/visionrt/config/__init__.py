@@ -73,8 +73,8 @@ class ClusterOptions:
     """`--ray`: the sources run on a Ray cluster. `address` "local" (an embedded Ray on this
     machine), "auto" or "host:port" (a running cluster), "" (one process, no cluster);
     `workers` "auto" (as many as the cluster's CPUs, or GPUs, hold) or a number; each worker's
-    CPUs (2: a pipeline overlaps decoding with inference; with 1 it cannot, and two 1-CPU
-    workers ran at half a 2-CPU one's FPS) and GPUs; a unit whose worker died is tried at most
+    CPUs (2: fewer model loads and more sources batched together than 1-CPU workers, which
+    ran as fast on one machine once unpinned) and GPUs; a unit whose worker died is tried at most
     `max_attempts` times; an idle worker takes up to `files_per_worker` files into one
     Pipeline (batched across them, one model load). A video file longer than its share of
     the workers is split at keyframes into frame ranges run by several workers, none shorter

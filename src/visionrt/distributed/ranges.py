@@ -98,6 +98,8 @@ class Spool:
     nothing half-written is left that looks like an output)."""
 
     def __init__(self, folder: Path | None = None) -> None:
+        if folder is not None:  # a run writing no JSONL may not have made its folder yet
+            folder.mkdir(parents=True, exist_ok=True)
         # Open across calls: closed by close().
         self._file = tempfile.TemporaryFile("w+", encoding="utf-8", dir=folder)  # noqa: SIM115
         self.count = 0
