@@ -275,3 +275,26 @@ def test_a_split_files_videos_are_joined_into_the_runs_one_mp4(
     with av.open(str(tmp_path / "out" / "long.mp4")) as video:
         times = [round(float(frame.time), 3) for frame in video.decode(video=0)]
     assert times == [round(i / 25, 3) for i in range(150)]
+
+
+def test_a_split_files_audit_is_its_ranges_weighted_by_frames_with_each_range_kept() -> None:
+    """The live audit of a file run as two ranges: counts added, mAP weighted by the frames
+    each range audited (as one audit over the file comes nearest to), each range's own kept."""
+    from visionrt.distributed.summary import _merged_audit
+
+    def audit(map50: float, frames: int, window: float) -> dict[str, Any]:
+        fidelity = {"map50": map50, "map50_95": map50 / 2, "frames": frames,
+                    "reference_boxes": 10 * frames, "candidate_boxes": 10 * frames}  # fmt: skip
+        entry = {"sampled": frames, "audited": frames, "skipped": 0, "fidelity": fidelity,
+                 "window": {"map50": window, "frames": frames}}  # fmt: skip
+        return {"rate": 0.02, "sources": {"long": entry}, "events": [], "error": ""}
+
+    merged = _merged_audit([audit(0.99, 30, 0.99), audit(0.93, 10, 0.93)])["sources"]["long"]
+    assert (merged["sampled"], merged["audited"]) == (40, 40)
+    assert merged["fidelity"]["map50"] == pytest.approx((0.99 * 30 + 0.93 * 10) / 40)
+    assert merged["fidelity"]["frames"] == 40
+    assert merged["fidelity"]["reference_boxes"] == 400
+    assert merged["window"]["map50"] == 0.93  # the live window: the worse range's
+    assert merged["ranges"] == [{"map50": 0.99, "frames": 30}, {"map50": 0.93, "frames": 10}]
+    whole = _merged_audit([audit(0.97, 20, 0.97)])["sources"]["long"]
+    assert "ranges" not in whole  # a file run whole reports as a plain run does

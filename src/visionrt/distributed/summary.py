@@ -107,19 +107,41 @@ def _units(state: SourceState) -> list[dict[str, Any]]:
 
 
 def _combined(first: dict[str, Any] | None, other: dict[str, Any]) -> dict[str, Any]:
-    """Two ranges' audit figures of one source: the counts added, and the fidelity and depth
-    figures of the worse range (a mean of two ranges' mAP would hide the weak one)."""
-    if first is None:
+    """Two ranges' audit figures of one source as a whole run's: counts and frames added, mAP
+    and depth errors weighted by each range's audited frames (what one audit over the whole
+    file comes nearest to), and each range's own mAP kept under `ranges` (a weak range shows
+    there); the live window is the worse range's."""
+    if first is None:  # the source's first range (or its whole file)
         return dict(other)
-    merged = {
+    merged: dict[str, Any] = {
         key: first.get(key, 0) + other.get(key, 0) for key in ("sampled", "audited", "skipped")
     }
-    merged["ranges"] = first.get("ranges", 1) + other.get("ranges", 1)
-    fid = [e for e in (first, other) if "fidelity" in e]
+    merged["ranges"] = first.get("ranges", _ranges(first)) + _ranges(other)
+    fid = [e["fidelity"] for e in (first, other) if "fidelity" in e]
     if fid:
-        worse = min(fid, key=lambda e: e["fidelity"]["map50"])
-        merged["fidelity"], merged["window"] = worse["fidelity"], worse.get("window", {})
-    deep = [e for e in (first, other) if "depth" in e]
+        merged["fidelity"] = {
+            **_weighted(fid, ("map50", "map50_95"), 4),
+            **{k: sum(f[k] for f in fid) for k in ("reference_boxes", "candidate_boxes")},
+        }
+        windows = [e["window"] for e in (first, other) if e.get("window")]
+        merged["window"] = min(windows, key=lambda w: w["map50"]) if windows else {}
+    deep = [e["depth"] for e in (first, other) if "depth" in e]
     if deep:
-        merged["depth"] = max(deep, key=lambda e: e["depth"]["abs_rel"])["depth"]
+        merged["depth"] = {
+            **_weighted(deep, ("abs_rel", "delta1"), 5),
+            "window_abs_rel": max(d["window_abs_rel"] for d in deep),
+        }
     return merged
+
+
+def _ranges(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """One range's own fidelity, as listed under a split source's `ranges`."""
+    fidelity = entry.get("fidelity")
+    return [{"map50": fidelity["map50"], "frames": fidelity["frames"]}] if fidelity else []
+
+
+def _weighted(figures: list[dict[str, Any]], keys: tuple[str, ...], digits: int) -> dict[str, Any]:
+    """`keys` of `figures` averaged, each weighted by its `frames`; the frames added."""
+    frames = sum(f["frames"] for f in figures)
+    mean = {k: sum(f[k] * f["frames"] for f in figures) / (frames or 1) for k in keys}
+    return {**{k: round(v, digits) for k, v in mean.items()}, "frames": frames}
