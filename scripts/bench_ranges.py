@@ -50,20 +50,21 @@ def long_video(folder: Path, copies: int) -> Path:
 
 def first_frame_seconds(path: Path, start: int, seek: bool) -> float:
     """Seconds from opening the file to holding frame `start` (seeking, or decoding there)."""
-    import visionrt.sources.video as video
+    import visionrt.sources.frame_index as frame_index
     from visionrt.sources.base import SourceOptions
+    from visionrt.sources.video import VideoSource
 
-    saved = video.index_frames
+    saved = frame_index.index_frames
     if not seek:
-        video.index_frames = lambda *_args: "decoding, for the comparison"  # type: ignore[assignment]
+        frame_index.index_frames = lambda *_args: "decoding, for the comparison"  # type: ignore[assignment]
     try:
         began = time.perf_counter()
-        source = video.VideoSource(str(path), 0, SourceOptions(start_frame=start), "file")
+        source = VideoSource(str(path), 0, SourceOptions(start_frame=start), "file")
         frame = next(iter(source.frames()))
         seconds = time.perf_counter() - began
         source.close()
     finally:
-        video.index_frames = saved
+        frame_index.index_frames = saved
     assert frame.index == start, (frame.index, start)
     return seconds
 

@@ -106,13 +106,13 @@ def test_a_seek_that_misses_its_frame_decodes_from_the_first(
 ) -> None:
     """An index that misplaces the first frame (the seek lands on another one): the reader
     starts again from the first frame, and every frame is still right."""
-    import visionrt.sources.video as video
+    import visionrt.sources.frame_index as frame_index
 
     path = videos["mpeg4"]
     index = index_frames(str(path))
     assert isinstance(index, FrameIndex)
     shifted = FrameIndex(tuple(p + 1 for p in index.pts), index.keys, index.complete)
-    monkeypatch.setattr(video, "index_frames", lambda *_args: shifted)
+    monkeypatch.setattr(frame_index, "index_frames", lambda *_args: shifted)
     whole, _ = read(path)
     part, source = read(path, 40, 90)
     assert part == whole[40:90]

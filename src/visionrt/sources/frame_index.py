@@ -85,6 +85,28 @@ def index_frames(path: str, upto: int | None = None) -> FrameIndex | str:
         container.close()
 
 
+def seek_frames(
+    container: Any, stream: Any, path: str, start: int, end: int
+) -> tuple[int | None, int | None] | str:
+    """The timestamps of frames `start` and `end` of the video file `path` (None for 0: its
+    first frame, its end), `container` (open on it, reading `stream`) sought to the keyframe
+    before frame `start`; or why the frames cannot be placed by timestamp."""
+    import av
+
+    index = index_frames(path, max(start, end))
+    if isinstance(index, str):
+        return index
+    start_pts = index.pts_of(start) if start else None
+    if start and start_pts is None:
+        return f"frame {start} is past its last frame"
+    if start_pts is not None:
+        try:
+            container.seek(index.key_before(start_pts), stream=stream)
+        except av.FFmpegError as err:
+            return f"cannot seek: {err}"
+    return start_pts, index.pts_of(end) if end else None
+
+
 def _decodes_in_order(container: Any, stream: Any, ordered: list[int]) -> bool:
     """Whether the first frames the decoder gives carry the first timestamps, in order."""
     import av

@@ -11,7 +11,7 @@ from typing import Any
 
 from visionrt.errors import SourceError
 from visionrt.sources.base import Source, SourceOptions
-from visionrt.sources.frame_index import index_frames
+from visionrt.sources.frame_index import seek_frames
 from visionrt.types import Frame
 
 MAX_CONSECUTIVE_CORRUPT = 25  # live only: then the stream is broken and reconnecting may help
@@ -193,29 +193,18 @@ class VideoSource(Source):
                 self.stats.gap_seconds += time.perf_counter() - last_at
 
     def _place(self, start: int, end: int) -> tuple[int | None, int | None]:
-        """The timestamps of frames `start` (when > 0; the container then seeks to the
-        keyframe before it) and `end` (when > 0): (None, None) where the file's frames cannot
-        be placed by timestamp, and are numbered by decoding from the first one."""
-        import av
-
-        index = index_frames(self.name, max(start, end))
-        if isinstance(index, str):
+        """The timestamps of frames `start` (when > 0: the container seeks to the keyframe
+        before it) and `end` (when > 0); (None, None) where the frames cannot be placed by
+        timestamp, and are numbered by decoding from the first one."""
+        placed = seek_frames(self._container, self._stream, self.name, start, end)
+        if isinstance(placed, str):
             self.stats.events.append(
-                f"{self.name}: frames not placed by timestamp ({index}): decoded from the first"
+                f"{self.name}: frames not placed by timestamp ({placed}): decoded from the first"
             )
+            self.close()  # a seek may have moved it
+            self._open()
             return None, None
-        start_pts = index.pts_of(start) if start else None
-        end_pts = index.pts_of(end) if end else None
-        if start and start_pts is None:  # past the last frame: nothing to seek to
-            return None, None
-        if start_pts is not None:
-            try:
-                self._container.seek(index.key_before(start_pts), stream=self._stream)
-            except av.FFmpegError:
-                self.close()
-                self._open()
-                return None, None
-        return start_pts, end_pts
+        return placed
 
     def _stamp(
         self, frame: Any, index: int, started: float, previous: float
