@@ -657,8 +657,8 @@ def test_videos_the_driver_cannot_see_are_listed_in_a_manifest(tmp_path: Path) -
     split.mkdir()
     (split / "long.part1.attempt1.mp4").write_bytes(b"first range")
     parts = [
-        {"outputs": [str(split / "long.part1.attempt1.mp4")], "worker": {"node": "n1"}},
-        {"outputs": [str(split / "long.part2.attempt3.mp4")], "worker": {"node": "n2"}},
+        {"outputs": [str(split / "long.part1.attempt1.mp4")], "worker": {"node": "n1"}, "part": 1},
+        {"outputs": [str(split / "long.part2.attempt3.mp4")], "worker": {"node": "n2"}, "part": 2},
     ]
     written = finalize_outputs(split, {"long": parts})
     assert written == [str(split / "long.part1.mp4"), str(split / MANIFEST)]
@@ -669,6 +669,11 @@ def test_videos_the_driver_cannot_see_are_listed_in_a_manifest(tmp_path: Path) -
             "nodes": ["n1", "n2"],
         }
     }
+    # A file of the user's own named like a part (a split archive's `rec.part2.mp4`), run
+    # whole: its name is kept.
+    (split / "rec.part2.attempt1.mp4").write_bytes(b"whole")
+    finals = {"rec.part2": [{"outputs": [str(split / "rec.part2.attempt1.mp4")], "part": 0}]}
+    assert finalize_outputs(split, finals) == [str(split / "rec.part2.mp4")]
     # A live stream's earlier attempt saw frames the last one did not: its file is kept.
     road = tmp_path / "live"
     road.mkdir()

@@ -27,7 +27,6 @@ from visionrt.types import FrameResult
 
 MANIFEST = "manifest.json"
 _ATTEMPT = re.compile(r"\.attempt\d+(?=\.[^.]*$)")  # before the last suffix
-_PART = re.compile(r"\.part\d+(?=\.[^.]*$)")
 
 
 def attempt_path(final: Path, attempt: int, part: int = 0) -> Path:
@@ -42,9 +41,13 @@ def final_path(path: Path) -> Path:
     return path.with_name(_ATTEMPT.sub("", path.name, count=1))
 
 
-def whole_path(path: Path) -> Path:
-    """The run's name for a range's file (`cam.part2.mp4` → `cam.mp4`)."""
-    return path.with_name(_PART.sub("", path.name, count=1))
+def whole_path(path: Path, part: int) -> Path:
+    """The run's name for range `part`'s file (`cam.part2.mp4` → `cam.mp4`; 0: `path`). Only
+    the part this run added goes: a file of its own named `rec.part2.mp4` keeps its name."""
+    token = f".part{part}"
+    if not part or not path.stem.endswith(token):
+        return path
+    return path.with_name(f"{path.stem[: -len(token)]}{path.suffix}")
 
 
 def writes_every_frame(cfg: RunConfig) -> bool:
@@ -97,10 +100,10 @@ def finalize_outputs(
     live: frozenset[str] = frozenset(),
 ) -> list[str]:
     """For each source (`finals`: the last attempt's summary of each of its units, in frame
-    order, with `outputs` and the worker's `node`), its files under the run's names when this
-    machine sees them (a split file's parts joined), else listed in `out/manifest.json`.
-    Returns the paths written here. A `live` stream's earlier attempts saw frames the last one
-    did not: their (partial) files are kept."""
+    order, with `outputs`, the worker's `node` and the unit's range `part`), its files under
+    the run's names when this machine sees them (a split file's parts joined), else listed in
+    `out/manifest.json`. Returns the paths written here. A `live` stream's earlier attempts
+    saw frames the last one did not: their (partial) files are kept."""
     written: list[str] = []
     elsewhere: dict[str, dict[str, Any]] = {}
     for name, summaries in finals.items():
@@ -108,8 +111,7 @@ def finalize_outputs(
         for summary in summaries:
             node = str((summary.get("worker") or {}).get("node", ""))
             for path in (Path(p) for p in summary.get("outputs", [])):
-                # Named in `out` (a worker on another node writes to the same path there).
-                target = out / whole_path(final_path(path)).name
+                target = whole_path(final_path(path), summary.get("part", 0))
                 targets.setdefault(target, []).append((path, node))
         for target, parts in targets.items():
             away = [(path, node) for path, node in parts if not path.exists()]

@@ -144,6 +144,7 @@ def group_batches(
             summaries[unit.unit_id] = {
                 "start_frame": start,  # frames before it were committed by other attempts
                 "first_frame": unit.first_frame,  # its range's first
+                "part": unit.part,  # its files' range (finalize_outputs joins them)
                 "frames_in": row.get("frames_in", 0),
                 "frames_out": row.get("frames_out", 0),
                 "dropped": row.get("dropped", {}),
