@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,3 +123,30 @@ def test_ctrl_c_stops_tune_and_caches_nothing(
     assert "Traceback" not in rest, rest
     assert "no plan cached" in rest, rest
     assert not plans.exists() or not any(plans.iterdir())
+
+
+def test_a_signal_as_the_handlers_go_in_is_one_line_and_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C the moment `visionrt` puts its SIGINT handler in (a full test run once caught
+    it there: a traceback, the process killed by SIGINT): one line, exit 130, and the
+    caller's handlers back."""
+    from conftest import run_cli
+
+    from visionrt.cli.signals import STARTUP
+
+    install = signal.signal
+    before = signal.getsignal(signal.SIGINT)
+
+    def install_then_interrupt(sig: int, handler: Any) -> Any:
+        previous = install(sig, handler)
+        if sig == signal.SIGINT and handler == STARTUP._handle:
+            os.kill(os.getpid(), signal.SIGINT)  # handled at the next bytecode: in install()
+        return previous
+
+    monkeypatch.setattr(signal, "signal", install_then_interrupt)
+    code, err = run_cli(["doctor"], capsys)
+    monkeypatch.undo()
+    assert code == 130
+    assert err.strip() == "visionrt: error: interrupted (SIGINT)"
+    assert signal.getsignal(signal.SIGINT) == before

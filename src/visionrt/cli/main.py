@@ -40,8 +40,11 @@ def main(argv: list[str] | None = None) -> None:
     """Run the command line; every error ends in one `visionrt: error: ...` line and its exit
     code (2 usage and config, 3 source, 4 model, 5 backend, 6 output, 130 interrupted)."""
     args = sys.argv[1:] if argv is None else list(argv)
-    previous = STARTUP.install()
+    previous = STARTUP.handlers()
     try:
+        # Inside the try: a Ctrl-C that comes as the handlers go in is one line, exit 130 (it
+        # escaped as a traceback, killed by SIGINT, once in a full test run).
+        STARTUP.install()
         _register_optional()
         # Not standalone: typer would print usage errors as a framed paragraph; we print one line.
         code = app(args=args or ["--help"], prog_name="visionrt", standalone_mode=False)

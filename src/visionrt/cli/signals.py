@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 from visionrt.errors import Interrupted
 
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 class StartupSignals:
     """Installed first thing by `visionrt`; `run` and `tune` replace it with their own once
@@ -27,12 +29,22 @@ class StartupSignals:
         # the interpreter under it (runtimes abort or crash then), so it leaves with `exit_now`.
         self.abandoned = False
 
-    def install(self) -> dict[int, Any]:
-        """Install the handlers; returns the previous ones (for `restore`)."""
+    def install(self) -> None:
+        """Install the handlers. A signal may come as soon as the first is in place, and then
+        raises KeyboardInterrupt from here: call it inside the block that handles that, with
+        what to put back read before (`handlers`)."""
         self.received, self.during, self.abandoned = "", "", False
         if threading.current_thread() is not threading.main_thread():
-            return {}  # Python's rule for handlers; an embedding caller keeps its own
-        return {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+            return  # Python's rule for handlers; an embedding caller keeps its own
+        for sig in SIGNALS:
+            signal.signal(sig, self._handle)
+
+    @staticmethod
+    def handlers() -> dict[int, Any]:
+        """The handlers in place now (what `restore` puts back); {} off the main thread."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {sig: signal.getsignal(sig) for sig in SIGNALS}
 
     @staticmethod
     def restore(previous: dict[int, Any]) -> None:
