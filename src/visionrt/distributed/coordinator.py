@@ -113,7 +113,9 @@ class Coordinator:
             state.units += 1
             by_name.setdefault(unit.name, []).append(unit)
         self._ranges = {
-            name: SourceRanges([u.unit_id for u in sorted(ranges, key=_first)], spool_dir)
+            name: SourceRanges(
+                [u.unit_id for u in sorted(ranges, key=lambda u: u.first_frame)], spool_dir
+            )
             for name, ranges in by_name.items()
             if len(ranges) > 1
         }
@@ -155,7 +157,7 @@ class Coordinator:
             for name, ranges in self._ranges.items():
                 for frame, line in ranges.rest():
                     self._write(name, frame, line)
-                self.report.sources[name].held = 0
+                self.report.sources[name].held = ranges.held
         finally:
             self.report.seconds = time.monotonic() - started
         return self.report
@@ -343,9 +345,10 @@ class Coordinator:
             if held:  # a later range: written once the ranges before it are
                 assert ranges is not None
                 ranges.hold(unit.unit_id, frame, line)
-                state.held += 1
                 continue
             self._write(unit.name, frame, line, now)
+        if ranges is not None:
+            state.held = ranges.held
 
     def _write(self, name: str, frame: int, line: str, now: float | None = None) -> None:
         """Frame `frame` of source `name` into the outputs (in order, once)."""
@@ -386,10 +389,6 @@ class Coordinator:
         for unit in list(self.queue):
             self._fail(unit.name, error)
         self.queue.clear()
-
-
-def _first(unit: WorkUnit) -> int:
-    return unit.first_frame
 
 
 def _capped(frame: int, frames: int) -> int:

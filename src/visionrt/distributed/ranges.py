@@ -47,18 +47,16 @@ def split_units(
     frame count, 0 for a live one or one not known) split at keyframes into ranges of about
     that share, and at least `cluster.range_frames`, numbered again; and a line for each file
     split or left whole."""
-    total = sum(frames)
-    size = max(cfg.cluster.range_frames, math.ceil(total / max(1, workers)))
-    long = [u for u, n in zip(units, frames, strict=True) if not u.live and round(n / size) > 1]
-    if not long:
-        return list(units), []
-    reason = split_reason(cfg)
-    if reason:
-        return list(units), [f"{u.name}: not split into frame ranges: {reason}" for u in long]
+    size = max(cfg.cluster.range_frames, math.ceil(sum(frames) / max(1, workers)))
+    parts = [0 if u.live else round(n / size) for u, n in zip(units, frames, strict=True)]
+    long = [u.name for u, wanted in zip(units, parts, strict=True) if wanted > 1]
+    reason = split_reason(cfg) if long else ""
+    if not long or reason:
+        return list(units), [f"{name}: not split into frame ranges: {reason}" for name in long]
     out: list[WorkUnit] = []
     notes: list[str] = []
-    for unit, count in zip(units, frames, strict=True):
-        if unit not in long:
+    for unit, count, wanted in zip(units, frames, parts, strict=True):
+        if wanted < 2:
             out.append(unit)
             continue
         index = index_frames(unit.spec)
@@ -66,11 +64,11 @@ def split_units(
             notes.append(f"{unit.name}: not split into frame ranges: {index}")
             out.append(unit)
             continue
-        starts = cut_points(index, min(count, len(index.pts)), round(count / size))
-        ends = [*starts[1:], None]
+        starts = cut_points(index, min(count, len(index.pts)), wanted)
         if len(starts) < 2:
             out.append(unit)
             continue
+        ends = [*starts[1:], None]
         out += [
             replace(unit, start_frame=a, first_frame=a, end_frame=b, part=i)
             for i, (a, b) in enumerate(zip(starts, ends, strict=True), 1)
@@ -109,17 +107,14 @@ class Spool:
         self.count += 1
 
     def drain(self) -> Iterator[tuple[int, str]]:
-        """Every frame held, in order; the spool is empty after."""
-        self._file.seek(0)
-        for raw in self._file:
-            frame, line = raw.rstrip("\n").split("\t", 1)
-            yield int(frame), line
-        self._file.seek(0)
-        self._file.truncate()
-        self.count = 0
-
-    def close(self) -> None:
-        self._file.close()
+        """Every frame held, in order; the spool is closed after."""
+        try:
+            self._file.seek(0)
+            for raw in self._file:
+                frame, line = raw.rstrip("\n").split("\t", 1)
+                yield int(frame), line
+        finally:
+            self._file.close()
 
 
 class SourceRanges:
@@ -162,7 +157,4 @@ class SourceRanges:
     def _drain(self, unit_id: int) -> Iterator[tuple[int, str]]:
         spool = self.spools.pop(unit_id, None)
         if spool is not None:
-            try:
-                yield from spool.drain()
-            finally:
-                spool.close()
+            yield from spool.drain()

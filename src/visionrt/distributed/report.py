@@ -36,6 +36,10 @@ class SourceState:
     first_at: float = 0.0  # when its first and last frames were committed (monotonic)
     last_at: float = 0.0
 
+    def unit_finals(self) -> list[dict[str, Any]]:
+        """Each unit's last summary in frame order (a split file's ranges; one for most)."""
+        return [self.unit_summaries[u] for u in sorted(self.unit_summaries)] or [self.summary]
+
     def reached(self, now: float) -> int:
         """The frame a live stream has got to at `now`: the one after the last committed, and
         those its rate so far puts in the time since."""

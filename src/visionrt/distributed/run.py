@@ -228,10 +228,8 @@ def run_on_cluster(
         if telemetry is not None:
             telemetry.close()
         closed = _close([*tables, *([sink] if sink is not None else [])], report is not None)
-    done = {  # each unit's last summary, in frame order (a split file's ranges)
-        name: [s.unit_summaries[unit] for unit in sorted(s.unit_summaries)] or [s.summary]
-        for name, s in report.sources.items()
-        if s.done_units and not s.error
+    done = {
+        name: s.unit_finals() for name, s in report.sources.items() if s.done_units and not s.error
     }
     live = frozenset(u.name for u in units if u.live)
     outputs = [str(p) for p in closed] + finalize_outputs(out, done, live)

@@ -40,7 +40,7 @@ def cluster_summary(report: ClusterReport, live: frozenset[str], outputs: list[s
     )
     summary.sources = rows
     summary.audit = _merged_audit(
-        [unit.get("audit") or {} for state in states.values() for unit in _units(state)]
+        [unit.get("audit") or {} for state in states.values() for unit in state.unit_finals()]
     )
     backends = {json.dumps(s.summary.get("backend")) for s in states.values()} - {"null", "{}"}
     summary.backend = json.loads(backends.pop()) if len(backends) == 1 else {}  # one plan group
@@ -83,7 +83,7 @@ def _counts(state: SourceState, live: bool) -> dict[str, Any]:
     dropped, and the gap no worker read (`worker lost`). A file split into frame ranges: the
     sum over its ranges."""
     dropped: dict[str, int] = {}
-    for unit in _units(state):
+    for unit in state.unit_finals():
         for reason, count in unit.get("dropped", {}).items():
             dropped[reason] = dropped.get(reason, 0) + count
     for reason, count in state.dropped_before.items():
@@ -91,7 +91,7 @@ def _counts(state: SourceState, live: bool) -> dict[str, Any]:
     if state.lost:
         dropped[WORKER_LOST] = state.lost
     frames_in = 0
-    for unit in _units(state):
+    for unit in state.unit_finals():
         before = unit.get("start_frame", 0) - unit.get("first_frame", 0)  # committed earlier
         frames_in += before + unit.get("frames_in", 0)
     if live:
@@ -99,11 +99,6 @@ def _counts(state: SourceState, live: bool) -> dict[str, Any]:
     # A run stopped before a worker's last attempt said what it read: what it sent, at least.
     frames_in = max(frames_in, state.written + sum(dropped.values()))
     return {"frames_in": frames_in, "frames_out": state.written, "dropped": dropped}
-
-
-def _units(state: SourceState) -> list[dict[str, Any]]:
-    """The last summary of each of a source's units (its frame ranges; one for most)."""
-    return list(state.unit_summaries.values()) or [state.summary]
 
 
 def _combined(first: dict[str, Any] | None, other: dict[str, Any]) -> dict[str, Any]:
