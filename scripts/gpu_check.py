@@ -1,0 +1,249 @@
+"""The GPU check: on a fresh CUDA machine with no internet, install what `.gpu/` brought
+(scripts/gpu_bundle.py), run the CUDA tests and every GPU measurement, print one table.
+
+Usage (there): python3 scripts/gpu_check.py [--out DIR] [--steps a,b,...] [--quick]
+Each step runs as its own process under its own time limit, so a step that hangs or is cut off
+still leaves what the others measured; results go to DIR/gpu_check.json as they come, the log to
+DIR/gpu_check.log, the table last on stdout. `--steps` picks steps (default: all, in order).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLE = ROOT / ".gpu"
+SITE = Path("/tmp/site")
+VIDEO = Path("/usr/share/doc/opencv-doc/examples/data/vtest.avi")
+PY = sys.executable
+CLI = [PY, "-c", "from visionrt.cli.entry import main; main()"]
+
+
+def env() -> dict[str, str]:
+    paths = [str(ROOT / "src"), str(SITE), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": ":".join(p for p in paths if p), "PYTHONUNBUFFERED": "1"}
+
+
+def install() -> dict[str, Any]:
+    """PyAV from its wheel, the demo model restored to float32, the clip where tests look."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    wheels = sorted(str(p) for p in (BUNDLE / "whl").glob("*.whl"))
+    if wheels:
+        subprocess.run(
+            [PY, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+             "--target", str(SITE), *wheels],
+            check=True,
+        )  # fmt: skip
+    models = SITE / "fall_detection" / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    proto = onnx.load(str(BUNDLE / "demo_fp16_weights.onnx"))
+    for init in proto.graph.initializer:
+        if init.name.endswith("__fp16"):
+            array = numpy_helper.to_array(init).astype(np.float32)
+            init.CopyFrom(numpy_helper.from_array(array, init.name.removesuffix("__fp16")))
+    onnx.save(proto, str(models / "best_fp16.onnx"))
+    VIDEO.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(BUNDLE / "vtest.avi", VIDEO)
+    return {"wheels": [Path(w).name for w in wheels], "model": str(models / "best_fp16.onnx")}
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+         "--format=csv,noheader"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    return {
+        "gpu": smi.stdout.strip(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cores": os.cpu_count(),
+        "python": sys.version.split()[0],
+    }
+
+
+def tests(marker: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *marker.split()],
+        capture_output=True, text=True, env=env(), cwd=ROOT,
+    )  # fmt: skip
+    tail = proc.stdout.strip().splitlines()[-30:]
+    return {"rc": proc.returncode, "tail": tail, "summary": tail[-1] if tail else ""}
+
+
+def ceiling(batches: list[int]) -> dict[str, Any]:
+    """The detector module alone (ONNX→torch, fp16, channels_last, one CUDA graph per batch),
+    input already on the device: the most the pipeline can reach."""
+    import onnx
+    import torch
+
+    from visionrt.backends.onnx_to_torch import convert_onnx
+    from visionrt.models import demo_model_path
+
+    module = convert_onnx(onnx.load(str(demo_model_path()))).cuda().half().eval()
+    module = module.to(memory_format=torch.channels_last)
+    torch.backends.cudnn.benchmark = True
+    result: dict[str, Any] = {}
+    with torch.inference_mode():
+        for batch in batches:
+            static = torch.rand(batch, 3, 640, 640, device="cuda", dtype=torch.half)
+            static = static.contiguous(memory_format=torch.channels_last)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    module(static)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                module(static)
+            times = []
+            for _ in range(5):
+                start, end = torch.cuda.Event(True), torch.cuda.Event(True)
+                start.record()
+                for _ in range(20):
+                    graph.replay()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 20)
+            ms = statistics.median(times)
+            result[f"b{batch}"] = {"ms": ms, "fps": batch * 1000 / ms, "spread_ms": [min(times), max(times)]}
+    return result
+
+
+def run_streams(count: int, frames: int, extra: list[str]) -> dict[str, Any]:
+    out = Path("/tmp/gpu_check_runs") / f"s{count}_{abs(hash(tuple(extra))) % 10**6}"
+    shutil.rmtree(out, ignore_errors=True)
+    sources = [f"s{i}={VIDEO}" for i in range(count)]
+    command = [*CLI, "run", *sources, "--no-video", "--no-jsonl", "-q", "--json", "--no-plan"]
+    command += ["-o", str(out), "--max-frames", str(frames), *extra]
+    started = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True, env=env(), cwd=ROOT)
+    if proc.returncode:
+        return {"rc": proc.returncode, "error": proc.stderr.strip().splitlines()[-3:]}
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    stages = {k: round(v["p50"], 3) for k, v in summary.get("stages", {}).items()}
+    return {
+        "streams": count,
+        "fps": summary["fps"],
+        "frames_out": summary["frames_out"],
+        "accounted": summary.get("accounted"),
+        "stage_p50_ms": stages,
+        "latency_p50_ms": summary["latency"]["p50"],
+        "latency_p99_ms": summary["latency"]["p99"],
+        "cpu_percent": summary.get("cpu_percent"),
+        "backend": {k: summary["backend"].get(k) for k in ("runtime", "device", "precision", "batch")},
+        "gpu": summary.get("gpu"),
+        "wall_s": time.perf_counter() - started,
+    }
+
+
+TORCH = ["--backend", "torch", "--device", "cuda", "--precision", "fp16",
+         "--set", "inference.settings.cuda_graphs=true"]  # fmt: skip
+
+
+def streams(kind: str, counts: list[int]) -> dict[str, Any]:
+    base = TORCH if kind == "torch" else ["--backend", "null"]
+    result = {}
+    for count in counts:
+        batch = min(count, 64)
+        frames = 300 if count <= 8 else 100
+        result[f"{count}"] = run_streams(count, frames, [*base, "--batch", str(batch)])
+        print(kind, count, json.dumps(result[f"{count}"]), flush=True)
+    return result
+
+
+def live() -> dict[str, Any]:
+    return run_streams(1, 120, [*TORCH, "--realtime"])
+
+
+STEPS: dict[str, tuple[int, Any]] = {
+    "machine": (30, machine),
+    "tests_gpu": (150, lambda: tests("-m gpu")),
+    "tests_cuda": (100, lambda: tests("-k cuda -m 'not gpu'")),
+    "ceiling": (90, lambda: ceiling([1, 8, 32, 64])),
+    "torch_streams": (150, lambda: streams("torch", [1, 8, 32, 64])),
+    "null_streams": (90, lambda: streams("null", [1, 32, 64])),
+    "live": (45, live),
+}
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = ["| what | figure |", "|---|---|"]
+    for name, value in results.items():
+        if name == "ceiling" and isinstance(value, dict):
+            for b, r in value.items():
+                lines.append(f"| model-only {b} | {r['ms']:.2f} ms, {r['fps']:.0f} FPS |")
+        elif name.endswith("_streams") and isinstance(value, dict):
+            for n, r in value.items():
+                if "fps" in r:
+                    st = r["stage_p50_ms"]
+                    lines.append(
+                        f"| {name} {n} | {r['fps']:.0f} FPS, infer p50 {st.get('infer', 0):.1f} ms,"
+                        f" pre {st.get('preprocess', 0):.2f}, post {st.get('postprocess', 0):.2f},"
+                        f" cpu {r['cpu_percent']:.0f}% |"
+                    )
+                else:
+                    lines.append(f"| {name} {n} | failed: {r} |")
+        elif name == "live" and isinstance(value, dict) and "fps" in value:
+            lines.append(
+                f"| live 1 stream | p50 {value['latency_p50_ms']:.2f} ms, p99"
+                f" {value['latency_p99_ms']:.2f} ms, stages {value['stage_p50_ms']} |"
+            )
+        elif name.startswith("tests") and isinstance(value, dict):
+            lines.append(f"| {name} | {value.get('summary', value)} |")
+        else:
+            lines.append(f"| {name} | {json.dumps(value)[:300]} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out/gpu_check")))
+    parser.add_argument("--steps", default=",".join(STEPS))
+    parser.add_argument("--step", default="", help=argparse.SUPPRESS)  # one step, in-process
+    args = parser.parse_args()
+    if args.step:
+        print("RESULT " + json.dumps(STEPS[args.step][1]()), flush=True)
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = (args.out / "gpu_check.log").open("a")
+    results: dict[str, Any] = {"install": install()}
+    for name in args.steps.split(","):
+        limit, _ = STEPS[name]
+        started = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                [PY, __file__, "--step", name], capture_output=True, text=True, env=env(),
+                cwd=ROOT, timeout=limit,
+            )  # fmt: skip
+            output, err = proc.stdout, proc.stderr
+            found = [line for line in output.splitlines() if line.startswith("RESULT ")]
+            results[name] = json.loads(found[-1][7:]) if found else {"error": err[-2000:]}
+        except subprocess.TimeoutExpired as cut:
+            output = cut.stdout.decode() if isinstance(cut.stdout, bytes) else (cut.stdout or "")
+            err = ""
+            results[name] = {"error": f"cut off after {limit} s"}
+        log.write(f"== {name} ({time.perf_counter() - started:.1f} s)\n{output}\n{err}\n")
+        log.flush()
+        (args.out / "gpu_check.json").write_text(json.dumps(results, indent=1))
+        print(f"== {name}: {time.perf_counter() - started:.1f} s", flush=True)
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
