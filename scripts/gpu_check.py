@@ -121,7 +121,11 @@ def ceiling(batches: list[int]) -> dict[str, Any]:
                 end.synchronize()
                 times.append(start.elapsed_time(end) / 20)
             ms = statistics.median(times)
-            result[f"b{batch}"] = {"ms": ms, "fps": batch * 1000 / ms, "spread_ms": [min(times), max(times)]}
+            result[f"b{batch}"] = {
+                "ms": ms,
+                "fps": batch * 1000 / ms,
+                "spread_ms": [min(times), max(times)],
+            }
     return result
 
 
@@ -146,7 +150,9 @@ def run_streams(count: int, frames: int, extra: list[str]) -> dict[str, Any]:
         "latency_p50_ms": summary["latency"]["p50"],
         "latency_p99_ms": summary["latency"]["p99"],
         "cpu_percent": summary.get("cpu_percent"),
-        "backend": {k: summary["backend"].get(k) for k in ("runtime", "device", "precision", "batch")},
+        "backend": {
+            k: summary["backend"].get(k) for k in ("runtime", "device", "precision", "batch")
+        },
         "gpu": summary.get("gpu"),
         "wall_s": time.perf_counter() - started,
     }

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -47,44 +48,59 @@ def test_live_eviction_never_touches_another_source() -> None:
     assert sorted(box.take(8)) == ["fast4", "slow0"]
 
 
-class _WatchedCondition(threading.Condition):
-    """The inbox's condition, telling the test when a thread waits on it."""
+def _conditions(
+    monkeypatch: pytest.MonkeyPatch, make: Callable[[Any], threading.Condition]
+) -> None:
+    """The inbox makes its conditions with `make(lock)` (its consumers' and each source's)."""
+    fake = SimpleNamespace(Condition=make, RLock=threading.RLock, Event=threading.Event)
+    monkeypatch.setattr(inbox, "threading", fake)
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.waiting = threading.Event()
+
+class _WatchedCondition(threading.Condition):
+    """An inbox condition telling the test when a thread waits on it."""
+
+    waiting = threading.Event()  # any of them
 
     def wait(self, timeout: float | None = None) -> bool:
         self.waiting.set()
         return super().wait(timeout)
 
 
-class _FakeWaits(threading.Condition):
-    """The inbox's condition on a fake clock: a wait takes no real time, advances the clock
+class _FakeClock:
+    """The inbox's conditions on a fake clock: a wait takes no real time, advances the clock
     by its timeout (or to the next scripted arrival, which it then makes) and returns."""
 
     def __init__(self, arrivals: dict[float, Callable[[], object]]) -> None:
-        super().__init__()
         self.now = 0.0
         self.arrivals = dict(arrivals)
 
     def monotonic(self) -> float:
         return self.now
 
-    def wait(self, timeout: float | None = None) -> bool:
-        assert timeout is not None, "an inbox wait without a timeout would hang the test"
-        due = min((t for t in self.arrivals if t <= self.now + timeout), default=None)
-        if due is None:
-            self.now += timeout
-            return False
-        self.now = due
-        self.arrivals.pop(due)()  # the lock is re-entrant: the arrival's put takes it too
-        return True
+    def condition(self, lock: Any) -> threading.Condition:
+        clock = self
+
+        class Waits(threading.Condition):
+            def wait(self, timeout: float | None = None) -> bool:
+                assert timeout is not None, "an inbox wait without a timeout would hang the test"
+                due = min((t for t in clock.arrivals if t <= clock.now + timeout), default=None)
+                if due is None:
+                    clock.now += timeout
+                    return False
+                clock.now = due
+                clock.arrivals.pop(due)()  # the lock is re-entrant: the put takes it too
+                return True
+
+        return Waits(lock)
 
 
-def test_file_mode_put_waits_for_room_and_nothing_is_lost() -> None:
+def test_file_mode_put_waits_for_room_and_nothing_is_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _conditions(monkeypatch, _WatchedCondition)
+    watched = _WatchedCondition
+    watched.waiting = threading.Event()
     box = _inboxes(capacity=2)
-    box._lock = watched = _WatchedCondition()
     put: list[int] = []
 
     def produce() -> None:
@@ -106,11 +122,43 @@ def test_file_mode_put_waits_for_room_and_nothing_is_lost() -> None:
     assert taken == [str(i) for i in range(6)]
 
 
+def test_a_take_wakes_only_the_producers_it_made_room_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[Any] = []
+
+    class Counted(threading.Condition):
+        def __init__(self, lock: Any) -> None:
+            super().__init__(lock)
+            self.notified = 0
+            made.append(self)
+
+        def notify(self, n: int = 1) -> None:
+            self.notified += 1
+            super().notify(n)
+
+        def notify_all(self) -> None:
+            self.notified += 100
+            super().notify_all()
+
+    _conditions(monkeypatch, Counted)
+    box = _inboxes(capacity=2)
+    for source in range(8):  # 8 cameras' inboxes full
+        box.put(source, f"{source}a", live=False)
+        box.put(source, f"{source}b", live=False)
+    ready, rooms = made[0], made[1:]
+    assert ready.notified == 16
+    assert len(rooms) == 8
+    assert box.take(3) == ["0a", "1a", "2a"]
+    assert [room.notified for room in rooms] == [1, 1, 1, 0, 0, 0, 0, 0]
+
+
 def test_take_waits_up_to_the_batch_wait_then_goes_with_what_is_there(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    clock = _FakeClock({0.05: lambda: box.put(1, "b", live=False)})
+    _conditions(monkeypatch, clock.condition)
     box = _inboxes()
-    box._lock = clock = _FakeWaits({0.05: lambda: box.put(1, "b", live=False)})
     monkeypatch.setattr(inbox, "time", SimpleNamespace(monotonic=clock.monotonic))
     box.put(0, "a", live=False)
     assert box.take(3, wait=0.3) == ["a", "b"]  # b arrived in time; c never comes

@@ -53,6 +53,10 @@ class BackendInfo:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     details: dict[str, Any] = field(default_factory=dict)
+    # What `infer` is best given (backends.base: ARRAYS or FRAMES): host arrays shaped and typed
+    # as `inputs` says (float32 NCHW, or uint8 NHWC when preprocessing is folded in), or
+    # decoded frames the task prepares on the backend's device (backends.base.FramesBackend).
+    input_form: str = "arrays"
 
 
 @dataclass(frozen=True, slots=True)

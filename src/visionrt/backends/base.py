@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -15,6 +16,8 @@ from visionrt.errors import ConfigError
 from visionrt.types import BackendInfo, TensorSpec
 
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+# BackendInfo.input_form: host arrays for `infer`, or frames prepared on the device (below).
+ARRAYS, FRAMES = "arrays", "frames"
 DEVICES = ("cpu", "cuda", "tensorrt", "gpu", "npu")
 
 Array = npt.NDArray[np.generic]
@@ -115,3 +118,22 @@ class Backend(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class FramesBackend(Protocol):
+    """What a backend whose `info.input_form` is FRAMES adds: torch tensors on its device in
+    and out, so a task uploads decoded frames once, prepares them there and brings back only
+    its results. A thread does one batch's device work inside `device_scope()` (on CUDA, a
+    stream of its own): `device_input(rows)` is the (rows, 3, H, W) tensor to fill, in the
+    model's dtype and memory format; `infer_device` runs it, outputs left on the device and
+    valid until the scope's next batch. `stand_in` (the null backend on the CPU): no device
+    is there, so the task stages frames as for one and skips the preparing and decoding a
+    device would take off the host: a run then measures the host's share alone."""
+
+    stand_in: bool
+
+    def device_scope(self) -> AbstractContextManager[None]: ...
+
+    def device_input(self, rows: int) -> Any: ...
+
+    def infer_device(self, images: Any) -> list[Any]: ...

@@ -6,14 +6,24 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from visionrt.backends.base import Array, Backend, BackendOptions, check_input_size
+from visionrt.backends.base import (
+    ARRAYS,
+    FRAMES,
+    Array,
+    Backend,
+    BackendOptions,
+    check_input_size,
+)
 from visionrt.errors import ConfigError, ModelLoadError
 from visionrt.types import BackendInfo, TensorSpec
+
+INPUT_FORMS = ("float32", "uint8", "frames")
 
 
 def _number(settings: Mapping[str, str], key: str, integer: bool = False) -> float:
@@ -63,6 +73,7 @@ class NullBackend(Backend):
 
     name = "null"
     concurrency = 1
+    stand_in = True  # FramesBackend: no model runs (a device's work is skipped on the CPU)
 
     def load(self, model: Path, options: BackendOptions) -> None:
         image, output = _declared(model)
@@ -77,10 +88,18 @@ class NullBackend(Backend):
             raise ConfigError(f"null: {model.name} is dynamic in H and W; set inference.input_size")
         height, width = size
         out_shape = tuple(d if isinstance(d, int) and d > 0 else 1 for d in output.shape)
-        unknown = set(options.settings) - {"delay_ms", "fail_after"}
+        unknown = set(options.settings) - {"delay_ms", "fail_after", "input"}
         if unknown:
             raise ConfigError(
-                f"null settings {sorted(unknown)} unknown: expected delay_ms, fail_after"
+                f"null settings {sorted(unknown)} unknown: expected delay_ms, fail_after, input"
+            )
+        # `input` the form of input it declares, so each path's host cost is measured alone:
+        # float32 (NCHW, host letterbox), uint8 (NHWC, as a folded OpenVINO model), frames
+        # (decoded frames staged as for a device; on the CPU no device work is done at all).
+        form = options.settings.get("input", "float32")
+        if form not in INPUT_FORMS:
+            raise ConfigError(
+                f"inference.settings.input: expected one of {', '.join(INPUT_FORMS)}, got '{form}'"
             )
         # `delay_ms` stands in for inference time in pipeline tests and overhead baselines;
         # `fail_after` N (fault injection for tests) makes every call after the Nth raise a
@@ -90,22 +109,57 @@ class NullBackend(Backend):
         self._fail_after = int(_number(options.settings, "fail_after", integer=True))
         self._calls = 0
         self._output = np.zeros(out_shape, np.float32)
+        device = options.device
+        if device != "cpu" and form != "frames":
+            raise ConfigError(
+                f"null: device '{device}' needs inference.settings.input=frames (the device"
+                " work of that path); other forms run on cpu"
+            )
+        self.stand_in = device == "cpu"
+        self._tensors: dict[tuple[str, int], Any] = {}
+        shape = (
+            (options.batch, height, width, 3)
+            if form == "uint8"
+            else (options.batch, 3, height, width)
+        )
         self.info = BackendInfo(
             runtime="null",
             version="0",
-            device="cpu",
+            device=device,
             precision="none",
-            inputs=(TensorSpec(image.name, (options.batch, 3, height, width), "float32"),),
+            inputs=(TensorSpec(image.name, shape, form if form == "uint8" else "float32"),),
             outputs=(TensorSpec(output.name, out_shape, "float32"),),
+            input_form=FRAMES if form == "frames" else ARRAYS,
         )
 
     def infer(self, inputs: Mapping[str, Array]) -> list[Array]:
+        self._called()
+        batch = next(iter(inputs.values())).shape[0]
+        if batch == self._output.shape[0]:
+            return [self._output]
+        return [np.zeros((batch, *self._output.shape[1:]), np.float32)]
+
+    # -- the frames form (FramesBackend): zeros on the device asked for ----------------------
+    def device_scope(self) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def device_input(self, rows: int) -> Any:
+        return self._tensor("in", rows, self.info.inputs[0].shape[1:])
+
+    def infer_device(self, images: Any) -> list[Any]:
+        self._called()
+        return [self._tensor("out", images.shape[0], self._output.shape[1:])]
+
+    def _tensor(self, role: str, rows: int, shape: tuple[Any, ...]) -> Any:
+        import torch
+
+        if (role, rows) not in self._tensors:
+            self._tensors[role, rows] = torch.zeros((rows, *shape), device=self.info.device)
+        return self._tensors[role, rows]
+
+    def _called(self) -> None:
         self._calls += 1
         if self._fail_after and self._calls > self._fail_after:
             raise RuntimeError(f"null backend: injected failure on call {self._calls}")
         if self.delay:
             time.sleep(self.delay)
-        batch = next(iter(inputs.values())).shape[0]
-        if batch == self._output.shape[0]:
-            return [self._output]
-        return [np.zeros((batch, *self._output.shape[1:]), np.float32)]

@@ -67,8 +67,9 @@ ROWS: tuple[BackendRow, ...] = (
         (".onnx",),
         (),
         "",
-        ("cpu",),
-        "does nothing: shape-correct zero outputs, for plumbing tests and overhead baselines",
+        ("cpu", "cuda"),
+        "does nothing: shape-correct zero outputs, for plumbing tests and overhead baselines"
+        " (cuda: with input frames, the device work of that path, no model)",
     ),
 )
 

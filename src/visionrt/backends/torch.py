@@ -6,6 +6,7 @@ import importlib
 import importlib.util
 import threading
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,23 @@ import torch
 from torch import Tensor, nn
 
 from visionrt import hardware
-from visionrt.backends.base import Array, Backend, BackendOptions, check_input_size, flag_setting
+from visionrt.backends.base import (
+    ARRAYS,
+    FRAMES,
+    Array,
+    Backend,
+    BackendOptions,
+    check_input_size,
+    flag_setting,
+)
+from visionrt.backends.torch_device import DeviceRunner
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
 from visionrt.types import BackendInfo, TensorSpec
 
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 _FLAGS = ("channels_last", "cuda_graphs", "cudnn_benchmark", "tf32")
+INPUTS = ("auto", "frames", "arrays")
+MAX_STREAMS = 8
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -202,15 +214,41 @@ def _load_pt(
     )
 
 
+def _input_form(settings: Mapping[str, str], cuda: bool, image: TensorSpec) -> tuple[str, int]:
+    """(input form, streams): raw frames prepared on a CUDA device by default (host arrays on
+    the CPU, where OpenCV letterboxes faster than torch), `input` frames or arrays to choose;
+    `streams` concurrent batches on the device (2 on CUDA: one uploads while one computes)."""
+    choice = settings.get("input", "auto")
+    if choice not in INPUTS:
+        raise ConfigError(
+            f"inference.settings.input: expected one of {', '.join(INPUTS)}, got '{choice}'"
+        )
+    raw = settings.get("streams", "2" if cuda else "1")
+    if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_STREAMS):
+        raise ConfigError(f"inference.settings.streams: expected 1 to {MAX_STREAMS}, got '{raw}'")
+    static = all(isinstance(d, int) and d > 0 for d in image.shape[2:4])
+    frames = choice == "frames" or (choice == "auto" and cuda)
+    if frames and not static:
+        if choice == "frames":
+            raise ConfigError(
+                "inference.settings.input frames: the model's input size is dynamic; set"
+                " inference.input_size"
+            )
+        frames = False
+    return (FRAMES, int(raw)) if frames else (ARRAYS, 1)
+
+
 class TorchBackend(Backend):
     name = "torch"
+    stand_in = False  # FramesBackend: the module runs
 
     def load(self, model: Path, options: BackendOptions) -> None:
         settings = options.settings
-        unknown = set(settings) - {*_FLAGS, "compile"}
+        unknown = set(settings) - {*_FLAGS, "compile", "input", "streams"}
         if unknown:
             raise ConfigError(
-                f"torch settings {sorted(unknown)} unknown: expected {', '.join(_FLAGS)}, compile"
+                f"torch settings {sorted(unknown)} unknown: expected {', '.join(_FLAGS)},"
+                " compile, input, streams"
             )
         device = torch.device(options.device)
         cuda = device.type == "cuda"
@@ -271,6 +309,7 @@ class TorchBackend(Backend):
         if compile_mode != "none":
             self._module = torch.compile(module, mode=compile_mode)
         self._device, self._cuda, self._input_name = device, cuda, input_spec.name
+        form, streams = _input_form(settings, cuda, input_spec)
         self._dtype = torch.float16 if options.precision == "fp16" else torch.float32
         self._captured: dict[tuple[int, ...], tuple[Any, Tensor, list[Tensor]]] = {}
         self._pinned: dict[tuple[str, tuple[int, ...]], Tensor] = {}
@@ -278,6 +317,19 @@ class TorchBackend(Backend):
         details.update(source="ultralytics .pt" if model.suffix == ".pt" else "onnx")
         details.update(compile=compile_mode, cuda_graphs=self._graphs, autocast=self._autocast)
         details.update(channels_last=self._channels_last)
+        if form == FRAMES:
+            self.concurrency = streams
+            self._runner = DeviceRunner(
+                self._run,
+                device,
+                self._dtype,
+                self._channels_last,
+                (int(input_spec.shape[2]), int(input_spec.shape[3])),  # type: ignore[arg-type]
+                options.batch,
+                self._graphs,
+                streams,
+            )
+            details.update(streams=streams)
         self.info = BackendInfo(
             runtime="torch",
             version=torch.__version__,
@@ -286,7 +338,19 @@ class TorchBackend(Backend):
             inputs=(input_spec,),
             outputs=(output_spec,),
             details=details,
+            input_form=form,
         )
+
+    # -- the 'frames' input form: device tensors in and out (backends.base.FramesBackend) -----
+    def device_scope(self) -> AbstractContextManager[None]:
+        return self._runner.scope()
+
+    def device_input(self, rows: int) -> Tensor:
+        return self._runner.input(rows)
+
+    def infer_device(self, images: Tensor) -> list[Tensor]:
+        with torch.inference_mode():
+            return self._runner.infer(images)
 
     def _run(self, images: Tensor) -> list[Tensor]:
         with torch.autocast(self._device.type, torch.bfloat16, self._autocast, cache_enabled=False):
@@ -340,5 +404,5 @@ class TorchBackend(Backend):
             return [pinned.numpy().copy() for pinned in staged]
 
     def close(self) -> None:
-        for key in ("_module", "_captured", "_pinned"):
+        for key in ("_module", "_captured", "_pinned", "_runner"):
             self.__dict__.pop(key, None)

@@ -20,10 +20,13 @@ class InputLayout(Enum):
     NCHW_FLOAT: RGB, float32 in [0, 1], channels first (plain ONNX exports).
     NHWC_U8_BGR: the decoded BGR bytes as they are; the model does colour, scale and layout
     itself (preprocessing folded into the graph).
+    FRAMES: the decoded frames go to the backend's device whole and are letterboxed there
+    (preprocess.device); host arrays for the same backend are NCHW_FLOAT.
     """
 
     NCHW_FLOAT = "nchw_float"
     NHWC_U8_BGR = "nhwc_u8_bgr"
+    FRAMES = "frames"
 
 
 def compute_letterbox(source_hw: tuple[int, int], input_hw: tuple[int, int]) -> Letterbox:

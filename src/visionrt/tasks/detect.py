@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from visionrt.backends import Backend, BackendOptions, load_backend
+from visionrt.backends.base import FRAMES
 from visionrt.backends.registry import check_reads, find_row
 from visionrt.errors import ConfigError
 from visionrt.models import (
@@ -25,6 +26,9 @@ from visionrt.preprocess import InputLayout, compute_letterbox, letterbox_into
 from visionrt.tasks.base import batch_buffers, out_of_memory_as
 from visionrt.types import Detections, Letterbox
 
+if TYPE_CHECKING:
+    from visionrt.tasks.device_detect import DeviceDetect
+
 # The largest detector input side. A 4K frame (3840×2160) fits whole; YOLOv8s took ~50 MB of
 # activations per 640×640 image in ONNX Runtime on the CPU (peak RSS, batch 8 and 32), which
 # grows with the pixels: ~2 GB per image at 4096×4096, ~500 GB at 64000. Larger frames are what
@@ -37,7 +41,9 @@ class DetectTask:
     batch) are derived here once, from the file and from what the runtime reports.
 
     `backend` "" picks the runtime that reads the file; a loaded Backend can be shared by several
-    tasks in turn (its caller closes it)."""
+    tasks in turn (its caller closes it). A backend that takes frames (BackendInfo.input_form)
+    gets them whole and letterboxed on its device, and decodes there (tasks.device_detect),
+    unless `frames` is False (a caller that fills the host buffers itself: tiles, regions)."""
 
     name = "detect"
 
@@ -47,6 +53,7 @@ class DetectTask:
         backend: str | Backend = "",
         backend_options: BackendOptions | None = None,
         postprocess: PostprocessOptions | None = None,
+        frames: bool = True,
     ) -> None:
         model = Path(model)
         options = backend_options or BackendOptions()
@@ -99,6 +106,7 @@ class DetectTask:
         in_shape = info.inputs[0].shape
         folded = info.inputs[0].dtype == "uint8"
         self.layout = InputLayout.NHWC_U8_BGR if folded else InputLayout.NCHW_FLOAT
+        self.device: DeviceDetect | None = None
         hw = in_shape[1:3] if folded else in_shape[2:4]
         static = all(isinstance(d, int) and d > 0 for d in hw)
         self.input_hw: tuple[int, int] = (
@@ -113,6 +121,11 @@ class DetectTask:
             input_hw=self.input_hw,
         )
         self._check_classes(out_shape)
+        if frames and info.input_form == FRAMES:
+            from visionrt.tasks.device_detect import DeviceDetect  # torch: imported when used
+
+            self.layout = InputLayout.FRAMES
+            self.device = DeviceDetect(self.backend, self.head, self.input_hw, self.postprocess)
         self.batch = options.batch
         self._batches = batch_buffers(
             in_shape[0],
@@ -144,8 +157,11 @@ class DetectTask:
                 f" to {count - 1} of its {count} classes{names}"
             )
 
-    def new_buffer(self) -> npt.NDArray[Any]:
-        """One batch row of input: (1, 3, H, W) float32, or (1, H, W, 3) uint8 when folded."""
+    def new_buffer(self) -> Any:
+        """One batch row of input: (1, 3, H, W) float32, (1, H, W, 3) uint8 when folded, or a
+        FrameSlot when the frames go to the device whole."""
+        if self.device is not None:
+            return self.device.new_slot()
         height, width = self.input_hw
         if self.layout is InputLayout.NHWC_U8_BGR:
             return np.empty((1, height, width, 3), np.uint8)
@@ -157,16 +173,24 @@ class DetectTask:
         """Letterbox `image` into `buffer` (one batch row); `last` is the geometry the buffer
         holds already (its padding is then kept). Returns the geometry to map boxes back."""
         box = compute_letterbox(image.shape[:2], self.input_hw)
-        letterbox_into(image, buffer[0], box, self.layout, fill_padding=last != box)
+        if self.device is not None:
+            buffer.hold(image, box)
+        else:
+            letterbox_into(image, buffer[0], box, self.layout, fill_padding=last != box)
         return box
 
-    def infer(self, rows: list[npt.NDArray[Any]]) -> npt.NDArray[np.float32]:
-        """Run prepared rows as one batch; returns the raw output, one row per input row."""
+    def infer(self, rows: list[Any]) -> Any:
+        """Run prepared rows as one batch; returns the raw output, one row per input row (or,
+        for frames decoded on the device, each row's kept boxes)."""
+        if self.device is not None:
+            return self.device.infer(rows)
         tensor = self._batches.fill(rows)
-        return self.backend.infer({self.input_name: tensor})[0]  # type: ignore[return-value]
+        return self.backend.infer({self.input_name: tensor})[0]
 
     def decode(self, output: npt.NDArray[np.float32], box: Letterbox) -> Detections:
         """One row of raw output → Detections in source pixels."""
+        if self.device is not None:
+            return self.device.decode(output)
         return decode_one(output, self.head, box, self.postprocess)
 
     def drain_events(self) -> dict[str, int]:
@@ -179,6 +203,9 @@ class DetectTask:
         height, width = self.input_hw
         what = f"detector warm-up at batch {self.batch} of {height}x{width}"
         with out_of_memory_as(what, self.memory_fix):
+            if self.device is not None:
+                self.device.warm_up(self.batch, calls)
+                return
             blank = np.zeros_like(self.new_buffer())
             if self.batch > 1:
                 blank = np.repeat(blank, self.batch, axis=0)

@@ -1,0 +1,120 @@
+"""The torch backend's device-tensor path ('frames' input form): a module run on tensors that
+are already on its device, with outputs left there.
+
+Each of `streams` contexts has its own CUDA stream, input tensors and CUDA graphs; an inference
+thread holds one for a whole batch (upload, prepare, run, decode), so with two threads one
+batch uploads and prepares while the other computes. With CUDA graphs, a batch of N rows runs
+the graph captured for the next power of two (at most the batch size): a handful of captures
+cover every partial batch, the rows past N compute on stale input and are not read. On the CPU
+the same code runs with no streams or graphs (tests)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+def bucket(rows: int, batch: int) -> int:
+    """The graph size a batch of `rows` runs at: the next power of two, at most `batch`."""
+    size = 1
+    while size < rows:
+        size *= 2
+    return min(max(size, rows), max(batch, rows))
+
+
+@dataclass
+class _Context:
+    stream: Any  # torch.cuda.Stream, or None on the CPU
+    inputs: dict[int, Tensor] = field(default_factory=dict)
+    graphs: dict[int, tuple[Any, list[Tensor]]] = field(default_factory=dict)
+
+
+class DeviceRunner:
+    """`run` (the module's call, precision handling included) on device tensors of shape
+    (rows, 3, *`input_hw`) in `dtype`; `graphs` replays CUDA graphs instead (CUDA only)."""
+
+    def __init__(
+        self,
+        run: Callable[[Tensor], list[Tensor]],
+        device: torch.device,
+        dtype: torch.dtype,
+        channels_last: bool,
+        input_hw: tuple[int, int],
+        batch: int,
+        graphs: bool,
+        streams: int,
+    ) -> None:
+        self._run, self.device, self.dtype = run, device, dtype
+        self._layout = torch.channels_last if channels_last else torch.contiguous_format
+        self._hw, self._batch, self._graphs = input_hw, batch, graphs
+        cuda = device.type == "cuda"
+        self._pool: queue.Queue[_Context] = queue.Queue()
+        for _ in range(streams):
+            self._pool.put(_Context(torch.cuda.Stream(device) if cuda else None))
+        self._local = threading.local()
+
+    @contextmanager
+    def scope(self) -> Iterator[None]:
+        """Hold a context (its stream current) for one batch's device work."""
+        context = self._pool.get()
+        self._local.context = context
+        try:
+            with torch.cuda.stream(context.stream) if context.stream is not None else nullcontext():
+                yield
+        finally:
+            self._local.context = None
+            self._pool.put(context)
+
+    def _context(self) -> _Context:
+        context = getattr(self._local, "context", None)
+        if context is None:
+            raise RuntimeError("device tensors are made and run inside backend.device_scope()")
+        return context
+
+    def input(self, rows: int) -> Tensor:
+        """A (rows, 3, H, W) tensor to fill; valid until this context's next batch."""
+        context = self._context()
+        size = bucket(rows, self._batch) if self._graphs else rows
+        static = context.inputs.get(size)
+        if static is None:
+            static = torch.empty((size, 3, *self._hw), dtype=self.dtype, device=self.device)
+            context.inputs[size] = static = static.contiguous(memory_format=self._layout)
+        return static[:rows]
+
+    def infer(self, images: Tensor) -> list[Tensor]:
+        """The module's outputs for `images` (from `input`, or any tensor), on the device."""
+        rows = images.shape[0]
+        if not self._graphs:
+            return self._run(images.to(self.dtype, memory_format=self._layout))
+        context = self._context()
+        size = bucket(rows, self._batch)
+        static = self.input(size)
+        if images.data_ptr() != static.data_ptr():
+            static[:rows].copy_(images)
+        if size not in context.graphs:
+            context.graphs[size] = self._capture(static)
+        graph, outputs = context.graphs[size]
+        graph.replay()
+        return [out[:rows] for out in outputs]
+
+    def _capture(self, static: Tensor) -> tuple[Any, list[Tensor]]:
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the capture: cuDNN picks its kernels
+            for _ in range(3):
+                self._run(static)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        # A capture stream of its own (torch's default one is shared by every graph, and the
+        # other context may capture at the same time); thread_local: the other context's
+        # thread may sync or allocate meanwhile.
+        with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
+            outputs = self._run(static)
+        return graph, outputs

@@ -1,0 +1,86 @@
+"""A detector's frames on its backend's device: staged once, letterboxed, run and decoded there,
+so only each frame's kept boxes come back (the 'frames' input form; DetectTask's host path
+letterboxes into float32 arrays and decodes the whole raw output on the host)."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from visionrt.backends.base import Backend, FramesBackend
+from visionrt.postprocess import HeadLayout, PostprocessOptions
+from visionrt.postprocess.device import decode_batch_device
+from visionrt.preprocess import compute_letterbox
+from visionrt.preprocess.device import FrameSlot, letterbox_batch, upload
+from visionrt.types import Detections
+
+NO_ROWS = np.zeros((0, 6), np.float32)
+
+
+def _pinned(shape: tuple[int, ...]) -> torch.Tensor:
+    return torch.empty(shape, dtype=torch.uint8, pin_memory=True)
+
+
+class DeviceDetect:
+    """`backend` takes frames (BackendInfo.input_form FRAMES). A CUDA device gets each frame
+    copied into pinned memory on the preprocess thread, so the upload is one DMA; a stand-in
+    (the null backend on the CPU) copies as for a device and skips the device's work."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        head: HeadLayout,
+        input_hw: tuple[int, int],
+        postprocess: PostprocessOptions,
+    ) -> None:
+        self.backend = cast(FramesBackend, backend)
+        self.head, self.input_hw, self.postprocess = head, input_hw, postprocess
+        self.device = torch.device(backend.info.device)
+        self.stand_in = self.backend.stand_in
+        self._stage = self.device.type != "cpu" or self.stand_in
+        self._allocate = _pinned if self.device.type == "cuda" else None
+        self._contexts = max(1, backend.concurrency)
+
+    def new_slot(self) -> FrameSlot:
+        return FrameSlot(self._stage, self._allocate)
+
+    def infer(self, slots: list[FrameSlot]) -> list[npt.NDArray[np.float32]]:
+        """Each slot's kept boxes: (N, 6) x1, y1, x2, y2 (source pixels), score, class."""
+        boxes = [slot.box for slot in slots]
+        with self.backend.device_scope(), torch.inference_mode():
+            if self.stand_in:  # the call still happens: its delay and fault injection count
+                self.backend.infer_device(self.backend.device_input(len(slots)))
+                return [NO_ROWS] * len(slots)
+            frames = upload(slots, self.device)
+            images = self.backend.device_input(len(slots))
+            letterbox_batch(frames, boxes, images)  # type: ignore[arg-type]
+            output = self.backend.infer_device(images)[0]
+            return decode_batch_device(output, self.head, boxes, self.postprocess)  # type: ignore[arg-type]
+
+    @staticmethod
+    def decode(rows: npt.NDArray[np.float32]) -> Detections:
+        return Detections(
+            np.ascontiguousarray(rows[:, :4]),
+            np.ascontiguousarray(rows[:, 4]),
+            rows[:, 5].astype(np.int32),
+        )
+
+    def warm_up(self, batch: int, calls: int) -> None:
+        """`calls` full batches of grey frames at the input size, after a batch of every power
+        of two below it in every device context (calls go round them): a backend that
+        captures CUDA graphs per batch size does so here, before the run, never two at once."""
+        height, width = self.input_hw
+        blank = np.full((height, width, 3), 114, np.uint8)
+        box = compute_letterbox((height, width), self.input_hw)
+        slots = [self.new_slot() for _ in range(batch)]
+        for slot in slots:
+            slot.hold(blank, box)
+        sizes = [1 << i for i in range(batch.bit_length()) if 1 << i < batch]
+        for size in sizes:
+            for _ in range(self._contexts):
+                self.infer(slots[:size])
+        for _ in range(max(calls, self._contexts)):
+            self.infer(slots)

@@ -1,0 +1,277 @@
+"""The 'frames' input form end to end: a backend that declares it gets decoded frames, which the
+detector task letterboxes, runs and decodes on the backend's device (torch CPU tensors here,
+CUDA where there is one); the null backend declares each form so each path's host share runs
+alone. Results must equal the host path's."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from visionrt import BackendOptions, Pipeline, SourceOptions  # noqa: E402
+from visionrt.backends import load_backend  # noqa: E402
+from visionrt.backends.base import ARRAYS, FRAMES  # noqa: E402
+from visionrt.backends.torch_device import DeviceRunner, bucket  # noqa: E402
+from visionrt.errors import ConfigError  # noqa: E402
+from visionrt.fidelity import box_iou  # noqa: E402
+from visionrt.preprocess import InputLayout  # noqa: E402
+from visionrt.preprocess.device import FrameSlot  # noqa: E402
+from visionrt.tasks import DetectTask  # noqa: E402
+
+pytestmark = pytest.mark.torch
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def detections(model: Path, video: Path, backend: str, options: BackendOptions, frames: int,
+               sources: int = 1) -> dict[tuple[str, int], object]:  # fmt: skip
+    """Each (source, frame index)'s detections from a pipeline run."""
+    specs = [f"s{i}={video}" for i in range(sources)]
+    pipeline = Pipeline(
+        specs, model, backend, options, source_options=SourceOptions(max_frames=frames), plan=False
+    )
+    try:
+        return {(r.frame.source_name or "", r.frame.index): r.detections for r in pipeline}
+    finally:
+        pipeline.close()
+
+
+def assert_same_detections(expected: dict, got: dict, box_atol: float = 1e-3) -> None:
+    assert got.keys() == expected.keys()
+    for key, want in expected.items():
+        have = got[key]
+        assert len(have) == len(want), key
+        if len(want):
+            np.testing.assert_allclose(have.xyxy, want.xyxy, atol=box_atol)
+            np.testing.assert_allclose(have.confidence, want.confidence, atol=1e-4)
+            np.testing.assert_array_equal(have.class_id, want.class_id)
+
+
+# -- the null backend's forms: plumbing and accounting, on any machine --------------------------
+@pytest.mark.parametrize("form", ["float32", "uint8", "frames"])
+def test_every_input_form_accounts_every_frame_of_several_sources(
+    small_video: Path, tiny_model: Path, form: str
+) -> None:
+    options = BackendOptions(batch=3, settings={"input": form})
+    pipeline = Pipeline(
+        [f"c{i}={small_video}" for i in range(3)], tiny_model, "null", options, plan=False
+    )
+    try:
+        indices: dict[str, list[int]] = {}
+        for result in pipeline:
+            indices.setdefault(result.frame.source_name or "", []).append(result.frame.index)
+        summary = pipeline.summary()
+    finally:
+        pipeline.close()
+    assert summary.accounted
+    assert summary.frames_out == 120
+    assert all(seen == list(range(40)) for seen in indices.values())
+    layout = {"float32": InputLayout.NCHW_FLOAT, "uint8": InputLayout.NHWC_U8_BGR}
+    assert pipeline.task.layout is layout.get(form, InputLayout.FRAMES)
+
+
+def test_null_frames_on_the_cpu_stage_frames_and_skip_the_device_work(tiny_model: Path) -> None:
+    backend = load_backend("null", tiny_model, BackendOptions(settings={"input": "frames"}))
+    assert backend.info.input_form == FRAMES
+    assert backend.stand_in
+    task = DetectTask(tiny_model, backend)
+    slot = task.new_buffer()
+    assert isinstance(slot, FrameSlot)
+    assert slot.stage
+    image = np.full((48, 64, 3), 7, np.uint8)
+    box = task.prepare(image, slot, None)
+    (rows,) = task.infer([slot])
+    assert len(task.decode(rows, box)) == 0
+    assert backend._calls == 1  # the call happened: delays and injected faults apply
+
+
+def test_null_frames_fault_injection_fails_the_run(small_video: Path, tiny_model: Path) -> None:
+    options = BackendOptions(settings={"input": "frames", "fail_after": "5"})
+    pipeline = Pipeline([str(small_video)], tiny_model, "null", options, plan=False)
+    try:
+        with pytest.raises(Exception, match="injected failure"):
+            list(pipeline)
+    finally:
+        pipeline.close()
+
+
+@pytest.mark.parametrize(
+    ("settings", "device", "message"),
+    [
+        ({"input": "bf16"}, "cpu", "inference.settings.input: expected one of float32, uint8"),
+        ({"input": "frames"}, "npu", "backend 'null' does not run on device 'npu'"),
+        ({}, "cuda", "null: device 'cuda' needs inference.settings.input=frames"),
+    ],
+)
+def test_null_input_settings_are_checked(
+    tiny_model: Path, settings: dict[str, str], device: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_backend("null", tiny_model, BackendOptions(device=device, settings=settings))
+
+
+# -- the torch backend's frames form on CPU tensors ---------------------------------------------
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"input": "gpu"}, "inference.settings.input: expected one of auto, frames, arrays"),
+        ({"streams": "0"}, "inference.settings.streams: expected 1 to 8"),
+        ({"streams": "two"}, "inference.settings.streams: expected 1 to 8"),
+    ],
+)
+def test_torch_input_settings_are_checked(
+    tiny_model: Path, settings: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_backend("torch", tiny_model, BackendOptions(settings=settings))
+
+
+def test_torch_takes_arrays_on_the_cpu_unless_asked(tiny_model: Path) -> None:
+    plain = load_backend("torch", tiny_model, BackendOptions())
+    asked = load_backend("torch", tiny_model, BackendOptions(settings={"input": "frames"}))
+    assert plain.info.input_form == ARRAYS
+    assert plain.concurrency == 1
+    assert asked.info.input_form == FRAMES
+    assert asked.concurrency == 1
+
+
+def test_tiny_model_boxes_come_back_from_the_device_path(
+    small_video: Path, tiny_model: Path
+) -> None:
+    # The tiny model's output is a constant of batch 1: batches of one.
+    expected = detections(tiny_model, small_video, "torch", BackendOptions(), 10)
+    framed = BackendOptions(settings={"input": "frames"})
+    got = detections(tiny_model, small_video, "torch", framed, 10)
+    assert_same_detections(expected, got)
+    assert all(len(d) == 1 for d in got.values())
+
+
+@pytest.mark.slow
+def test_demo_detections_through_the_frames_path_equal_the_host_path(
+    demo_model: Path, demo_video: Path
+) -> None:
+    # Two sources batched by 3: batches mix sources and end partial. The device letterbox is
+    # exact on these frames, so the model sees the same input and the boxes agree to rounding.
+    host = detections(demo_model, demo_video, "torch", BackendOptions(batch=3), 6, sources=2)
+    framed = BackendOptions(batch=3, settings={"input": "frames"})
+    device = detections(demo_model, demo_video, "torch", framed, 6, sources=2)
+    assert sum(len(d) for d in host.values()) >= 12
+    assert_same_detections(host, device)
+
+
+def test_tiling_and_regions_keep_the_host_path(tiny_model: Path) -> None:
+    framed = BackendOptions(settings={"input": "frames"})
+    assert DetectTask(tiny_model, "torch", framed).layout is InputLayout.FRAMES
+    assert DetectTask(tiny_model, "torch", framed, frames=False).layout is InputLayout.NCHW_FLOAT
+
+
+def test_bucket_sizes_are_powers_of_two_up_to_the_batch() -> None:
+    assert [bucket(n, 32) for n in (1, 2, 3, 5, 9, 17, 32)] == [1, 2, 4, 8, 16, 32, 32]
+    assert [bucket(n, 48) for n in (33, 48)] == [48, 48]
+    assert bucket(70, 64) == 70  # never smaller than what it holds
+
+
+def test_the_runner_hands_out_inputs_only_inside_a_scope() -> None:
+    runner = DeviceRunner(
+        lambda x: [x.sum(dim=(1, 2, 3))], torch.device("cpu"), torch.float32, True, (4, 4), 8,
+        graphs=False, streams=1,
+    )  # fmt: skip
+    with pytest.raises(RuntimeError, match="device_scope"):
+        runner.input(2)
+    with runner.scope():
+        images = runner.input(3)
+        assert tuple(images.shape) == (3, 3, 4, 4)
+        assert images.is_contiguous(memory_format=torch.channels_last)
+        images.fill_(1.0)
+        (sums,) = runner.infer(images)
+    assert sums.tolist() == [48.0, 48.0, 48.0]
+
+
+def test_the_runner_gives_each_concurrent_batch_its_own_context() -> None:
+    runner = DeviceRunner(
+        lambda x: [x.clone()], torch.device("cpu"), torch.float32, False, (2, 2), 4,
+        graphs=False, streams=2,
+    )  # fmt: skip
+    inside, release = threading.Barrier(3), threading.Event()
+    seen: list[int] = []
+
+    def batch() -> None:
+        with runner.scope():
+            seen.append(runner.input(4).data_ptr())
+            inside.wait(timeout=10)
+            release.wait(timeout=10)
+
+    threads = [threading.Thread(target=batch) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    inside.wait(timeout=10)  # both hold a context at once: two were made
+    release.set()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert len(set(seen)) == 2
+
+
+# -- CUDA ----------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.slow
+@needs_cuda
+@pytest.mark.parametrize("settings", [{}, {"cuda_graphs": "true"}])
+def test_cuda_frames_path_matches_the_cuda_host_path(
+    demo_model: Path, demo_video: Path, settings: dict[str, str]
+) -> None:
+    # fp32 on both paths (tf32 off): the device letterbox equals the host's on these frames,
+    # so the boxes agree as the model's own runs do. Batches of 4 over 3 sources end partial,
+    # which with CUDA graphs replays the smaller power-of-two graphs.
+    host_options = BackendOptions(device="cuda", batch=4, settings={**settings, "input": "arrays"})
+    host = detections(demo_model, demo_video, "torch", host_options, 9, sources=3)
+    framed = BackendOptions(device="cuda", batch=4, settings=settings)
+    device = detections(demo_model, demo_video, "torch", framed, 9, sources=3)
+    assert sum(len(d) for d in host.values()) >= 18
+    assert_same_detections(host, device, box_atol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@needs_cuda
+def test_cuda_fp16_frames_path_matches_fp32_by_iou(demo_model: Path, demo_video: Path) -> None:
+    reference = detections(demo_model, demo_video, "torch", BackendOptions(device="cuda"), 8)
+    options = BackendOptions(
+        device="cuda", precision="fp16", batch=8, settings={"cuda_graphs": "true"}
+    )
+    fast = detections(demo_model, demo_video, "torch", options, 8)
+    matched = total = 0
+    for key, want in reference.items():
+        total += len(want)
+        if len(want) and len(fast[key]):
+            matched += int((box_iou(want.xyxy, fast[key].xyxy).max(axis=1) >= 0.9).sum())
+    assert total >= 16
+    assert matched / total >= 0.95
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_cuda_frames_slots_are_pinned_and_two_streams_run(tiny_model: Path) -> None:
+    task = DetectTask(tiny_model, "torch", BackendOptions(device="cuda", batch=2))
+    assert task.layout is InputLayout.FRAMES
+    assert task.backend.concurrency == 2
+    slot = task.new_buffer()
+    task.prepare(np.zeros((48, 64, 3), np.uint8), slot, None)
+    assert slot.tensor.is_pinned()
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_null_frames_on_cuda_does_the_device_work(small_video: Path, tiny_model: Path) -> None:
+    options = BackendOptions(device="cuda", batch=4, settings={"input": "frames"})
+    backend = load_backend("null", tiny_model, options)
+    assert not backend.stand_in
+    assert backend.info.device.startswith("cuda")
+    pipeline = Pipeline([str(small_video)], tiny_model, backend, options, plan=False)
+    try:
+        assert sum(1 for _ in pipeline) == 40
+    finally:
+        pipeline.close()
