@@ -131,6 +131,26 @@ def verdict(
     )
 
 
+def gpu_verdict(figures: dict[str, Any], device: str) -> str:
+    """What the GPU figures (RunSummary.gpu) add when the model ran on a GPU: whether the GPU
+    or the host was the limit, from the GPU's busy share ("" otherwise)."""
+    if not figures or not device.startswith("cuda"):
+        return ""
+    index = device.partition(":")[2] or "0"
+    gpu = figures["gpus"].get(index) or next(iter(figures["gpus"].values()))
+    throttled = [r for r, share in gpu["throttle"].items() if r != "gpu_idle" and share > 0.1]
+    slowed = f", clocks held down ({', '.join(throttled)})" if throttled else ""
+    if figures["limit"] == "gpu":
+        return (
+            f"; the GPU was busy {gpu['busy']:.0%} of the run{slowed}: GPU-bound, so fp16 or a"
+            " larger batch (inference.batch), not the host, would move it"
+        )
+    return (
+        f"; the GPU was busy only {gpu['busy']:.0%} of the run{slowed}: the host is the limit"
+        " (decoding, feeding frames, results), not the GPU"
+    )
+
+
 class _Sampler(threading.Thread):
     """Samples queue depths and per-thread CPU times every `interval` seconds."""
 
@@ -194,6 +214,7 @@ def profile_pipeline(
     held = [sample.get("fused", 0.0) for sample in sampler.queues]
     backlog = sum(held) / len(held) / max(1, pipeline.options.queue_size) if held else 0.0
     bottleneck, text = verdict(stage_ms, busy, summary.fps, concurrency, planned, backlog)
+    text += gpu_verdict(summary.gpu, str(summary.backend.get("device", "")))
     return Profile(
         fps=summary.fps,
         frames=summary.frames_out,

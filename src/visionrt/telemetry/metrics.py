@@ -9,11 +9,12 @@ from __future__ import annotations
 import hmac
 import socket
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from visionrt.errors import ConfigError, SinkError
+from visionrt.telemetry.gpu import open_nvml, prometheus_families, read_gpus
 
 # The live audit's window figures per source, as gauges: key in `figures()` → (name, help).
 FIGURES = {
@@ -242,37 +243,14 @@ class _ScrapeCollector:
 
 
 class _Gpu:
-    """NVIDIA GPU utilisation and memory through nvidia-ml-py, when it and a GPU are there."""
+    """NVIDIA GPU figures through NVML (telemetry.gpu), when it and a GPU are there."""
 
     def __init__(self) -> None:
-        self._handles: Sequence[Any] = ()
-        self._nvml: Any = None
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            count = pynvml.nvmlDeviceGetCount()
-            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-            self._nvml = pynvml
-        except Exception:  # no package, no driver, no GPU: nothing to report
-            self._handles = ()
+        self._nvml = open_nvml()
 
     def collect(self) -> Iterator[Any]:
-        if not self._handles:
-            return
-        from prometheus_client.core import GaugeMetricFamily
-
-        nvml = self._nvml
-        busy = GaugeMetricFamily("visionrt_gpu_utilization_ratio", "GPU busy", labels=["gpu"])
-        used = GaugeMetricFamily("visionrt_gpu_memory_used_bytes", "GPU memory", labels=["gpu"])
-        for index, handle in enumerate(self._handles):
-            try:
-                busy.add_metric([str(index)], nvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100)
-                used.add_metric([str(index)], float(nvml.nvmlDeviceGetMemoryInfo(handle).used))
-            except Exception:  # a GPU that went away mid-run: skip it, keep serving
-                continue
-        yield busy
-        yield used
+        if self._nvml is not None:
+            yield from prometheus_families(read_gpus(self._nvml))
 
 
 def check_host(host: str, token: str, what: str = "--metrics-host") -> None:

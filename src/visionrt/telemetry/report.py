@@ -32,9 +32,21 @@ def summary_table(summary: RunSummary) -> Table:
         f"frames in {summary.frames_in} · out {summary.frames_out} · dropped {dropped}"
         f" ({'all accounted for' if summary.accounted else 'NOT ACCOUNTED'})"
         f" · CPU {summary.cpu_percent:.0f}% · RSS {summary.rss_mb:.0f} MB"
+        + gpu_caption(summary.gpu)
         + (" · interrupted" if summary.interrupted else "")
     )
     return table
+
+
+def gpu_caption(figures: dict[str, Any]) -> str:
+    """' · GPU 0 busy 41% (host-bound), SM 1980 MHz' for each GPU of a run's figures."""
+    if not figures:
+        return ""
+    bound = "GPU-bound" if figures["limit"] == "gpu" else "host-bound"
+    return "".join(
+        f" · GPU {index} busy {gpu['busy']:.0%} ({bound}), SM {gpu['sm_clock_mhz']} MHz"
+        for index, gpu in figures["gpus"].items()
+    )
 
 
 def source_table(summary: RunSummary) -> Table:

@@ -13,6 +13,9 @@ import numpy as np
 import numpy.typing as npt
 import psutil
 
+from visionrt.telemetry import gpu
+from visionrt.telemetry.gpu import GpuMonitor
+
 STAGES = ("decode", "preprocess", "infer", "postprocess", "sink")
 MAX_SAMPLES = 200_000  # per stage; a long live run keeps the most recent ones
 
@@ -99,6 +102,9 @@ class RunSummary:
     service: dict[str, Any] = field(default_factory=dict)
     # `run --ray`: workers, attempts, reassignments, frames per worker and per source.
     cluster: dict[str, Any] = field(default_factory=dict)
+    # NVIDIA GPUs over the run (telemetry.gpu), where NVML sees any: per GPU its busy share,
+    # clocks, memory, power and throttle reasons, and whether the GPU or the host was the limit.
+    gpu: dict[str, Any] = field(default_factory=dict)
     # What the run says about its configuration: the plan it used or set aside and why, the
     # parts of a flag it could not honour with that plan.
     notes: list[str] = field(default_factory=list)
@@ -157,6 +163,7 @@ class Telemetry:
         self._listeners: tuple[Listener, ...] = ()
         self._lock = threading.Lock()
         self._process = psutil.Process()
+        self._gpu: GpuMonitor | None = None
         self.started = 0.0
         self.finished = 0.0
         self._cpu_start = 0.0
@@ -168,9 +175,17 @@ class Telemetry:
     def start(self) -> None:
         self.started = time.perf_counter()
         self._cpu_start = sum(self._process.cpu_times()[:2])
+        nvml = gpu.open_nvml()
+        if nvml is not None:
+            self._gpu = gpu.GpuMonitor(nvml)
+            self._gpu.sample()  # a reading from the start, however short the run
+            self._gpu.start()
 
     def stop(self) -> None:
         self.finished = time.perf_counter()
+        if self._gpu is not None:
+            self._gpu.stop()
+            self._gpu.sample()
 
     def record(self, stage: str, seconds: float) -> None:
         """Add a sample; a stage not in STAGES gets its own series on first use."""
@@ -315,6 +330,7 @@ class Telemetry:
             "queues": {name: _read(gauge) for name, gauge in gauges.items()},
             "cpu_percent": self._process.cpu_percent(),
             "rss_mb": round(memory, 1),
+            **({"gpu": self._gpu.latest()} if self._gpu is not None else {}),
         }
 
     def summary(self) -> RunSummary:
@@ -334,6 +350,7 @@ class Telemetry:
             rss_mb=self._process.memory_info().rss / 2**20,
             events=events,
             analytics=self.analytics(),
+            gpu=self._gpu.summary() if self._gpu is not None else {},
         )
 
 
