@@ -48,12 +48,14 @@ class BatchSearch:
     best: int = 0
     largest_fit: int = 0
     stopped: str = ""  # why the doubling stopped
+    confirmed: str = ""  # the end-to-end comparison with batch 1 (tune_gpu_batch)
 
     def to_json(self) -> dict[str, object]:
         return {
             "best": self.best,
             "largest_fit": self.largest_fit,
             "stopped": self.stopped,
+            "confirmed": self.confirmed,
             "points": [
                 {"batch": p.batch, "fps": round(p.fps, 2), "error": p.error} for p in self.points
             ],

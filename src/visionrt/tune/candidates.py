@@ -100,10 +100,10 @@ def candidates(
 
 
 def gpu_candidates(machine: Machine, sizes: list[tuple[int, int] | None]) -> list[Candidate]:
-    """FP16 on every GPU runtime present (FP32 on ONNX Runtime's CUDA provider), and TensorRT
-    INT8 from a symmetric QDQ export calibrated on the video, each at the model's size and the
-    grid-aligned smaller ones; all at batch 1: the batch is searched for the winner afterwards
-    (`tune.batch`)."""
+    """FP16 on every GPU runtime present (FP32 on ONNX Runtime's CUDA provider; torch also BF16,
+    and FP16 without CUDA graphs), and TensorRT INT8 from a symmetric QDQ export calibrated on
+    the video, each at the model's size and the grid-aligned smaller ones; all at batch 1: the
+    batch is searched for the winner afterwards (`tune.batch`)."""
     found: list[Candidate] = []
     for size in sizes:
         if ("tensorrt", "cuda") in machine.gpu:
@@ -114,9 +114,11 @@ def gpu_candidates(machine: Machine, sizes: list[tuple[int, int] | None]) -> lis
         if ("onnxruntime", "cuda") in machine.gpu:
             found.append(Candidate("onnxruntime", "fp32", size, device="cuda"))
             found.append(Candidate("onnxruntime", "fp16", size, device="cuda", export="onnx-fp16"))
-        if ("torch", "cuda") in machine.gpu:
+        if ("torch", "cuda") in machine.gpu:  # frames prepared and decoded on the device
             graphs = (("cuda_graphs", "true"),)
-            found.append(Candidate("torch", "fp16", size, settings=graphs, device="cuda"))
+            for precision in ("fp16", "bf16"):
+                found.append(Candidate("torch", precision, size, settings=graphs, device="cuda"))
+            found.append(Candidate("torch", "fp16", size, device="cuda"))  # launches eagerly
     return found
 
 
