@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import statistics
-
 import datetime
 import importlib.util
+import statistics
 import threading
 import time
 from collections.abc import Callable
