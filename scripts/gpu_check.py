@@ -129,8 +129,8 @@ def ceiling(batches: list[int]) -> dict[str, Any]:
     return result
 
 
-def run_streams(count: int, frames: int, extra: list[str]) -> dict[str, Any]:
-    out = Path("/tmp/gpu_check_runs") / f"s{count}_{abs(hash(tuple(extra))) % 10**6}"
+def run_streams(count: int, frames: int, extra: list[str], tag: str = "") -> dict[str, Any]:
+    out = Path("/tmp/gpu_check_runs") / f"{tag or 'run'}_s{count}"
     shutil.rmtree(out, ignore_errors=True)
     sources = [f"s{i}={VIDEO}" for i in range(count)]
     command = [*CLI, "run", *sources, "--no-video", "--no-jsonl", "-q", "--json", "--no-plan"]
@@ -138,9 +138,12 @@ def run_streams(count: int, frames: int, extra: list[str]) -> dict[str, Any]:
     started = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True, env=env(), cwd=ROOT)
     if proc.returncode:
-        return {"rc": proc.returncode, "error": proc.stderr.strip().splitlines()[-3:]}
+        return {"rc": proc.returncode, "error": proc.stderr.strip().splitlines()[-6:]}
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     stages = {k: round(v["p50"], 3) for k, v in summary.get("stages", {}).items()}
+    gpu = summary.get("gpu") or {}
+    first = next(iter(gpu.get("gpus", {}).values()), {})
+    backend = summary["backend"]
     return {
         "streams": count,
         "fps": summary["fps"],
@@ -151,9 +154,13 @@ def run_streams(count: int, frames: int, extra: list[str]) -> dict[str, Any]:
         "latency_p99_ms": summary["latency"]["p99"],
         "cpu_percent": summary.get("cpu_percent"),
         "backend": {
-            k: summary["backend"].get(k) for k in ("runtime", "device", "precision", "batch")
+            k: backend.get(k)
+            for k in ("runtime", "device", "precision", "batch", "streams", "cuda_graphs")
         },
-        "gpu": summary.get("gpu"),
+        "gpu_busy": first.get("busy"),
+        "gpu_limit": gpu.get("limit"),
+        "gpu_sm_mhz": first.get("sm_clock_mhz"),
+        "gpu_throttle": first.get("throttle"),
         "wall_s": time.perf_counter() - started,
     }
 
@@ -163,48 +170,104 @@ TORCH = ["--backend", "torch", "--device", "cuda", "--precision", "fp16",
 
 
 def streams(kind: str, counts: list[int]) -> dict[str, Any]:
-    base = TORCH if kind == "torch" else ["--backend", "null"]
+    """`kind`: torch (the frames path), arrays (torch, the host float32 path: the baseline),
+    null-float32 / null-frames (no model: the host's ceiling of each path, frames on CUDA)."""
+    base = {
+        "torch": TORCH,
+        "arrays": [*TORCH, "--set", "inference.settings.input=arrays"],
+        "null-float32": ["--backend", "null"],
+        "null-frames": [
+            "--backend",
+            "null",
+            "--device",
+            "cuda",
+            "--set",
+            "inference.settings.input=frames",
+        ],
+    }[kind]
     result = {}
     for count in counts:
         batch = min(count, 64)
         frames = 300 if count <= 8 else 100
-        result[f"{count}"] = run_streams(count, frames, [*base, "--batch", str(batch)])
+        extra = [*base, "--batch", str(batch), "--set", "source.decode_threads=1"]
+        if count == 1:
+            extra = extra[:-2]  # one stream: FFmpeg's own threads
+        result[f"{count}"] = run_streams(count, frames, extra, kind)
         print(kind, count, json.dumps(result[f"{count}"]), flush=True)
     return result
 
 
 def live() -> dict[str, Any]:
-    return run_streams(1, 120, [*TORCH, "--realtime"])
+    return run_streams(1, 100, [*TORCH, "--realtime"], "live")
 
+
+def tune() -> dict[str, Any]:
+    proc = subprocess.run(
+        [*CLI, "tune", "--budget-minutes", "1", "--json"], capture_output=True, text=True,
+        env=env(), cwd=ROOT,
+    )  # fmt: skip
+    tail = proc.stdout.strip().splitlines()
+    return {"rc": proc.returncode, "stdout": tail[-40:], "stderr": proc.stderr.splitlines()[-8:]}
+
+
+GPU_TESTS = (
+    "-m gpu tests/test_device_path.py tests/test_torch_backend.py tests/test_tune.py"
+    " --timeout 90 -k 'not (variants_match_eager and settings0)"
+    " and not (fp32_by_iou and (settings2 or settings3))'"
+)
 
 STEPS: dict[str, tuple[int, Any]] = {
     "machine": (30, machine),
-    "tests_gpu": (150, lambda: tests("-m gpu")),
-    "tests_cuda": (100, lambda: tests("-k cuda -m 'not gpu'")),
-    "ceiling": (90, lambda: ceiling([1, 8, 32, 64])),
-    "torch_streams": (150, lambda: streams("torch", [1, 8, 32, 64])),
-    "null_streams": (90, lambda: streams("null", [1, 32, 64])),
-    "live": (45, live),
+    "tests_gpu": (110, lambda: tests(GPU_TESTS)),
+    "torch_streams": (140, lambda: streams("torch", [1, 8, 32, 64])),
+    "ceiling": (40, lambda: ceiling([1, 8, 32, 64])),
+    "null_streams": (70, lambda: {k: streams(k, [1, 32]) for k in ("null-float32", "null-frames")}),
+    "arrays_streams": (40, lambda: streams("arrays", [32])),
+    "live": (30, live),
+    "tune": (90, tune),
 }
+
+
+def efficiency(results: dict[str, Any]) -> list[str]:
+    """End-to-end FPS over the raw model-only FPS at the same batch."""
+    ceiling, runs = results.get("ceiling") or {}, results.get("torch_streams") or {}
+    lines = []
+    for count, run in runs.items():
+        model = ceiling.get(f"b{min(int(count), 64)}") if isinstance(ceiling, dict) else None
+        if isinstance(run, dict) and "fps" in run and model:
+            lines.append(
+                f"| efficiency {count} streams | {run['fps']:.0f} / {model['fps']:.0f} ="
+                f" {run['fps'] / model['fps']:.2f} |"
+            )
+    return lines
 
 
 def table(results: dict[str, Any]) -> str:
     lines = ["| what | figure |", "|---|---|"]
+
+    def run_line(name: str, n: str, r: Any) -> str:
+        if not isinstance(r, dict) or "fps" not in r:
+            return f"| {name} {n} | failed: {r} |"
+        st = r["stage_p50_ms"]
+        return (
+            f"| {name} {n} | {r['fps']:.0f} FPS, infer p50 {st.get('infer', 0):.1f} ms,"
+            f" pre {st.get('preprocess', 0):.2f}, post {st.get('postprocess', 0):.2f},"
+            f" cpu {r['cpu_percent']:.0f}%, gpu busy {r.get('gpu_busy')} ({r.get('gpu_limit')}),"
+            f" p50 {r['latency_p50_ms']:.1f} ms |"
+        )
+
     for name, value in results.items():
-        if name == "ceiling" and isinstance(value, dict):
+        if name == "ceiling" and isinstance(value, dict) and "error" not in value:
             for b, r in value.items():
                 lines.append(f"| model-only {b} | {r['ms']:.2f} ms, {r['fps']:.0f} FPS |")
-        elif name.endswith("_streams") and isinstance(value, dict):
-            for n, r in value.items():
-                if "fps" in r:
-                    st = r["stage_p50_ms"]
-                    lines.append(
-                        f"| {name} {n} | {r['fps']:.0f} FPS, infer p50 {st.get('infer', 0):.1f} ms,"
-                        f" pre {st.get('preprocess', 0):.2f}, post {st.get('postprocess', 0):.2f},"
-                        f" cpu {r['cpu_percent']:.0f}% |"
-                    )
+        elif name == "null_streams" and isinstance(value, dict) and "error" not in value:
+            for kind, runs in value.items():
+                if isinstance(runs, dict) and "streams" not in runs:
+                    lines += [run_line(kind, n, r) for n, r in runs.items()]
                 else:
-                    lines.append(f"| {name} {n} | failed: {r} |")
+                    lines.append(run_line("null", kind, runs))
+        elif name.endswith("_streams") and isinstance(value, dict) and "error" not in value:
+            lines += [run_line(name, n, r) for n, r in value.items()]
         elif name == "live" and isinstance(value, dict) and "fps" in value:
             lines.append(
                 f"| live 1 stream | p50 {value['latency_p50_ms']:.2f} ms, p99"
@@ -212,9 +275,11 @@ def table(results: dict[str, Any]) -> str:
             )
         elif name.startswith("tests") and isinstance(value, dict):
             lines.append(f"| {name} | {value.get('summary', value)} |")
+        elif name == "tune" and isinstance(value, dict):
+            lines.append(f"| tune | rc {value.get('rc')} {value.get('stdout', [''])[-3:]} |")
         else:
             lines.append(f"| {name} | {json.dumps(value)[:300]} |")
-    return "\n".join(lines)
+    return "\n".join(lines + efficiency(results))
 
 
 def main() -> None:

@@ -40,6 +40,16 @@ def detections(model: Path, video: Path, backend: str, options: BackendOptions, 
         pipeline.close()
 
 
+def matched_share(expected: dict, got: dict, iou: float) -> tuple[int, float]:
+    """(boxes in `expected`, share of them with a box in `got` at IoU >= `iou`)."""
+    matched = total = 0
+    for key, want in expected.items():
+        total += len(want)
+        if len(want) and len(got[key]):
+            matched += int((box_iou(want.xyxy, got[key].xyxy).max(axis=1) >= iou).sum())
+    return total, matched / max(1, total)
+
+
 def assert_same_detections(expected: dict, got: dict, box_atol: float = 1e-3) -> None:
     assert got.keys() == expected.keys()
     for key, want in expected.items():
@@ -224,14 +234,17 @@ def test_cuda_frames_path_matches_the_cuda_host_path(
     demo_model: Path, demo_video: Path, settings: dict[str, str]
 ) -> None:
     # fp32 on both paths (tf32 off): the device letterbox equals the host's on these frames,
-    # so the boxes agree as the model's own runs do. Batches of 4 over 3 sources end partial,
-    # which with CUDA graphs replays the smaller power-of-two graphs.
+    # so the boxes agree as the model's own runs do (cuDNN may pick other kernels for other
+    # batch sizes: by IoU, not bit for bit). Batches of 4 over 3 sources end partial, which
+    # with CUDA graphs replays the smaller power-of-two graphs.
     host_options = BackendOptions(device="cuda", batch=4, settings={**settings, "input": "arrays"})
     host = detections(demo_model, demo_video, "torch", host_options, 9, sources=3)
     framed = BackendOptions(device="cuda", batch=4, settings=settings)
     device = detections(demo_model, demo_video, "torch", framed, 9, sources=3)
-    assert sum(len(d) for d in host.values()) >= 18
-    assert_same_detections(host, device, box_atol=2e-2)
+    total, share = matched_share(host, device, iou=0.98)
+    assert total >= 18
+    assert share >= 0.97
+    assert matched_share(device, host, iou=0.98)[1] >= 0.97  # and nothing extra
 
 
 @pytest.mark.gpu
@@ -243,13 +256,9 @@ def test_cuda_fp16_frames_path_matches_fp32_by_iou(demo_model: Path, demo_video:
         device="cuda", precision="fp16", batch=8, settings={"cuda_graphs": "true"}
     )
     fast = detections(demo_model, demo_video, "torch", options, 8)
-    matched = total = 0
-    for key, want in reference.items():
-        total += len(want)
-        if len(want) and len(fast[key]):
-            matched += int((box_iou(want.xyxy, fast[key].xyxy).max(axis=1) >= 0.9).sum())
+    total, share = matched_share(reference, fast, iou=0.9)
     assert total >= 16
-    assert matched / total >= 0.95
+    assert share >= 0.95
 
 
 @pytest.mark.gpu
