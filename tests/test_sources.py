@@ -528,4 +528,18 @@ def test_auto_workers_put_each_of_several_cameras_in_a_process() -> None:
         "thread",
     ]
     forced = worker_options(specs, SourceOptions(workers="thread"))
+    assert all(o.decode_threads >= 1 for o in forced)  # several sources share the cores
     assert {o.workers for o in forced} == {"thread"}
+
+
+def test_several_sources_share_the_cores_for_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    from visionrt.sources import registry
+
+    monkeypatch.setattr(registry, "usable_cores", lambda: 16)
+    threads = [o.decode_threads for o in registry.worker_options(["a.mp4"] * 4, SourceOptions())]
+    assert threads == [4, 4, 4, 4]
+    many = registry.worker_options(["a.mp4"] * 64, SourceOptions())
+    assert {o.decode_threads for o in many} == {1}
+    assert registry.worker_options(["a.mp4"], SourceOptions())[0].decode_threads == 0  # FFmpeg's
+    given = registry.worker_options(["a.mp4"] * 4, SourceOptions(decode_threads=3))
+    assert {o.decode_threads for o in given} == {3}

@@ -3,6 +3,7 @@ worker process of its own; unique names for several."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -22,9 +23,18 @@ __all__ = [
 ]
 
 
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def worker_options(specs: list[str], options: SourceOptions) -> list[SourceOptions]:
     """Each source's options with `workers` "auto" settled: process for the cameras and streams
-    when two or more are opened together, thread for the rest."""
+    when two or more are opened together, thread for the rest. Several sources share the cores
+    for decoding: `decode_threads` 0 (FFmpeg's own choice, a thread per core for each) becomes
+    cores // sources each, at least 1, so 64 streams on 16 cores run 64 decoder threads rather
+    than over a thousand."""
+    if options.decode_threads == 0 and len(specs) > 1:
+        options = replace(options, decode_threads=max(1, usable_cores() // len(specs)))
     if options.workers != "auto":
         return [options] * len(specs)
     live = [source_kind(spec) in LIVE_KINDS for spec in specs]

@@ -200,15 +200,20 @@ def prometheus_families(readings: list[GpuReading]) -> Iterator[Any]:
     from prometheus_client.core import GaugeMetricFamily
 
     def gauge(name: str, text: str, labels: tuple[str, ...] = ("gpu",)) -> Any:
-        return GaugeMetricFamily(f"visionrt_gpu_{name}", text, labels=list(labels))
+        return GaugeMetricFamily(name, text, labels=list(labels))
 
-    busy = gauge("utilization_ratio", "GPU busy: share of NVML's sample period with a kernel")
-    used = gauge("memory_used_bytes", "GPU memory used")
-    sm = gauge("sm_clock_hertz", "GPU SM clock")
-    sm_max = gauge("sm_clock_max_hertz", "GPU SM clock, its maximum")
-    power = gauge("power_watts", "GPU power draw")
-    throttle = gauge("throttle", "GPU clock reduced for this reason (1) or not (0)",
-                     ("gpu", "reason"))  # fmt: skip
+    busy = gauge(
+        "visionrt_gpu_utilization_ratio", "GPU busy: share of NVML's sample period with a kernel"
+    )
+    used = gauge("visionrt_gpu_memory_used_bytes", "GPU memory used")
+    sm = gauge("visionrt_gpu_sm_clock_hertz", "GPU SM clock")
+    sm_max = gauge("visionrt_gpu_sm_clock_max_hertz", "GPU SM clock, its maximum")
+    power = gauge("visionrt_gpu_power_watts", "GPU power draw")
+    throttle = gauge(
+        "visionrt_gpu_throttle",
+        "GPU clock reduced for this reason (1) or not (0)",
+        ("gpu", "reason"),
+    )
     for reading in readings:
         label = [str(reading.index)]
         busy.add_metric(label, reading.busy)
