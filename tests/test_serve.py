@@ -80,7 +80,8 @@ def call(
 
 class Served:
     """A service over `sources` (NAME=PATH) run in this process with the tiny detector, its API
-    on a free local port (`url`), files written to `out`, video files opened from `media`."""
+    on a free local port (`url`), files written to `out` (`video`: an MP4 per camera too), video
+    files opened from `media`."""
 
     def __init__(
         self,
@@ -92,6 +93,7 @@ class Served:
         transports: Sequence[EventTransport] = (),
         loop: bool = True,
         track: bool = False,
+        video: bool = False,
     ) -> None:
         self.out, self.media, self.token = folder / "out", folder / "media", token
         self.out.mkdir(exist_ok=True)
@@ -107,7 +109,7 @@ class Served:
         )
         self.publisher = EventPublisher(transports)
         self.preview = PreviewHub(rate=10)
-        sinks = ServiceSinks(self.out, jsonl=True, coco=True, csv=True)
+        sinks = ServiceSinks(self.out, jsonl=True, coco=True, csv=True, video=video)
         self.service = Service(
             self.pipeline, sinks, self.preview, self.publisher, files=[str(self.media)]
         )
@@ -645,9 +647,8 @@ def test_a_removed_cameras_own_files_are_finalized_while_the_service_runs(
 ) -> None:
     """A service that runs for weeks keeps no file open per camera it ever had: once a removed
     camera's reader has ended (and RETIRE_AFTER has passed), its COCO and CSV files get their
-    final names at the next frame written; later frames of it go to the JSONL only."""
-    import time
-
+    final names at the next settle (the service's watcher calls it); later frames of it go to
+    the JSONL only."""
     from test_preview import make_result
 
     from visionrt.serve import outputs
@@ -663,9 +664,9 @@ def test_a_removed_cameras_own_files_are_finalized_while_the_service_runs(
     reader.start()
     reader.join()
     sinks.retire_source(1, reader)
-    sinks.write(_with_source(make_result("a", 3), 0))  # sees b's reader ended
-    time.sleep(0.01)
-    sinks.write(_with_source(make_result("a", 4), 0))  # and closes b's files
+    sinks.write(_with_source(make_result("a", 3), 0))
+    assert {p.name for p in sinks.settle()} == {"b.csv", "b.coco.json"}  # b's reader ended
+    sinks.write(_with_source(make_result("a", 4), 0))
     assert (tmp_path / "b.csv").is_file()
     assert (tmp_path / "b.coco.json").is_file()
     assert not partial_path(tmp_path / "b.csv").exists()

@@ -1,9 +1,10 @@
-"""Issue #32: a service's cameras over their whole life. A camera removed or ended leaves no
-thread behind."""
+"""Issue #32: a service's cameras over their whole life. A camera removed or ended has its files
+finalized while the service runs, whatever else runs, and leaves no thread behind."""
 
 from __future__ import annotations
 
 import gc
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,59 @@ from typing import Any
 import pytest
 import test_serve
 from services import wait_until
-from test_serve import WAIT
+from test_serve import WAIT, Served
+
+from visionrt.sinks.base import partial_path
 
 media, serving = test_serve.media, test_serve.serving  # the fixtures, found by name
+
+
+@pytest.fixture
+def no_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A retired camera's files are finalized at the watcher's next look (not 5 s later)."""
+    from visionrt.serve import outputs
+
+    monkeypatch.setattr(outputs, "RETIRE_AFTER", 0.0)
+
+
+def finalized(served: Served, name: str, suffixes: tuple[str, ...]) -> bool:
+    """Each of camera `name`'s files has its final name and no `.partial` is left of it."""
+    paths = [served.out / f"{name}{suffix}" for suffix in suffixes]
+    return all(p.is_file() and not partial_path(p).exists() for p in paths)
+
+
+def test_removing_the_only_camera_finalizes_its_files(serving: Any, no_grace: None) -> None:
+    """Before: its files stayed `.partial` (the MP4 unreadable) until another camera wrote."""
+    import av
+
+    served = serving(video=True)
+    wait_until(lambda: served.frames_out("a") > 3, WAIT, "a's frames")
+    assert served.delete("/sources/a").status == 200
+    suffixes = (".mp4", ".csv", ".coco.json")
+    wait_until(lambda: finalized(served, "a", suffixes), WAIT, "a's files finalized")
+    assert served.service.cameras == {}, "no camera is left to write"
+    assert isinstance(json.loads((served.out / "a.coco.json").read_text()), list)
+    with av.open(str(served.out / "a.mp4")) as video:
+        assert sum(1 for _ in video.decode(video=0)) > 0
+    summary = served.stop()
+    frames_out = next(s for s in summary.sources if s["name"] == "a")["frames_out"]
+    assert len((served.out / "a.csv").read_text().splitlines()) >= 1
+    assert frames_out == sum(line["source"] == "a" for line in served.jsonl())
+
+
+def test_a_camera_that_ended_has_its_files_finalized_while_the_service_runs(
+    serving: Any, media: Path, no_grace: None
+) -> None:
+    """Before: a camera that ended (a file's end, or a stream after its reconnects) kept its
+    files `.partial` until the service stopped."""
+    served = serving(loop=False)
+    body = {"name": "b", "uri": str(media / "b.mp4")}
+    assert served.post("/sources", body).status == 201
+    wait_until(lambda: served.row("a").get("state") == "ended", WAIT, "a ended")
+    wait_until(lambda: finalized(served, "a", (".csv", ".coco.json")), WAIT, "a's files")
+    assert served.row("a")["state"] == "ended", "an ended camera is still listed"
+    assert served._thread.is_alive(), "the service runs on"
+    assert len(json.loads((served.out / "a.coco.json").read_text())) > 0
 
 
 @pytest.mark.parametrize("removed", [True, False], ids=["removed", "ended"])

@@ -116,15 +116,19 @@ class Service:
         with self._lock:
             camera = self.cameras.pop(name)
         self.pipeline.remove_source(name)
-        graph = self.pipeline.graph
-        if graph is not None:  # its own files close once its last frames are written
-            self.sinks.retire_source(camera.source_id, graph.readers[camera.source_id])
+        self._retire(camera)
         camera.state = "removed"
         self.preview.remove(name)
         self._publish(name, "removed", {})
         if self.on_change is not None:
             self.on_change()
         return camera
+
+    def _retire(self, camera: Camera) -> None:
+        """The camera's own files close once its last frames are written."""
+        graph = self.pipeline.graph
+        if graph is not None:
+            self.sinks.retire_source(camera.source_id, graph.readers[camera.source_id])
 
     def restart(self, name: str, wait: float = 10.0) -> Camera:
         """Remove the camera and add it again from its URI (a stream that went bad)."""
@@ -204,7 +208,8 @@ class Service:
     def _watch(self, period: float = 1.0) -> None:
         """Each camera's FPS and state, once a `period`: down when no frame came for
         `down_after` seconds, up again when frames come; ended or failed when its reader ended
-        on its own."""
+        on its own. The files of cameras removed or ended are finalized here, whether or not
+        another camera's frames come."""
         last = time.monotonic()
         while not self._stopped.wait(period):
             now = time.monotonic()
@@ -213,6 +218,7 @@ class Service:
                 cameras = list(self.cameras.values())
             for camera in cameras:
                 self._look(camera, counts.get(camera.name, {}).get("frames_out", 0), now - last)
+            self.sinks.settle()
             last = now
 
     def _look(self, camera: Camera, frames_out: int, seconds: float) -> None:
@@ -233,6 +239,7 @@ class Service:
             ended = self.pipeline.sources[camera.source_id].stats.ended_early
             camera.error = failure or ended or ""
             camera.state = "failed" if failure else "ended"
+            self._retire(camera)
             self._publish(camera.name, "ended", {"error": camera.error} if camera.error else {})
         elif camera.state == "running" and now - camera.seen_at > self.down_after:
             camera.state = "down"
