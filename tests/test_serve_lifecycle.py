@@ -1,5 +1,6 @@
 """Issue #32: a service's cameras over their whole life. A camera removed or ended has its files
-finalized while the service runs, whatever else runs, and leaves no thread behind."""
+finalized while the service runs, whatever else runs; it leaves no thread behind; its events
+say what it was; and its name can be used again once it ended."""
 
 from __future__ import annotations
 
@@ -101,3 +102,37 @@ def test_file_sources_leave_no_thread_behind(serving: Any, media: Path, removed:
     # The API's thread pool may grow by a thread or two (and drops idle ones).
     assert threading.active_count() <= python_threads + 2, threading.enumerate()
     assert native() <= native_threads + 1, f"{native_threads} threads before"
+
+
+def test_a_removed_cameras_event_says_what_it_was(serving: Any, media: Path) -> None:
+    """Before: `source removed` events had an empty detail (docs/events.md: uri, tasks)."""
+    served = serving()
+    uri = str(media / "b.mp4")
+    assert served.post("/sources", {"name": "b", "uri": uri}).status == 201
+    assert served.delete("/sources/b").status == 200
+    events = [e for e in served.get("/events").json() if e["source"] == "b"]
+    assert [(e["action"], e["detail"]) for e in events] == [
+        ("added", {"uri": uri, "tasks": ["detect"]}),
+        ("removed", {"uri": uri, "tasks": ["detect"]}),
+    ]
+
+
+def test_an_ended_cameras_name_can_be_used_again(serving: Any, media: Path) -> None:
+    """Before: adding a camera under the name of one that had ended answered 409 "is running"."""
+    served = serving(loop=False)
+    graph = served.pipeline.graph
+    assert graph is not None
+    first = served.service.cameras["a"].source_id
+    graph.readers[first].join(WAIT)  # a's file is over
+    body = {"name": "a", "uri": str(served.media / "b.mp4")}
+    reply = served.post("/sources", body)
+    assert reply.status == 201, reply
+    second = served.service.cameras["a"].source_id
+    assert second != first
+    wait_until(lambda: served.lines_of(second) > 0, WAIT, "the new a's frames")
+    assert served.post("/sources", body).status == 409, "a running camera's name stays taken"
+    assert [r["name"] for r in served.get("/sources").json()] == ["a"]
+    summary = served.stop()
+    assert (served.out / "a.csv").is_file()
+    assert (served.out / "a-2.csv").is_file(), "the new camera's files do not overwrite"
+    assert next(s for s in summary.sources if s["name"] == "a")["instances"] == 2

@@ -89,8 +89,8 @@ class Service:
         tasks: Sequence[str] = ("detect",),
         analytics: Mapping[str, Any] | None = None,
     ) -> Camera:
-        """Open and start a camera; ConfigError (a bad request) or SourceError (it cannot be
-        opened) change nothing."""
+        """Open and start a camera (in place of one of that name that ended); ConfigError (a
+        bad request, a name that runs) or SourceError (it cannot be opened) change nothing."""
         check_name(name)
         tasks = check_tasks(tasks)
         check_uri(uri, self.files)
@@ -105,7 +105,10 @@ class Service:
         # Counts are kept by name: a camera added again under it starts from where they are.
         camera.seen_out = self.telemetry.per_source().get(name, {}).get("frames_out", 0)
         with self._lock:
+            ended = self.cameras.get(name)
             self.cameras[name] = camera
+        if ended is not None:  # replaced: its files are finalized as a removed camera's
+            self._retire(ended)
         self._publish(name, "added", {"uri": uri, "tasks": list(tasks)})
         if self.on_change is not None:
             self.on_change()
@@ -119,7 +122,7 @@ class Service:
         self._retire(camera)
         camera.state = "removed"
         self.preview.remove(name)
-        self._publish(name, "removed", {})
+        self._publish(name, "removed", {"uri": camera.uri, "tasks": list(camera.tasks)})
         if self.on_change is not None:
             self.on_change()
         return camera
