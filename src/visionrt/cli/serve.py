@@ -154,7 +154,7 @@ def _serve(cfg: RunConfig, plan_note: str, console: Console) -> None:
     summary = None
     try:
         describe_run(pipeline, cfg.model, console)
-        app = make_app(service, cfg.serve.token, metrics)
+        app = make_app(service, cfg.serve.token, metrics, cfg.serve.host)
         http = HttpServer(app, cfg.serve.host, cfg.serve.port).start()
         if cfg.output.telemetry:
             writer = TelemetryWriter(telemetry, cfg.output.telemetry, on_error=pipeline.fail)

@@ -1,10 +1,9 @@
 """The service's HTTP API and live view (Starlette): list, add, remove and restart cameras, their
-previews, the last events and the Prometheus metrics, every route behind the token when one is
-set; served by uvicorn on a socket bound before the service starts."""
+previews, the last events and the Prometheus metrics, behind the guard (serve.guard); served by
+uvicorn on a socket bound before the service starts."""
 
 from __future__ import annotations
 
-import hmac
 import json
 import socket
 import threading
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from visionrt.errors import ConfigError, SinkError, SourceError, VisionRTError
 from visionrt.pipeline.roster import NameInUse
+from visionrt.serve.guard import LOCAL_NAMES, Guard
 from visionrt.serve.preview import BOUNDARY, mjpeg_chunks
 from visionrt.serve.service import Camera, Service, check_name
 
@@ -20,36 +20,45 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 MAX_BODY = 64 * 1024  # a source request is a few hundred bytes; zones a few kB
-LOCAL = ("127.0.0.1", "localhost", "::1")
 
 
-def make_app(service: Service, token: str = "", metrics: Any = None) -> Starlette:
-    """The routes over `service`; `token` (when set) is asked of every request as
-    `Authorization: Bearer TOKEN` or `?token=TOKEN` (the page's images cannot send headers);
-    `metrics` a MetricsServer whose registry `/metrics` exposes."""
+def make_app(
+    service: Service, token: str = "", metrics: Any = None, host: str = "127.0.0.1"
+) -> Starlette:
+    """The routes over `service`, served on `host` (the address bound) behind the guard
+    (serve.guard: this service's Host and Origin only; `token`, when set, asked of every
+    request); `metrics` a MetricsServer whose registry `/metrics` exposes."""
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
-    from starlette.middleware.base import BaseHTTPMiddleware
     from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
     page = resources.files("visionrt.serve").joinpath("static/index.html").read_text("utf-8")
 
-    class TokenMiddleware(BaseHTTPMiddleware):
-        async def dispatch(self, request: Request, call_next: Any) -> Response:
-            if token and not _authorized(request, token):
-                return JSONResponse(
-                    {"error": "token required: Authorization: Bearer TOKEN or ?token=TOKEN"},
-                    status_code=401,
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-            response: Response = await call_next(request)
-            return response
+    def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
 
-    def error(status: int, message: str) -> JSONResponse:
-        return JSONResponse({"error": message}, status_code=status)
+    class GuardMiddleware:
+        def __init__(self, app: ASGIApp) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http":
+                from starlette.requests import Request
+
+                request = Request(scope)
+                port = int((scope.get("server") or ("", 0))[1] or 0)
+                refusal = Guard(host, port, token).refuse(
+                    request.method, request.url.path, request.headers, request.query_params
+                )
+                if refusal is not None:
+                    bearer = {"WWW-Authenticate": "Bearer"} if refusal.status == 401 else None
+                    await error(refusal.status, refusal.message, bearer)(scope, receive, send)
+                    return
+            await self.app(scope, receive, send)
 
     async def index(request: Request) -> Response:
         return HTMLResponse(page, headers={"Cache-Control": "no-store"})
@@ -172,7 +181,7 @@ def make_app(service: Service, token: str = "", metrics: Any = None) -> Starlett
         Route("/events", events),
         Route("/metrics", prometheus),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(TokenMiddleware)])
+    return Starlette(routes=routes, middleware=[Middleware(GuardMiddleware)])
 
 
 class _Setter:
@@ -184,13 +193,6 @@ class _Setter:
 
     async def __call__(self) -> None:
         self.event.set()
-
-
-def _authorized(request: Request, token: str) -> bool:
-    header = request.headers.get("authorization", "")
-    given = header[7:] if header.lower().startswith("bearer ") else ""
-    given = given or request.query_params.get("token", "")
-    return hmac.compare_digest(given.encode(), token.encode())
 
 
 def _camera(camera: Camera) -> dict[str, Any]:
@@ -205,7 +207,7 @@ def _camera(camera: Camera) -> dict[str, Any]:
 
 def check_bind(host: str, token: str) -> None:
     """Beyond this machine only with a token."""
-    if host not in LOCAL and not token:
+    if host not in LOCAL_NAMES and not token:
         raise ConfigError(
             f"serve.host {host}: listening beyond this machine needs a token"
             " (--token or VISIONRT_TOKEN)"
