@@ -1,19 +1,49 @@
 """Issue #32: what the service's HTTP API admits, against a real server on 127.0.0.1. Requests of
-another site (DNS rebinding, a cross-site form) and writes that are not JSON are refused."""
+another site (DNS rebinding, a cross-site form) and writes that are not JSON are refused; a body
+nested past its bound is a 400, a client gone mid-body one line in the log."""
 
 from __future__ import annotations
 
 import http.client
+import logging
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import test_serve
+from services import wait_until
 from test_serve import WAIT, Reply, Served, call
 
-from visionrt.serve.guard import Guard
+from visionrt.serve.guard import MAX_DEPTH, Guard, json_depth
 
 media, serving = test_serve.media, test_serve.serving  # the fixtures, found by name
+
+
+class Records(logging.Handler):
+    """Log records of the service's loggers (uvicorn's own does not reach the root logger)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def tracebacks(self) -> list[str]:
+        return [r.getMessage() for r in self.records if r.exc_info]
+
+
+@pytest.fixture
+def logged() -> Iterator[Records]:
+    records = Records()
+    loggers = [logging.getLogger(name) for name in ("uvicorn.error", "visionrt")]
+    for logger in loggers:
+        logger.addHandler(records)
+    yield records
+    for logger in loggers:
+        logger.removeHandler(records)
 
 
 def names(served: Served) -> list[str]:
@@ -123,6 +153,63 @@ def test_the_guard_reads_host_headers() -> None:
     assert wildcard.refuse("GET", "/", {"host": "cam-box.lan:8080"}, {"token": "s3cret"}) is None
     refusal = wildcard.refuse("GET", "/sources", {"host": "cam-box.lan"}, {"token": "s3cret"})
     assert getattr(refusal, "status", None) == 401, "?token= is for the page only"
+
+
+# -- 11. bodies: nesting, a client that goes away --------------------------------------------
+def test_deeply_nested_json_is_a_400(serving: Any, media: Path, logged: Records) -> None:
+    """Before: 5,000 nested `[` in zones crashed the handler (500 plain text, RecursionError)."""
+    served = serving(track=True)
+    nested = b"[" * 5000 + b"]" * 5000
+    body = b'{"name": "c", "uri": "%s", "zones": {"z": %s}}' % (
+        str(media / "b.mp4").encode(),
+        nested,
+    )
+    reply = served.post("/sources", body)
+    assert reply.status == 400, reply
+    assert f"nested over {MAX_DEPTH} levels" in reply.json()["error"]
+    assert names(served) == ["a"]
+    assert logged.tracebacks() == []
+
+
+def test_json_depth_counts_brackets_outside_strings() -> None:
+    assert json_depth(b'{"a": [[1, 2], [3]]}') == 3
+    assert json_depth(b'{"a": "[[[[\\"[[["}') == 1
+    assert json_depth(b"[]" * 1000) == 1
+    assert json_depth(b"[" * 10_000, limit=400) == 401  # the count stops past the bound
+
+
+def test_a_client_gone_mid_body_is_one_line(serving: Any, logged: Records) -> None:
+    """Before: a ClientDisconnect traceback in the log."""
+    served = serving()
+    port = served.http.port
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as client:
+        client.sendall(
+            b"POST /sources HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+            b'{"name": "c", ' % port
+        )
+    wait_until(
+        lambda: any("went away" in r.getMessage() for r in logged.records) or logged.tracebacks(),
+        WAIT,
+        "the disconnect logged",
+    )
+    assert logged.tracebacks() == []
+    lines = [r.getMessage() for r in logged.records]
+    assert len(lines) == 1, lines
+    assert "\n" not in lines[0]
+    assert names(served) == ["a"]
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_read(serving: Any) -> None:
+    served = serving()
+    port = served.http.port
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as client:
+        client.sendall(
+            b"POST /sources HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 1000000000\r\n\r\n{" % port
+        )
+        head = client.recv(4096)  # answered with no more of the gigabyte sent
+    assert head.startswith(b"HTTP/1.1 413"), head[:200]
 
 
 def send(

@@ -5,6 +5,7 @@ uvicorn on a socket bound before the service starts."""
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 from importlib import resources
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from visionrt.errors import ConfigError, SinkError, SourceError, VisionRTError
 from visionrt.pipeline.roster import NameInUse
-from visionrt.serve.guard import LOCAL_NAMES, Guard
+from visionrt.serve.guard import LOCAL_NAMES, MAX_BODY, MAX_DEPTH, Guard, json_depth
 from visionrt.serve.preview import BOUNDARY, mjpeg_chunks
 from visionrt.serve.service import Camera, Service, check_name
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from starlette.responses import Response
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-MAX_BODY = 64 * 1024  # a source request is a few hundred bytes; zones a few kB
+log = logging.getLogger("visionrt")
 
 
 def make_app(
@@ -33,6 +34,7 @@ def make_app(
     request); `metrics` a MetricsServer whose registry `/metrics` exposes."""
     from starlette.applications import Starlette
     from starlette.middleware import Middleware
+    from starlette.requests import ClientDisconnect
     from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
@@ -70,9 +72,15 @@ def make_app(
         return JSONResponse(service.describe())
 
     async def add_source(request: Request) -> Response:
-        body = await request.body()
-        if len(body) > MAX_BODY:
+        try:
+            body = await _body(request)
+        except ClientDisconnect:  # one line: nothing failed here
+            log.warning("serve: POST /sources: the client went away before its body was sent")
+            return Response(status_code=400)  # (nobody reads it)
+        if body is None:
             return error(413, f"request body over {MAX_BODY} bytes")
+        if json_depth(body) > MAX_DEPTH:
+            return error(400, f"body: JSON nested over {MAX_DEPTH} levels deep")
         try:
             request_json = json.loads(body or b"null")
         except (ValueError, UnicodeDecodeError) as err:
@@ -182,6 +190,21 @@ def make_app(
         Route("/metrics", prometheus),
     ]
     return Starlette(routes=routes, middleware=[Middleware(GuardMiddleware)])
+
+
+async def _body(request: Request) -> bytes | None:
+    """The request's body; None past MAX_BODY bytes, told by its length or as it comes (never
+    read whole into memory first). ClientDisconnect when the client goes away mid-way."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 class _Setter:

@@ -1,7 +1,7 @@
 """What the service's HTTP API admits: requests for this service alone (its Host, and an Origin of
 its own: DNS rebinding and cross-site requests are refused), the token and where it may travel,
-and a write's content type. Plain functions over the request's method, path, headers and query,
-so each rule is tested without a server."""
+a write's content type, and a body's size and nesting. Plain functions over the request's
+method, path, headers and query, so each rule is tested without a server."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+MAX_BODY = 64 * 1024  # a source request is a few hundred bytes; zones a few kB
+MAX_DEPTH = 400  # JSON nesting: a zone is 3 deep; Python's parser recurses (RecursionError)
 LOCAL_NAMES = ("127.0.0.1", "localhost", "::1")
 WILDCARDS = ("0.0.0.0", "::", "")
 JSON = "application/json"
@@ -101,3 +103,29 @@ def _json_or_none(method: str, headers: Mapping[str, str]) -> bool:
     if kind is None:
         return method == "DELETE"
     return kind.split(";")[0].strip().lower() == JSON
+
+
+def json_depth(body: bytes, limit: int = MAX_DEPTH) -> int:
+    """How deep `body`'s arrays and objects nest (brackets inside strings not counted); the
+    count stops once past `limit`."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # "
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    break
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return deepest
