@@ -1,6 +1,7 @@
 """Issue #32: what the service's HTTP API admits, against a real server on 127.0.0.1. Requests of
 another site (DNS rebinding, a cross-site form) and writes that are not JSON are refused; a body
-nested past its bound is a 400, a client gone mid-body one line in the log."""
+nested past its bound is a 400, a client gone mid-body one line in the log; every error, an
+unknown route or method included, is JSON."""
 
 from __future__ import annotations
 
@@ -210,6 +211,31 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(serving: Any) -> Non
         )
         head = client.recv(4096)  # answered with no more of the gigabyte sent
     assert head.startswith(b"HTTP/1.1 413"), head[:200]
+
+
+# -- 16. every error is JSON -----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("method", "path", "status", "message"),
+    [
+        ("GET", "/nope", 404, "no route /nope"),
+        ("GET", "/sources/a/nope", 404, "no route /sources/a/nope"),
+        ("DELETE", "/sources", 405, "DELETE /sources: expected GET, HEAD, POST"),
+        ("POST", "/events", 405, "POST /events: expected GET, HEAD"),
+        ("POST", "/", 405, "POST /: expected GET, HEAD"),
+        ("GET", "/sources/nobody/preview.jpg", 404, "no source named 'nobody'"),
+        ("GET", "/sources/nobody/preview.mjpg", 404, "no source named 'nobody'"),
+    ],
+)
+def test_every_error_is_json(
+    serving: Any, method: str, path: str, status: int, message: str
+) -> None:
+    """Before: unknown routes and methods answered plain text, and an unknown camera's preview
+    'no preview yet'."""
+    served = serving()
+    reply = call(served.url + path, method, b"{}" if method == "POST" else None)
+    assert reply.status == status, reply
+    assert reply.headers["content-type"] == "application/json"
+    assert message in reply.json()["error"]
 
 
 def send(

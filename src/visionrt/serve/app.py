@@ -31,8 +31,10 @@ def make_app(
 ) -> Starlette:
     """The routes over `service`, served on `host` (the address bound) behind the guard
     (serve.guard: this service's Host and Origin only; `token`, when set, asked of every
-    request); `metrics` a MetricsServer whose registry `/metrics` exposes."""
+    request); `metrics` a MetricsServer whose registry `/metrics` exposes. Every error, an
+    unknown route and a wrong method included, is `{"error": "one line"}`."""
     from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
     from starlette.middleware import Middleware
     from starlette.requests import ClientDisconnect
     from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
@@ -62,13 +64,29 @@ def make_app(
                     return
             await self.app(scope, receive, send)
 
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        path = request.url.path
+        allowed = ", ".join(sorted((exc.headers or {}).get("Allow", "").split(", ")))
+        message = {
+            404: f"no route {path} (docs/serve.md lists them)",
+            405: f"{request.method} {path}: expected {allowed}",
+        }.get(exc.status_code, str(exc.detail))
+        return error(exc.status_code, message, exc.headers)
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        # The traceback goes to the log as for any failure; the client gets one line.
+        return error(500, f"internal error: {type(exc).__name__}")
+
     async def index(request: Request) -> Response:
         return HTMLResponse(page, headers={"Cache-Control": "no-store"})
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "sources": len(service.cameras)})
 
-    def list_sources(request: Request) -> Response:
+    async def sources(request: Request) -> Response:
+        if request.method == "POST":
+            return await add_source(request)
         return JSONResponse(service.describe())
 
     async def add_source(request: Request) -> Response:
@@ -139,11 +157,14 @@ def make_app(
 
     def preview_jpeg(request: Request) -> Response:
         try:
-            preview = service.preview.latest(named(request))
+            name = named(request)
         except ConfigError as err:
             return error(400, str(err))
+        if name not in service.cameras:
+            return error(404, f"no source named '{name}'")
+        preview = service.preview.latest(name)
         if preview is None:
-            return error(404, "no preview yet")
+            return error(404, f"no preview of '{name}' yet")
         headers = {
             "X-Frame-Index": str(preview.frame),
             "X-Preview-Seq": str(preview.seq),
@@ -177,19 +198,23 @@ def make_app(
 
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    get = ["GET"]  # and HEAD
     routes = [
-        Route("/", index),
-        Route("/health", health),
-        Route("/sources", list_sources, methods=["GET"]),
-        Route("/sources", add_source, methods=["POST"]),
+        Route("/", index, methods=get),
+        Route("/health", health, methods=get),
+        Route("/sources", sources, methods=["GET", "POST"]),
         Route("/sources/{name}", remove_source, methods=["DELETE"]),
         Route("/sources/{name}/restart", restart_source, methods=["POST"]),
-        Route("/sources/{name}/preview.jpg", preview_jpeg),
-        Route("/sources/{name}/preview.mjpg", preview_mjpeg),
-        Route("/events", events),
-        Route("/metrics", prometheus),
+        Route("/sources/{name}/preview.jpg", preview_jpeg, methods=get),
+        Route("/sources/{name}/preview.mjpg", preview_mjpeg, methods=get),
+        Route("/events", events, methods=get),
+        Route("/metrics", prometheus, methods=get),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(GuardMiddleware)])
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(GuardMiddleware)],
+        exception_handlers={HTTPException: http_error, Exception: internal_error},
+    )
 
 
 async def _body(request: Request) -> bytes | None:
