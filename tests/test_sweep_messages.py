@@ -1,5 +1,6 @@
-"""Issue #16's sweep: inputs that gave a traceback or a misleading line now give one line naming
-the problem and the right exit code (2 config, 4 model, 6 output), checked before work starts."""
+"""Issues #16 and #32's sweeps: inputs that gave a traceback or a misleading line now give one line
+naming the problem and the right exit code (2 config, 4 model, 6 output), checked before work
+starts."""
 
 from __future__ import annotations
 
@@ -120,6 +121,10 @@ RUN_CASES = [
     # 4: a latency-ladder model that is not a detector, checked before the ladder builds on it.
     ("VIDEO -m MODEL --realtime --slo-ms 100 --set pipeline.slo_model=DEPTH", 2,
      "pipeline.slo_model: depth.onnx is not a detector"),
+    # #32, 13: a flag after --ray is taken as its address (Ray's ValueError traceback before).
+    ("VIDEO -m MODEL --ray --no-video", 2,
+     "cluster.address (--ray): expected local, auto or HOST:PORT, got '--no-video' (a flag"),
+    ("VIDEO -m MODEL --ray head", 2, "expected local, auto or HOST:PORT, got 'head'"),
 ]  # fmt: skip
 
 # argv of `visionrt tune`: budgets that ran unbounded or ended as a "source error", and
@@ -146,6 +151,8 @@ TUNE_CASES = [
     ("VIDEO -m MODEL --report ROOT/file/report.html", 6, "ROOT/file is a file, not a folder"),
     ("VIDEO -m MODEL --depth MODEL640.missing", 2, "--depth: model file not found"),
     ("VIDEO -m MODEL --depth DEPTH --depth-size 100", 2, "--depth-size: expected a multiple"),
+    # #32, 13: as for `run --ray`.
+    ("VIDEO -m MODEL --ray --no-motion", 2, "--ray: expected local, auto or HOST:PORT, got"),
 ]
 
 

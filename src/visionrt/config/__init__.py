@@ -68,6 +68,19 @@ class DepthConfig(DepthOptions):
             raise ConfigError(f"depth.maps: expected png, npy or nothing, got '{self.maps}'")
 
 
+def check_address(address: str, what: str) -> None:
+    """A Ray address `--ray` takes: local, auto, HOST:PORT (or Ray's own ray://HOST:PORT); a
+    ConfigError naming `what` otherwise, before Ray is asked (it raises a traceback)."""
+    host, _, port = address.rpartition(":")
+    if address in ("local", "auto") or address.startswith("ray://"):
+        return
+    if host and not host.startswith("-") and port.isascii() and port.isdigit():
+        return
+    # A flag right after --ray (`--ray --no-video`) is taken as its value.
+    flag = " (a flag: --ray was given no address)" if address.startswith("-") else ""
+    raise ConfigError(f"{what}: expected local, auto or HOST:PORT, got '{address}'{flag}")
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterOptions:
     """`--ray`: the sources run on a Ray cluster. `address` "local" (an embedded Ray on this
@@ -89,6 +102,8 @@ class ClusterOptions:
     range_frames: int = 2000
 
     def __post_init__(self) -> None:
+        if self.address:
+            check_address(self.address, "cluster.address (--ray)")
         if self.workers != "auto" and not (self.workers.isdigit() and int(self.workers) > 0):
             raise ConfigError(f"cluster.workers: expected auto or a number > 0, got {self.workers}")
         if self.worker_cpus <= 0 or self.worker_gpus < 0:
