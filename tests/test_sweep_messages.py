@@ -125,6 +125,11 @@ RUN_CASES = [
     ("VIDEO -m MODEL --ray --no-video", 2,
      "cluster.address (--ray): expected local, auto or HOST:PORT, got '--no-video' (a flag"),
     ("VIDEO -m MODEL --ray head", 2, "expected local, auto or HOST:PORT, got 'head'"),
+    # #32, 16: ranges whose words contradicted the value refused ("expected 0 to 3600, got 0").
+    ("VIDEO -m MODEL --set pipeline.motion_refresh=0", 2,
+     "pipeline.motion_refresh: expected seconds > 0, at most 3600"),
+    ("VIDEO -m MODEL --set pipeline.slo_ms=-1", 2, "pipeline.slo_ms: expected 0 (off) or"),
+    ("VIDEO -m MODEL --set output.metrics_port=-1", 2, "expected 0 (off) or 1 to 65535, got -1"),
 ]  # fmt: skip
 
 # argv of `visionrt tune`: budgets that ran unbounded or ended as a "source error", and
@@ -326,6 +331,33 @@ def test_other_commands_refuse_before_work(
     exit_code, error = _cli(args, capsys)
     assert message in error
     assert exit_code == code, error
+
+
+# argv of `visionrt serve`: refused in one line as the configuration is read, before a model
+# loads or a service starts.
+SERVE_CASES = [
+    # #32, 16: the publisher's own name for it ("capacity"), once the model had loaded.
+    ("--set serve.event_queue=-1", "serve.event_queue: expected events >= 1"),
+    ("--set serve.event_queue=0", "serve.event_queue: expected events >= 1"),
+    ("--set serve.preview_rate=0", "serve.preview_rate: expected previews per second > 0"),
+    ("--set serve.preview_width=8", "serve.preview_width: expected >= 16 pixels, got 8"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), SERVE_CASES, ids=[c[0] for c in SERVE_CASES])
+def test_serve_refuses_in_one_line_before_work(
+    argv: str, message: str, media: dict[str, Path], tmp_path: Path, capsys,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    from visionrt.cli import serve
+
+    monkeypatch.setattr(serve, "_serve", _must_not_search)  # nothing starts, whatever happens
+    # A model that is not there: before, the model's error came first (exit 4).
+    args = ["serve", *_expand(media, argv), "--set", f"model={tmp_path / 'missing.onnx'}",
+            "--no-plan", "--out", str(tmp_path / "out")]  # fmt: skip
+    exit_code, error = _cli(args, capsys)
+    assert message in error
+    assert exit_code == 2, error
 
 
 @pytest.fixture(scope="module")

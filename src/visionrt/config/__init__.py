@@ -50,7 +50,9 @@ class OutputOptions:
 
     def __post_init__(self) -> None:
         if not 0 <= self.metrics_port <= 65535:
-            raise ConfigError(f"output.metrics_port: expected 1 to 65535, got {self.metrics_port}")
+            raise ConfigError(
+                f"output.metrics_port: expected 0 (off) or 1 to 65535, got {self.metrics_port}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
