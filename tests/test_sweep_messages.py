@@ -341,6 +341,11 @@ SERVE_CASES = [
     ("--set serve.event_queue=0", "serve.event_queue: expected events >= 1"),
     ("--set serve.preview_rate=0", "serve.preview_rate: expected previews per second > 0"),
     ("--set serve.preview_width=8", "serve.preview_width: expected >= 16 pixels, got 8"),
+    # #32, 14: "source not found" after the plan's geometry checks, the name unsaid.
+    ("a/b=clip.mp4", "source 'a/b=clip.mp4': 'a/b' is not a name"),
+    ("cam.1=VIDEO", "'cam.1' is not a name"),
+    (f"{'c' * 65}=VIDEO", "name: expected a letter or _ then up to 63"),
+    ("cam=VIDEO cam=VIDEO", "source name 'cam' given twice"),
 ]
 
 
@@ -352,12 +357,69 @@ def test_serve_refuses_in_one_line_before_work(
     from visionrt.cli import serve
 
     monkeypatch.setattr(serve, "_serve", _must_not_search)  # nothing starts, whatever happens
+    monkeypatch.setattr(serve, "configure_with_plan", _must_not_search)  # nor the plan's checks
     # A model that is not there: before, the model's error came first (exit 4).
     args = ["serve", *_expand(media, argv), "--set", f"model={tmp_path / 'missing.onnx'}",
             "--no-plan", "--out", str(tmp_path / "out")]  # fmt: skip
     exit_code, error = _cli(args, capsys)
     assert message in error
     assert exit_code == 2, error
+
+
+def test_serve_names_unnamed_sources_as_run_does(
+    media: dict[str, Path], tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#32, 14: `serve synthetic:64x48:100` was refused after the plan's geometry checks (26 s)
+    where `s=synthetic:…` ran: its default name could not be a camera's."""
+    from visionrt.cli import serve
+
+    served: list[tuple[str, ...]] = []
+    checked: list[list[str]] = []
+    real_configure = serve.configure_with_plan
+
+    def configure(*args: object) -> object:
+        checked.append(list(args[4]["sources"]))  # type: ignore[index]
+        return real_configure(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(serve, "configure_with_plan", configure)
+    monkeypatch.setattr(serve, "_serve", lambda cfg, *_: served.append(cfg.sources))
+    video = media["video"]
+    args = ["serve", "synthetic:64x48:100", str(video), f"cam={video}", "--no-plan",
+            "--set", f"model={media['model']}", "--out", str(tmp_path / "out")]  # fmt: skip
+    exit_code, error = _cli(args, capsys)
+    assert exit_code == 0, error
+    named = ["synthetic_64x48_100=synthetic:64x48:100", f"small={video}", f"cam={video}"]
+    assert checked == [named], "named before the plan's checks"
+    assert served == [tuple(named)]
+
+
+def test_camera_names() -> None:
+    from visionrt.serve.service import camera_names
+
+    assert camera_names(["rtsp://10.0.0.5/stream", "/dev/video0", "9lives.mp4", "a.b.mp4"]) == [
+        ("stream", "rtsp://10.0.0.5/stream"),
+        ("video0", "/dev/video0"),
+        ("_9lives", "9lives.mp4"),
+        ("a_b", "a.b.mp4"),
+    ]
+    # Made unique after they are made names: `a:b` and `a_b` would both be `a_b`.
+    assert [n for n, _ in camera_names(["synthetic:8x8:1", "synthetic:8x8:1"])] == [
+        "synthetic_8x8_1",
+        "synthetic_8x8_1-1",
+    ]
+    assert camera_names(["cam=rtsp://h/s?x=1", "rtsp://h/s?x=1"]) == [
+        ("cam", "rtsp://h/s?x=1"),
+        ("s_x_1", "rtsp://h/s?x=1"),
+    ]
+
+
+def test_run_names_a_bad_name_it_could_not_open(
+    media: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    args = ["run", "a/b=clip.mp4", "-m", str(media["model"]), "-q", "--out", str(tmp_path)]
+    exit_code, error = _cli(args, capsys)
+    assert exit_code == 3, error
+    assert "source not found: a/b=clip.mp4 ('a/b' is not a source name either" in error
 
 
 @pytest.fixture(scope="module")

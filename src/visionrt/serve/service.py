@@ -19,6 +19,7 @@ from visionrt.serve.outputs import ServiceSinks
 from visionrt.serve.preview import PreviewHub
 from visionrt.sinks.events import EventPublisher, make_event
 from visionrt.sources import Source
+from visionrt.sources.naming import default_name, misnamed, split_name, unique_names
 from visionrt.telemetry.stats import RunSummary
 from visionrt.types import FrameResult
 
@@ -273,6 +274,34 @@ def check_name(name: Any) -> None:
         raise ConfigError(
             f"name: expected a letter or _ then up to 63 letters, digits, _ or -, got {name!r}"
         )
+
+
+def camera_names(specs: Sequence[str]) -> list[tuple[str, str]]:
+    """(name, URI) of each source `serve` starts with: the name given (`cam1=URI`), or the one
+    `run` gives it (its file stem, made unique) with what a camera's name cannot hold replaced
+    by _ (`synthetic:64x48:100` → `synthetic_64x48_100`). A NAME= that is not a name is a
+    ConfigError naming it (a path of that name does not exist)."""
+    split = [split_name(spec) for spec in specs]
+    for spec in specs:
+        if bad := misnamed(spec):
+            raise ConfigError(
+                f"source '{spec}': '{bad}' is not a name (NAME=URI: a letter or _, then up to"
+                " 63 letters, digits, _ or -), and no file of that path exists"
+            )
+    stems = [name or _as_name(default_name(uri, i)) for i, (name, uri) in enumerate(split)]
+    names = unique_names(stems, [bool(name) for name, _ in split])
+    for name, spec in zip(names, specs, strict=True):
+        try:
+            check_name(name)
+        except ConfigError as err:
+            raise ConfigError(f"source '{spec}': {err}") from None
+    return [(name, uri) for name, (_, uri) in zip(names, split, strict=True)]
+
+
+def _as_name(stem: str) -> str:
+    """A default name as a camera's: room left for a `-N` that makes it unique."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", stem)[:58]
+    return name if NAME.fullmatch(name) else f"_{name}"[:58]
 
 
 def check_tasks(tasks: Any) -> tuple[str, ...]:
