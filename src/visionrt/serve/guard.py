@@ -50,10 +50,9 @@ class Guard:
         name."""
         host = headers.get("host", "")
         if self.host not in WILDCARDS and not self._names_me(host):
+            names = ", ".join(dict.fromkeys(("127.0.0.1", "localhost", self.host)))
             return Refusal(
-                421,
-                f"Host '{host}' is not this service: expected 127.0.0.1, localhost or"
-                f" {self.host}, with port {self.port}",
+                421, f"Host '{host}' is not this service: expected {names} with port {self.port}"
             )
         origin = headers.get("origin")
         if origin is not None and urlsplit(origin).netloc.lower() != host.lower():
