@@ -163,7 +163,7 @@ def test_cli_rejects_a_bad_metrics_port(tmp_path: Path, tiny_model: Path) -> Non
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert run.returncode != 0
-    assert "metrics_port: expected 1 to 65535, got -5" in run.stderr
+    assert "metrics_port: expected 0 (off) or 1 to 65535, got -5" in run.stderr
     assert "Traceback" not in run.stderr
 
 

@@ -69,7 +69,7 @@ def test_motion_options_are_checked() -> None:
         PipelineOptions(motion_min_area=1.5)
     with pytest.raises(ConfigError, match="expected off, skip or regions, got 'roi'"):
         PipelineOptions(motion="roi")
-    with pytest.raises(ConfigError, match="motion_refresh: expected 0 to 3600"):
+    with pytest.raises(ConfigError, match=r"motion_refresh: expected seconds > 0, at most 3600"):
         PipelineOptions(motion_refresh=0)
 
 

@@ -298,8 +298,8 @@ def fake_app() -> object:
     jpeg = fake_jpeg()
     calls = dict.fromkeys(FAKE_SOURCES, 0)
 
-    def authorized(request: Request) -> bool:
-        return request.query_params.get("token") == TOKEN
+    def authorized(request: Request) -> bool:  # the page sends its URL's token as a header
+        return request.headers.get("authorization") == f"Bearer {TOKEN}"
 
     async def index(request: Request) -> Response:
         return HTMLResponse(INDEX_HTML.read_text(encoding="utf-8"))

@@ -68,7 +68,10 @@ def call(
     headers: dict[str, str] | None = None,
 ) -> Reply:
     data = json.dumps(body).encode() if isinstance(body, dict) else body
-    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    headers = dict(headers or {})
+    if method == "POST":  # as docs/serve.md asks of a client
+        headers.setdefault("Content-Type", "application/json")
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with OPENER.open(request, timeout=WAIT) as response:
             head = {k.lower(): v for k, v in response.headers.items()}
@@ -80,7 +83,8 @@ def call(
 
 class Served:
     """A service over `sources` (NAME=PATH) run in this process with the tiny detector, its API
-    on a free local port (`url`), files written to `out`, video files opened from `media`."""
+    on a free local port (`url`), files written to `out` (`video`: an MP4 per camera too), video
+    files opened from `media`."""
 
     def __init__(
         self,
@@ -92,6 +96,7 @@ class Served:
         transports: Sequence[EventTransport] = (),
         loop: bool = True,
         track: bool = False,
+        video: bool = False,
     ) -> None:
         self.out, self.media, self.token = folder / "out", folder / "media", token
         self.out.mkdir(exist_ok=True)
@@ -107,7 +112,7 @@ class Served:
         )
         self.publisher = EventPublisher(transports)
         self.preview = PreviewHub(rate=10)
-        sinks = ServiceSinks(self.out, jsonl=True, coco=True, csv=True)
+        sinks = ServiceSinks(self.out, jsonl=True, coco=True, csv=True, video=video)
         self.service = Service(
             self.pipeline, sinks, self.preview, self.publisher, files=[str(self.media)]
         )
@@ -300,30 +305,32 @@ def test_every_route_asks_for_the_token(serving: Any, media: Path) -> None:
         WAIT,
         "a's first preview",
     )
-    reads = ["/", "/sources", "/events", "/metrics", "/sources/a/preview.jpg"]
+    page = ["/", "/sources/a/preview.jpg"]  # the page and its images: ?token= too
+    reads = [*page, "/sources", "/events", "/metrics"]
+    bearer = {"Authorization": "Bearer s3cret"}
     for path in reads:
         assert call(url + path).status == 401, path
         assert call(url + path + "?token=wrong").status == 401, path
         wrong = {"Authorization": "Bearer wrong"}
         assert call(url + path, headers=wrong).status == 401, path
-        assert call(url + path + "?token=s3cret").status == 200, path
-        assert call(url + path, headers={"Authorization": "Bearer s3cret"}).status == 200, path
+        assert call(url + path + "?token=s3cret").status == (200 if path in page else 401), path
+        assert call(url + path, headers=bearer).status == 200, path
     unauthorized = call(url + "/sources")
     assert unauthorized.headers["www-authenticate"] == "Bearer"
     assert "token required" in unauthorized.json()["error"]
-    assert "visionrt_frames_out_total" in call(f"{url}/metrics?token=s3cret").body.decode()
+    metrics = call(f"{url}/metrics", headers=bearer).body.decode()
+    assert "visionrt_frames_out_total" in metrics
 
     body = {"name": "b", "uri": str(media / "b.mp4")}
     assert call(f"{url}/sources", "POST", body).status == 401
     assert call(f"{url}/sources?token=wrong", "POST", body).status == 401
+    assert call(f"{url}/sources?token=s3cret", "POST", body).status == 401, "never on a write"
     assert set(served.service.cameras) == {"a"}, "an unauthorized POST added a camera"
-    assert call(f"{url}/sources?token=s3cret", "POST", body).status == 201
+    assert call(f"{url}/sources", "POST", body, headers=bearer).status == 201
     assert call(f"{url}/sources/b", "DELETE").status == 401
+    assert call(f"{url}/sources/b?token=s3cret", "DELETE").status == 401
     assert set(served.service.cameras) == {"a", "b"}, "an unauthorized DELETE removed a camera"
-    bearer = {"Authorization": "Bearer s3cret"}
     assert call(f"{url}/sources/b", "DELETE", headers=bearer).status == 200
-    assert call(f"{url}/sources", "POST", body, headers=bearer).status == 201  # b again
-    assert call(f"{url}/sources/b?token=s3cret", "DELETE").status == 200
 
 
 def test_listening_beyond_this_machine_needs_a_token(tmp_path: Path) -> None:
@@ -645,9 +652,8 @@ def test_a_removed_cameras_own_files_are_finalized_while_the_service_runs(
 ) -> None:
     """A service that runs for weeks keeps no file open per camera it ever had: once a removed
     camera's reader has ended (and RETIRE_AFTER has passed), its COCO and CSV files get their
-    final names at the next frame written; later frames of it go to the JSONL only."""
-    import time
-
+    final names at the next settle (the service's watcher calls it); later frames of it go to
+    the JSONL only."""
     from test_preview import make_result
 
     from visionrt.serve import outputs
@@ -663,9 +669,9 @@ def test_a_removed_cameras_own_files_are_finalized_while_the_service_runs(
     reader.start()
     reader.join()
     sinks.retire_source(1, reader)
-    sinks.write(_with_source(make_result("a", 3), 0))  # sees b's reader ended
-    time.sleep(0.01)
-    sinks.write(_with_source(make_result("a", 4), 0))  # and closes b's files
+    sinks.write(_with_source(make_result("a", 3), 0))
+    assert {p.name for p in sinks.settle()} == {"b.csv", "b.coco.json"}  # b's reader ended
+    sinks.write(_with_source(make_result("a", 4), 0))
     assert (tmp_path / "b.csv").is_file()
     assert (tmp_path / "b.coco.json").is_file()
     assert not partial_path(tmp_path / "b.csv").exists()

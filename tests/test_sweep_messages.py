@@ -1,5 +1,6 @@
-"""Issue #16's sweep: inputs that gave a traceback or a misleading line now give one line naming
-the problem and the right exit code (2 config, 4 model, 6 output), checked before work starts."""
+"""Issues #16 and #32's sweeps: inputs that gave a traceback or a misleading line now give one line
+naming the problem and the right exit code (2 config, 4 model, 6 output), checked before work
+starts."""
 
 from __future__ import annotations
 
@@ -120,6 +121,15 @@ RUN_CASES = [
     # 4: a latency-ladder model that is not a detector, checked before the ladder builds on it.
     ("VIDEO -m MODEL --realtime --slo-ms 100 --set pipeline.slo_model=DEPTH", 2,
      "pipeline.slo_model: depth.onnx is not a detector"),
+    # #32, 13: a flag after --ray is taken as its address (Ray's ValueError traceback before).
+    ("VIDEO -m MODEL --ray --no-video", 2,
+     "cluster.address (--ray): expected local, auto or HOST:PORT, got '--no-video' (a flag"),
+    ("VIDEO -m MODEL --ray head", 2, "expected local, auto or HOST:PORT, got 'head'"),
+    # #32, 16: ranges whose words contradicted the value refused ("expected 0 to 3600, got 0").
+    ("VIDEO -m MODEL --set pipeline.motion_refresh=0", 2,
+     "pipeline.motion_refresh: expected seconds > 0, at most 3600"),
+    ("VIDEO -m MODEL --set pipeline.slo_ms=-1", 2, "pipeline.slo_ms: expected 0 (off) or"),
+    ("VIDEO -m MODEL --set output.metrics_port=-1", 2, "expected 0 (off) or 1 to 65535, got -1"),
 ]  # fmt: skip
 
 # argv of `visionrt tune`: budgets that ran unbounded or ended as a "source error", and
@@ -146,6 +156,8 @@ TUNE_CASES = [
     ("VIDEO -m MODEL --report ROOT/file/report.html", 6, "ROOT/file is a file, not a folder"),
     ("VIDEO -m MODEL --depth MODEL640.missing", 2, "--depth: model file not found"),
     ("VIDEO -m MODEL --depth DEPTH --depth-size 100", 2, "--depth-size: expected a multiple"),
+    # #32, 13: as for `run --ray`.
+    ("VIDEO -m MODEL --ray --no-motion", 2, "--ray: expected local, auto or HOST:PORT, got"),
 ]
 
 
@@ -319,6 +331,95 @@ def test_other_commands_refuse_before_work(
     exit_code, error = _cli(args, capsys)
     assert message in error
     assert exit_code == code, error
+
+
+# argv of `visionrt serve`: refused in one line as the configuration is read, before a model
+# loads or a service starts.
+SERVE_CASES = [
+    # #32, 16: the publisher's own name for it ("capacity"), once the model had loaded.
+    ("--set serve.event_queue=-1", "serve.event_queue: expected events >= 1"),
+    ("--set serve.event_queue=0", "serve.event_queue: expected events >= 1"),
+    ("--set serve.preview_rate=0", "serve.preview_rate: expected previews per second > 0"),
+    ("--set serve.preview_width=8", "serve.preview_width: expected >= 16 pixels, got 8"),
+    # #32, 14: "source not found" after the plan's geometry checks, the name unsaid.
+    ("a/b=clip.mp4", "source 'a/b=clip.mp4': 'a/b' is not a name"),
+    ("cam.1=VIDEO", "'cam.1' is not a name"),
+    (f"{'c' * 65}=VIDEO", "name: expected a letter or _ then up to 63"),
+    ("cam=VIDEO cam=VIDEO", "source name 'cam' given twice"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), SERVE_CASES, ids=[c[0] for c in SERVE_CASES])
+def test_serve_refuses_in_one_line_before_work(
+    argv: str, message: str, media: dict[str, Path], tmp_path: Path, capsys,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    from visionrt.cli import serve
+
+    monkeypatch.setattr(serve, "_serve", _must_not_search)  # nothing starts, whatever happens
+    monkeypatch.setattr(serve, "configure_with_plan", _must_not_search)  # nor the plan's checks
+    # A model that is not there: before, the model's error came first (exit 4).
+    args = ["serve", *_expand(media, argv), "--set", f"model={tmp_path / 'missing.onnx'}",
+            "--no-plan", "--out", str(tmp_path / "out")]  # fmt: skip
+    exit_code, error = _cli(args, capsys)
+    assert message in error
+    assert exit_code == 2, error
+
+
+def test_serve_names_unnamed_sources_as_run_does(
+    media: dict[str, Path], tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#32, 14: `serve synthetic:64x48:100` was refused after the plan's geometry checks (26 s)
+    where `s=synthetic:…` ran: its default name could not be a camera's."""
+    from visionrt.cli import serve
+
+    served: list[tuple[str, ...]] = []
+    checked: list[list[str]] = []
+    real_configure = serve.configure_with_plan
+
+    def configure(*args: object) -> object:
+        checked.append(list(args[4]["sources"]))  # type: ignore[index]
+        return real_configure(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(serve, "configure_with_plan", configure)
+    monkeypatch.setattr(serve, "_serve", lambda cfg, *_: served.append(cfg.sources))
+    video = media["video"]
+    args = ["serve", "synthetic:64x48:100", str(video), f"cam={video}", "--no-plan",
+            "--set", f"model={media['model']}", "--out", str(tmp_path / "out")]  # fmt: skip
+    exit_code, error = _cli(args, capsys)
+    assert exit_code == 0, error
+    named = ["synthetic_64x48_100=synthetic:64x48:100", f"small={video}", f"cam={video}"]
+    assert checked == [named], "named before the plan's checks"
+    assert served == [tuple(named)]
+
+
+def test_camera_names() -> None:
+    from visionrt.serve.service import camera_names
+
+    assert camera_names(["rtsp://10.0.0.5/stream", "/dev/video0", "9lives.mp4", "a.b.mp4"]) == [
+        ("stream", "rtsp://10.0.0.5/stream"),
+        ("video0", "/dev/video0"),
+        ("_9lives", "9lives.mp4"),
+        ("a_b", "a.b.mp4"),
+    ]
+    # Made unique after they are made names: `a:b` and `a_b` would both be `a_b`.
+    assert [n for n, _ in camera_names(["synthetic:8x8:1", "synthetic:8x8:1"])] == [
+        "synthetic_8x8_1",
+        "synthetic_8x8_1-1",
+    ]
+    assert camera_names(["cam=rtsp://h/s?x=1", "rtsp://h/s?x=1"]) == [
+        ("cam", "rtsp://h/s?x=1"),
+        ("s_x_1", "rtsp://h/s?x=1"),
+    ]
+
+
+def test_run_names_a_bad_name_it_could_not_open(
+    media: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    args = ["run", "a/b=clip.mp4", "-m", str(media["model"]), "-q", "--out", str(tmp_path)]
+    exit_code, error = _cli(args, capsys)
+    assert exit_code == 3, error
+    assert "source not found: a/b=clip.mp4 ('a/b' is not a source name either" in error
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,8 @@ runtime, with its HTTP API, live view, events and metrics; parse, build, run unt
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,10 +21,10 @@ from visionrt.cli.outputs import (
 from visionrt.cli.run import install_signal_handlers
 from visionrt.cli.run_config import configure_with_plan
 from visionrt.cli.signals import STARTUP
-from visionrt.config import RunConfig, given_options
+from visionrt.config import RunConfig, given_options, load_config
 from visionrt.errors import SinkError
 from visionrt.sinks.lock import OutputLock
-from visionrt.sources.naming import named_specs, split_name
+from visionrt.sources.naming import split_name
 
 Opt = typer.Option
 
@@ -60,8 +62,13 @@ def serve_command(
     STARTUP.during = " while starting: nothing processed"
     values = _values(sources, host, port, token, out, track, config, set_)
     console = Console(stderr=True, quiet=quiet)
+    # Named before the plan is settled (its geometry checks open each source, for seconds): a
+    # bad name is refused at once, and the checks see the names the service runs under.
+    given = load_config(config, set_, values).sources
+    if given:
+        values["sources"] = _named(given)
     cfg, plan_note, _ = configure_with_plan(plan, no_plan, config, set_, values)
-    cfg = _named(cfg)
+    cfg = replace(cfg, sources=tuple(_named(cfg.sources)))  # the demo video, when none was given
     from visionrt.serve.app import check_bind
 
     check_bind(cfg.serve.host, cfg.serve.token)
@@ -104,12 +111,11 @@ def _values(
     return values
 
 
-def _named(cfg: RunConfig) -> RunConfig:
+def _named(specs: Sequence[str]) -> list[str]:
     """Every source by name (`cam=URI`): the API, previews and events call cameras by name."""
-    from dataclasses import replace
+    from visionrt.serve.service import camera_names
 
-    specs = tuple(f"{name}={spec}" for name, spec in named_specs(cfg.sources))
-    return replace(cfg, sources=specs)
+    return [f"{name}={uri}" for name, uri in camera_names(specs)]
 
 
 def _serve(cfg: RunConfig, plan_note: str, console: Console) -> None:
@@ -154,7 +160,7 @@ def _serve(cfg: RunConfig, plan_note: str, console: Console) -> None:
     summary = None
     try:
         describe_run(pipeline, cfg.model, console)
-        app = make_app(service, cfg.serve.token, metrics)
+        app = make_app(service, cfg.serve.token, metrics, cfg.serve.host)
         http = HttpServer(app, cfg.serve.host, cfg.serve.port).start()
         if cfg.output.telemetry:
             writer = TelemetryWriter(telemetry, cfg.output.telemetry, on_error=pipeline.fail)

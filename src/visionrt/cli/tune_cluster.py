@@ -22,9 +22,11 @@ def tune_on_cluster(
         "--max-p99-ms", str(limits.max_p99_ms), "--budget-minutes", str(limits.budget_s / 60),
         "--motion" if motion else "--no-motion",
     ]  # fmt: skip
+    from visionrt.config import check_address
     from visionrt.distributed.ray_start import connect
     from visionrt.distributed.tune import tune_kinds
 
+    check_address(address, "--ray")
     if address == "local":
         raise ConfigError("tune --ray local: one machine, one kind: run `visionrt tune` instead")
     ray = connect(address)

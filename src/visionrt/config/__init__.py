@@ -50,7 +50,9 @@ class OutputOptions:
 
     def __post_init__(self) -> None:
         if not 0 <= self.metrics_port <= 65535:
-            raise ConfigError(f"output.metrics_port: expected 1 to 65535, got {self.metrics_port}")
+            raise ConfigError(
+                f"output.metrics_port: expected 0 (off) or 1 to 65535, got {self.metrics_port}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,19 @@ class DepthConfig(DepthOptions):
         super(DepthConfig, self).__post_init__()
         if self.maps not in ("", "png", "npy"):
             raise ConfigError(f"depth.maps: expected png, npy or nothing, got '{self.maps}'")
+
+
+def check_address(address: str, what: str) -> None:
+    """A Ray address `--ray` takes: local, auto, HOST:PORT (or Ray's own ray://HOST:PORT); a
+    ConfigError naming `what` otherwise, before Ray is asked (it raises a traceback)."""
+    host, _, port = address.rpartition(":")
+    if address in ("local", "auto") or address.startswith("ray://"):
+        return
+    if host and not host.startswith("-") and port.isascii() and port.isdigit():
+        return
+    # A flag right after --ray (`--ray --no-video`) is taken as its value.
+    flag = " (a flag: --ray was given no address)" if address.startswith("-") else ""
+    raise ConfigError(f"{what}: expected local, auto or HOST:PORT, got '{address}'{flag}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +104,8 @@ class ClusterOptions:
     range_frames: int = 2000
 
     def __post_init__(self) -> None:
+        if self.address:
+            check_address(self.address, "cluster.address (--ray)")
         if self.workers != "auto" and not (self.workers.isdigit() and int(self.workers) > 0):
             raise ConfigError(f"cluster.workers: expected auto or a number > 0, got {self.workers}")
         if self.worker_cpus <= 0 or self.worker_gpus < 0:

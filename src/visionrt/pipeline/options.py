@@ -125,13 +125,15 @@ class PipelineOptions:
             raise ConfigError(
                 f"pipeline.track_match_iou: expected 0 < IoU <= 1, got {self.track_match_iou}"
             )
-        if not 0 <= self.track_lost_seconds < 3600:
+        if not 0 <= self.track_lost_seconds <= 3600:
             raise ConfigError(
                 "pipeline.track_lost_seconds: expected 0 to 3600 seconds, got"
                 f" {self.track_lost_seconds}"
             )
         if self.slo_ms < 0:
-            raise ConfigError(f"pipeline.slo_ms: expected > 0 milliseconds, got {self.slo_ms}")
+            raise ConfigError(
+                f"pipeline.slo_ms: expected 0 (off) or milliseconds > 0, got {self.slo_ms}"
+            )
         if self.slo_window <= 0:
             raise ConfigError(f"pipeline.slo_window: expected > 0 seconds, got {self.slo_window}")
         if self.slo_max_every < 1:
@@ -168,7 +170,8 @@ class PipelineOptions:
         self.motion_options()  # its own checks
         if not 0 < self.motion_refresh <= 3600:
             raise ConfigError(
-                f"pipeline.motion_refresh: expected 0 to 3600 seconds, got {self.motion_refresh:g}"
+                "pipeline.motion_refresh: expected seconds > 0, at most 3600 (how often the"
+                f" detector runs on a frame that did not move), got {self.motion_refresh:g}"
             )
         if self.opencv_threads < 0:
             raise ConfigError(f"pipeline.opencv_threads: expected >= 0, got {self.opencv_threads}")

@@ -45,9 +45,9 @@ class Readers:
         self.decoded, self.telemetry, self.flow, self._guard = decoded, telemetry, flow, guard
         self.service = service
         # A service's source that fails ends alone (its error in `failures`); a run's fails it.
-        self.contain = service
+        # (`service` itself turns False when the service is stopped.)
+        self.serving = service
         self.failures: dict[int, str] = {}
-        self.retired: set[int] = set()
         self.threads: list[threading.Thread] = []
         self._left = 0
         self._lock = threading.Lock()
@@ -85,7 +85,6 @@ class Readers:
     def retire(self, source_id: int) -> None:
         """Stop reading a source: the frames it read are still finished and delivered; its
         reader closes it once out of its read."""
-        self.retired.add(source_id)
         self.sources[source_id].stop()
 
     def release(self) -> None:
@@ -127,13 +126,16 @@ class Readers:
                 if not self.decoded.put(source_id, item, source.live, self._evicted):
                     break
         except (VisionRTError, OSError) as err:
-            if not self.contain:
+            if not self.serving:
                 raise
             self.failures[source_id] = str(err)
             self.telemetry.count(SOURCE_FAILED, label)
         finally:
             self._count_events(source, label, seen)
-            if source_id in self.retired:
+            # A service's source is let go of as its reader ends, removed or ended on its own
+            # (its decoder threads, a worker process): a service runs for weeks and keeps each
+            # source it ever had for its summary. A run's are closed by the Pipeline.
+            if self.serving:
                 source.close()
             with self._lock:
                 self._done()

@@ -27,9 +27,10 @@ class Stopping(RuntimeError):
 
 
 class Roster:
-    """The sources a service's `pipeline` runs now, by name (`active`); `add` and `remove` are
-    called from any thread (the HTTP API's). Adds run one at a time (a source's id is its place
-    in the lists); a remove never waits for an add that is still opening its source."""
+    """The sources a service's `pipeline` runs now, or ran until they ended, by name (`active`);
+    `add` and `remove` are called from any thread (the HTTP API's). Adds run one at a time (a
+    source's id is its place in the lists); a remove never waits for an add that is still
+    opening its source."""
 
     def __init__(self, pipeline: Pipeline, options: SourceOptions) -> None:
         self.pipeline, self.options = pipeline, options
@@ -62,7 +63,8 @@ class Roster:
         if pipeline.options.tile:
             raise ConfigError("pipeline.tile: sources cannot be added to a tiled service")
         with self._lock:
-            if name in self.active or name in self._opening:
+            # One that ended (a file's end, a stream past its reconnects) gives up its name.
+            if name in self._opening or (name in self.active and self._reading(name)):
                 raise NameInUse(f"a source named '{name}' is running: remove it first")
             self._opening.add(name)
         source_id = -1
@@ -116,6 +118,10 @@ class Roster:
         pipeline.names.append(name)
         pipeline.named.append(True)
         return source_id
+
+    def _reading(self, name: str) -> bool:
+        graph = self.pipeline.graph
+        return graph is None or graph.readers[self.active[name]].is_alive()
 
     def remove(self, name: str) -> int:
         """Stop reading source `name`; the frames it read are still delivered. Its id."""

@@ -1,11 +1,11 @@
 """The service's HTTP API and live view (Starlette): list, add, remove and restart cameras, their
-previews, the last events and the Prometheus metrics, every route behind the token when one is
-set; served by uvicorn on a socket bound before the service starts."""
+previews, the last events and the Prometheus metrics, behind the guard (serve.guard); served by
+uvicorn on a socket bound before the service starts."""
 
 from __future__ import annotations
 
-import hmac
 import json
+import logging
 import socket
 import threading
 from importlib import resources
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from visionrt.errors import ConfigError, SinkError, SourceError, VisionRTError
 from visionrt.pipeline.roster import NameInUse
+from visionrt.serve.guard import LOCAL_NAMES, MAX_BODY, MAX_DEPTH, Guard, json_depth
 from visionrt.serve.preview import BOUNDARY, mjpeg_chunks
 from visionrt.serve.service import Camera, Service, check_name
 
@@ -20,36 +21,62 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
-MAX_BODY = 64 * 1024  # a source request is a few hundred bytes; zones a few kB
-LOCAL = ("127.0.0.1", "localhost", "::1")
+log = logging.getLogger("visionrt")
 
 
-def make_app(service: Service, token: str = "", metrics: Any = None) -> Starlette:
-    """The routes over `service`; `token` (when set) is asked of every request as
-    `Authorization: Bearer TOKEN` or `?token=TOKEN` (the page's images cannot send headers);
-    `metrics` a MetricsServer whose registry `/metrics` exposes."""
+def make_app(
+    service: Service, token: str = "", metrics: Any = None, host: str = "127.0.0.1"
+) -> Starlette:
+    """The routes over `service`, served on `host` (the address bound) behind the guard
+    (serve.guard: this service's Host and Origin only; `token`, when set, asked of every
+    request); `metrics` a MetricsServer whose registry `/metrics` exposes. Every error, an
+    unknown route and a wrong method included, is `{"error": "one line"}`."""
     from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
     from starlette.middleware import Middleware
-    from starlette.middleware.base import BaseHTTPMiddleware
+    from starlette.requests import ClientDisconnect
     from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
     page = resources.files("visionrt.serve").joinpath("static/index.html").read_text("utf-8")
 
-    class TokenMiddleware(BaseHTTPMiddleware):
-        async def dispatch(self, request: Request, call_next: Any) -> Response:
-            if token and not _authorized(request, token):
-                return JSONResponse(
-                    {"error": "token required: Authorization: Bearer TOKEN or ?token=TOKEN"},
-                    status_code=401,
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-            response: Response = await call_next(request)
-            return response
+    def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
 
-    def error(status: int, message: str) -> JSONResponse:
-        return JSONResponse({"error": message}, status_code=status)
+    class GuardMiddleware:
+        def __init__(self, app: ASGIApp) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http":
+                from starlette.requests import Request
+
+                request = Request(scope)
+                port = int((scope.get("server") or ("", 0))[1] or 0)
+                refusal = Guard(host, port, token).refuse(
+                    request.method, request.url.path, request.headers, request.query_params
+                )
+                if refusal is not None:
+                    bearer = {"WWW-Authenticate": "Bearer"} if refusal.status == 401 else None
+                    await error(refusal.status, refusal.message, bearer)(scope, receive, send)
+                    return
+            await self.app(scope, receive, send)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        path = request.url.path
+        allowed = ", ".join(sorted((exc.headers or {}).get("Allow", "").split(", ")))
+        message = {
+            404: f"no route {path} (docs/serve.md lists them)",
+            405: f"{request.method} {path}: expected {allowed}",
+        }.get(exc.status_code, str(exc.detail))
+        return error(exc.status_code, message, exc.headers)
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        # The traceback goes to the log as for any failure; the client gets one line.
+        return error(500, f"internal error: {type(exc).__name__}")
 
     async def index(request: Request) -> Response:
         return HTMLResponse(page, headers={"Cache-Control": "no-store"})
@@ -57,13 +84,21 @@ def make_app(service: Service, token: str = "", metrics: Any = None) -> Starlett
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "sources": len(service.cameras)})
 
-    def list_sources(request: Request) -> Response:
+    async def sources(request: Request) -> Response:
+        if request.method == "POST":
+            return await add_source(request)
         return JSONResponse(service.describe())
 
     async def add_source(request: Request) -> Response:
-        body = await request.body()
-        if len(body) > MAX_BODY:
+        try:
+            body = await _body(request)
+        except ClientDisconnect:  # one line: nothing failed here
+            log.warning("serve: POST /sources: the client went away before its body was sent")
+            return Response(status_code=400)  # (nobody reads it)
+        if body is None:
             return error(413, f"request body over {MAX_BODY} bytes")
+        if json_depth(body) > MAX_DEPTH:
+            return error(400, f"body: JSON nested over {MAX_DEPTH} levels deep")
         try:
             request_json = json.loads(body or b"null")
         except (ValueError, UnicodeDecodeError) as err:
@@ -122,11 +157,14 @@ def make_app(service: Service, token: str = "", metrics: Any = None) -> Starlett
 
     def preview_jpeg(request: Request) -> Response:
         try:
-            preview = service.preview.latest(named(request))
+            name = named(request)
         except ConfigError as err:
             return error(400, str(err))
+        if name not in service.cameras:
+            return error(404, f"no source named '{name}'")
+        preview = service.preview.latest(name)
         if preview is None:
-            return error(404, "no preview yet")
+            return error(404, f"no preview of '{name}' yet")
         headers = {
             "X-Frame-Index": str(preview.frame),
             "X-Preview-Seq": str(preview.seq),
@@ -160,19 +198,38 @@ def make_app(service: Service, token: str = "", metrics: Any = None) -> Starlett
 
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    get = ["GET"]  # and HEAD
     routes = [
-        Route("/", index),
-        Route("/health", health),
-        Route("/sources", list_sources, methods=["GET"]),
-        Route("/sources", add_source, methods=["POST"]),
+        Route("/", index, methods=get),
+        Route("/health", health, methods=get),
+        Route("/sources", sources, methods=["GET", "POST"]),
         Route("/sources/{name}", remove_source, methods=["DELETE"]),
         Route("/sources/{name}/restart", restart_source, methods=["POST"]),
-        Route("/sources/{name}/preview.jpg", preview_jpeg),
-        Route("/sources/{name}/preview.mjpg", preview_mjpeg),
-        Route("/events", events),
-        Route("/metrics", prometheus),
+        Route("/sources/{name}/preview.jpg", preview_jpeg, methods=get),
+        Route("/sources/{name}/preview.mjpg", preview_mjpeg, methods=get),
+        Route("/events", events, methods=get),
+        Route("/metrics", prometheus, methods=get),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(TokenMiddleware)])
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(GuardMiddleware)],
+        exception_handlers={HTTPException: http_error, Exception: internal_error},
+    )
+
+
+async def _body(request: Request) -> bytes | None:
+    """The request's body; None past MAX_BODY bytes, told by its length or as it comes (never
+    read whole into memory first). ClientDisconnect when the client goes away mid-way."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 class _Setter:
@@ -184,13 +241,6 @@ class _Setter:
 
     async def __call__(self) -> None:
         self.event.set()
-
-
-def _authorized(request: Request, token: str) -> bool:
-    header = request.headers.get("authorization", "")
-    given = header[7:] if header.lower().startswith("bearer ") else ""
-    given = given or request.query_params.get("token", "")
-    return hmac.compare_digest(given.encode(), token.encode())
 
 
 def _camera(camera: Camera) -> dict[str, Any]:
@@ -205,7 +255,7 @@ def _camera(camera: Camera) -> dict[str, Any]:
 
 def check_bind(host: str, token: str) -> None:
     """Beyond this machine only with a token."""
-    if host not in LOCAL and not token:
+    if host not in LOCAL_NAMES and not token:
         raise ConfigError(
             f"serve.host {host}: listening beyond this machine needs a token"
             " (--token or VISIONRT_TOKEN)"

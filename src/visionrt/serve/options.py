@@ -29,5 +29,20 @@ class ServeOptions:
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"serve.port: expected 0 to 65535, got {self.port}")
-        if self.down_after <= 0:
+        if not self.down_after > 0:
             raise ConfigError(f"serve.down_after: expected seconds > 0, got {self.down_after}")
+        # Checked here, under the user's names, before a model loads (the publisher and the
+        # previews check their own arguments again, under theirs).
+        if isinstance(self.event_queue, bool) or self.event_queue < 1:
+            raise ConfigError(
+                f"serve.event_queue: expected events >= 1 (waiting per target), got"
+                f" {self.event_queue}"
+            )
+        if not self.preview_rate > 0:
+            raise ConfigError(
+                f"serve.preview_rate: expected previews per second > 0, got {self.preview_rate}"
+            )
+        if self.preview_width < 16:
+            raise ConfigError(
+                f"serve.preview_width: expected >= 16 pixels, got {self.preview_width}"
+            )

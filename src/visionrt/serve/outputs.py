@@ -23,7 +23,7 @@ RETIRE_AFTER = 5.0  # seconds after a removed source's reader ended
 class ServiceSinks(Sink):
     """One sink for the pipeline's sink thread: `shared` sinks take every result; a source's own
     sinks (`open_source`) take its results only. Written from the sink thread; `open_source` is
-    called from the HTTP API's."""
+    called from the HTTP API's, `settle` from the service's watcher."""
 
     def __init__(
         self,
@@ -40,7 +40,10 @@ class ServiceSinks(Sink):
         self.shared: list[Sink] = [JsonlSink(folder / "detections.jsonl")] if jsonl else []
         self._own: dict[int, list[Sink]] = {}
         self._stems: set[str] = set()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # `_own`, `_stems`, `_retired`
+        # Held while a source's own sinks are written or closed: `settle` closes them on
+        # another thread than the sink thread's.
+        self._writing = threading.Lock()
         # Removed sources: their reader, and when it was first seen ended (None: not yet).
         self._retired: dict[int, tuple[threading.Thread, float | None]] = {}
         self._closed: list[Path] = []
@@ -69,48 +72,55 @@ class ServiceSinks(Sink):
         return VideoSink(path, fps, self.codec, source_id=source_id, preset=self.preset)
 
     def retire_source(self, source_id: int, reader: threading.Thread) -> None:
-        """Source `source_id` was removed: its own files are finalized on the sink thread
+        """Source `source_id` was removed or ended: `settle` finalizes its own files
         RETIRE_AFTER seconds after `reader` ended (its last frames are through by then: a live
         frame is dropped as stale long before), so a long service keeps no file open per camera
-        it ever had. A frame later still goes to the shared JSONL only."""
+        it ever had. A frame later still goes to the shared JSONL only. Safe to call again."""
         with self._lock:
-            if source_id in self._own:
+            if source_id in self._own and source_id not in self._retired:
                 self._retired[source_id] = (reader, None)
 
     def write(self, result: FrameResult) -> None:
         for sink in self.shared:
             sink.write(result)
-        with self._lock:
-            own = self._own.get(result.frame.source_id, ())
-        for sink in own:
-            sink.write(result)
-        if self._retired:
-            self._close_retired()
+        with self._writing:
+            with self._lock:
+                own = self._own.get(result.frame.source_id, ())
+            for sink in own:
+                sink.write(result)
 
-    def _close_retired(self) -> None:
+    def settle(self) -> list[Path]:
+        """Finalize the retired sources' files that are due (called now and then, whether or
+        not any other source writes); the files finalized."""
         now = time.monotonic()
-        due: list[Sink] = []
+        closed: list[Path] = []
+        with self._writing:
+            due: list[Sink] = []
+            with self._lock:
+                for source_id, (reader, ended) in list(self._retired.items()):
+                    if reader.is_alive():
+                        continue
+                    if ended is None:  # its grace counts from the first look that saw it end
+                        ended = now
+                        self._retired[source_id] = (reader, ended)
+                    if now - ended >= RETIRE_AFTER:
+                        del self._retired[source_id]
+                        due.extend(self._own.pop(source_id, []))
+            for sink in due:
+                try:
+                    closed.extend(sink.close())
+                except SinkError as err:  # one camera's file (a full disk): the service goes on
+                    log.warning("%s", err)
         with self._lock:
-            for source_id, (reader, ended) in list(self._retired.items()):
-                if reader.is_alive():
-                    continue
-                if ended is None:
-                    self._retired[source_id] = (reader, now)
-                elif now - ended >= RETIRE_AFTER:
-                    del self._retired[source_id]
-                    due.extend(self._own.pop(source_id, []))
-        for sink in due:
-            try:
-                self._closed.extend(sink.close())
-            except SinkError as err:  # one camera's file (a full disk): the service goes on
-                log.warning("%s", err)
+            self._closed.extend(closed)
+        return closed
 
     def close(self, complete: bool = True) -> list[Path]:
         paths: list[Path] = []
         first: SinkError | None = None
         with self._lock:
             sinks = [*self.shared, *(s for own in self._own.values() for s in own)]
-        paths.extend(self._closed)
+            paths.extend(self._closed)
         for sink in sinks:  # finalize every file; report the first failure
             try:
                 paths.extend(sink.close(complete))

@@ -19,6 +19,7 @@ from visionrt.serve.outputs import ServiceSinks
 from visionrt.serve.preview import PreviewHub
 from visionrt.sinks.events import EventPublisher, make_event
 from visionrt.sources import Source
+from visionrt.sources.naming import default_name, misnamed, split_name, unique_names
 from visionrt.telemetry.stats import RunSummary
 from visionrt.types import FrameResult
 
@@ -89,8 +90,8 @@ class Service:
         tasks: Sequence[str] = ("detect",),
         analytics: Mapping[str, Any] | None = None,
     ) -> Camera:
-        """Open and start a camera; ConfigError (a bad request) or SourceError (it cannot be
-        opened) change nothing."""
+        """Open and start a camera (in place of one of that name that ended); ConfigError (a
+        bad request, a name that runs) or SourceError (it cannot be opened) change nothing."""
         check_name(name)
         tasks = check_tasks(tasks)
         check_uri(uri, self.files)
@@ -105,7 +106,10 @@ class Service:
         # Counts are kept by name: a camera added again under it starts from where they are.
         camera.seen_out = self.telemetry.per_source().get(name, {}).get("frames_out", 0)
         with self._lock:
+            ended = self.cameras.get(name)
             self.cameras[name] = camera
+        if ended is not None:  # replaced: its files are finalized as a removed camera's
+            self._retire(ended)
         self._publish(name, "added", {"uri": uri, "tasks": list(tasks)})
         if self.on_change is not None:
             self.on_change()
@@ -116,15 +120,19 @@ class Service:
         with self._lock:
             camera = self.cameras.pop(name)
         self.pipeline.remove_source(name)
-        graph = self.pipeline.graph
-        if graph is not None:  # its own files close once its last frames are written
-            self.sinks.retire_source(camera.source_id, graph.readers[camera.source_id])
+        self._retire(camera)
         camera.state = "removed"
         self.preview.remove(name)
-        self._publish(name, "removed", {})
+        self._publish(name, "removed", {"uri": camera.uri, "tasks": list(camera.tasks)})
         if self.on_change is not None:
             self.on_change()
         return camera
+
+    def _retire(self, camera: Camera) -> None:
+        """The camera's own files close once its last frames are written."""
+        graph = self.pipeline.graph
+        if graph is not None:
+            self.sinks.retire_source(camera.source_id, graph.readers[camera.source_id])
 
     def restart(self, name: str, wait: float = 10.0) -> Camera:
         """Remove the camera and add it again from its URI (a stream that went bad)."""
@@ -204,7 +212,8 @@ class Service:
     def _watch(self, period: float = 1.0) -> None:
         """Each camera's FPS and state, once a `period`: down when no frame came for
         `down_after` seconds, up again when frames come; ended or failed when its reader ended
-        on its own."""
+        on its own. The files of cameras removed or ended are finalized here, whether or not
+        another camera's frames come."""
         last = time.monotonic()
         while not self._stopped.wait(period):
             now = time.monotonic()
@@ -213,6 +222,7 @@ class Service:
                 cameras = list(self.cameras.values())
             for camera in cameras:
                 self._look(camera, counts.get(camera.name, {}).get("frames_out", 0), now - last)
+            self.sinks.settle()
             last = now
 
     def _look(self, camera: Camera, frames_out: int, seconds: float) -> None:
@@ -233,6 +243,7 @@ class Service:
             ended = self.pipeline.sources[camera.source_id].stats.ended_early
             camera.error = failure or ended or ""
             camera.state = "failed" if failure else "ended"
+            self._retire(camera)
             self._publish(camera.name, "ended", {"error": camera.error} if camera.error else {})
         elif camera.state == "running" and now - camera.seen_at > self.down_after:
             camera.state = "down"
@@ -263,6 +274,34 @@ def check_name(name: Any) -> None:
         raise ConfigError(
             f"name: expected a letter or _ then up to 63 letters, digits, _ or -, got {name!r}"
         )
+
+
+def camera_names(specs: Sequence[str]) -> list[tuple[str, str]]:
+    """(name, URI) of each source `serve` starts with: the name given (`cam1=URI`), or the one
+    `run` gives it (its file stem, made unique) with what a camera's name cannot hold replaced
+    by _ (`synthetic:64x48:100` → `synthetic_64x48_100`). A NAME= that is not a name is a
+    ConfigError naming it (a path of that name does not exist)."""
+    split = [split_name(spec) for spec in specs]
+    for spec in specs:
+        if bad := misnamed(spec):
+            raise ConfigError(
+                f"source '{spec}': '{bad}' is not a name (NAME=URI: a letter or _, then up to"
+                " 63 letters, digits, _ or -), and no file of that path exists"
+            )
+    stems = [name or _as_name(default_name(uri, i)) for i, (name, uri) in enumerate(split)]
+    names = unique_names(stems, [bool(name) for name, _ in split])
+    for name, spec in zip(names, specs, strict=True):
+        try:
+            check_name(name)
+        except ConfigError as err:
+            raise ConfigError(f"source '{spec}': {err}") from None
+    return [(name, uri) for name, (_, uri) in zip(names, split, strict=True)]
+
+
+def _as_name(stem: str) -> str:
+    """A default name as a camera's: room left for a `-N` that makes it unique."""
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", stem)[:58]
+    return name if NAME.fullmatch(name) else f"_{name}"[:58]
 
 
 def check_tasks(tasks: Any) -> tuple[str, ...]:

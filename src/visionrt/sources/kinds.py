@@ -11,6 +11,7 @@ from pathlib import Path
 from visionrt.errors import SourceNotFoundError
 from visionrt.sources.base import IMAGE_SUFFIXES, STREAM_SCHEMES, Source, SourceOptions
 from visionrt.sources.images import ImageSource
+from visionrt.sources.naming import misnamed
 from visionrt.sources.synthetic import SyntheticSource
 from visionrt.sources.video import VideoSource
 
@@ -32,7 +33,14 @@ def _camera(spec: str, source_id: int, options: SourceOptions) -> Source:
 def _video_file(spec: str, source_id: int, options: SourceOptions) -> Source:
     path = Path(spec)
     if not path.exists():
-        raise SourceNotFoundError(f"source not found: {spec}")
+        name = misnamed(spec)
+        hint = (
+            f" ('{name}' is not a source name either: NAME=SOURCE takes a letter or _, then"
+            " letters, digits, _ or -)"
+            if name
+            else ""
+        )
+        raise SourceNotFoundError(f"source not found: {spec}{hint}")
     if not path.is_file():
         raise SourceNotFoundError(f"source is not a file: {spec}")
     return VideoSource(spec, source_id, options, kind="file")

@@ -22,6 +22,15 @@ def split_name(spec: str) -> tuple[str, str]:
     return match.group(1), match.group(2)
 
 
+def misnamed(spec: str) -> str:
+    """The NAME of a `NAME=SOURCE` whose NAME is not a name (`a/b=clip.mp4` → `a/b`); "" when
+    `spec` has none, names its source, is a URL (an `=` of its query) or a path that exists."""
+    name, equals, _ = spec.partition("=")
+    if not equals or not name or "://" in name or _NAMED.fullmatch(spec) or Path(spec).exists():
+        return ""
+    return name
+
+
 def default_name(spec: str, index: int) -> str:
     """A source's name when the user gave none: its file stem (`/dev/video2` → `video2`)."""
     return Path(spec.rstrip("/")).stem or f"source{index}"

@@ -30,6 +30,7 @@ class VideoSource(Source):
         auto_live = kind != "file" or self.paced
         self.live = auto_live if options.mode == "auto" else options.mode == "live"
         self._container: Any = None
+        self._stream: Any = None
         self._last_error = ""
         self._offset = 0.0  # a looped file's media time at its latest start
         self._rounds_index = 0  # frames since then
@@ -313,6 +314,10 @@ class VideoSource(Source):
         self.stats.reconnects += 1
 
     def close(self) -> None:
+        # The stream holds the codec context, and with it FFmpeg's frame-threading decoder
+        # threads: closing the container leaves them running for as long as this object lives
+        # (a service keeps each source it ever had, for its summary).
+        self._stream = None
         if self._container is not None:
             try:
                 self._container.close()
