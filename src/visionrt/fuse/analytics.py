@@ -19,6 +19,8 @@ from visionrt.types import Event
 # A track counts as on one side of a line only this far from it (pixels): a box that jitters on
 # the line would otherwise cross it on every frame.
 LINE_DEAD_BAND = 4.0
+# A track in a zone leaves it only this far outside its edge (pixels), for the same reason.
+EDGE_DEAD_BAND = LINE_DEAD_BAND
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +97,7 @@ class _Presence:
     since: float  # video time the track entered
     total: float = 0.0  # seconds inside before this stay
     class_id: int = -1  # its class when it entered (named in its leave event)
+    latest: int = -1  # its class when last seen (what the zone's count says)
 
 
 @dataclass(slots=True)
@@ -106,7 +109,13 @@ class ZoneState:
 class AnalyticsFuser:
     """One source's zones and lines, on its tracks (runs after tracking). Each frame's
     `fused.analytics` says per zone the count per class inside, and per line the running in/out
-    totals; `fused.events` gets zone enter/leave and line in/out `Event`s."""
+    totals; `fused.events` gets zone enter/leave and line in/out `Event`s.
+
+    Only where the detector saw a track moves it: a predicted box (detect-every-N) is the
+    tracker's guess, and a track the detector missed on a frame is not in the frame at all; both
+    keep their zones and sides. A track leaves a zone when it is seen more than EDGE_DEAD_BAND
+    outside it, or when the tracker lets it go (`fused.held_tracks`; without it, a track absent
+    from the frame has ended); a line's side is forgotten then."""
 
     def __init__(self, analytics: SourceAnalytics, class_names: Sequence[str]) -> None:
         self.zones, self.lines, self.class_names = analytics.zones, analytics.lines, class_names
@@ -118,17 +127,21 @@ class AnalyticsFuser:
         tracks = fused.tracks
         if tracks is None:
             return
-        xyxy = tracks.detections.xyxy
+        seen = ~tracks.predicted
+        xyxy = tracks.detections.xyxy[seen]
         feet = np.stack([(xyxy[:, 0] + xyxy[:, 2]) / 2, xyxy[:, 3]], axis=1)
-        ids = tracks.track_id.tolist()
-        classes = tracks.detections.class_id.tolist()
+        ids = tracks.track_id[seen].tolist()
+        classes = tracks.detections.class_id[seen].tolist()
+        held = fused.held_tracks
+        if held is None:
+            held = frozenset(tracks.track_id.tolist())
         now = fused.frame.timestamp
         zones = {
-            zone.name: self._zone(zone, feet, ids, classes, now, fused.events)
+            zone.name: self._zone(zone, feet, ids, classes, held, now, fused.events)
             for zone in self.zones
         }
         for line in self.lines:
-            self._line(line, feet, ids, classes, fused.events)
+            self._line(line, feet, ids, classes, held, fused.events)
         fused.analytics = {
             **({"zones": zones} if zones else {}),
             **({"lines": {k: dict(v) for k, v in self._crossed.items()}} if self.lines else {}),
@@ -140,32 +153,43 @@ class AnalyticsFuser:
         feet: npt.NDArray[np.float32],
         ids: list[int],
         classes: list[int],
+        held: frozenset[int],
         now: float,
         events: list[Event],
     ) -> dict[str, Any]:
         state = self._zones[zone.name]
         contour = zone.polygon.reshape(-1, 1, 2)
-        inside_now = {
-            track: cls
-            for track, cls, point in zip(ids, classes, feet, strict=True)
-            if cv2.pointPolygonTest(contour, (float(point[0]), float(point[1])), False) >= 0
-        }
-        for track in inside_now.keys() - state.inside.keys():
-            state.inside[track] = _Presence(now, state.dwell.pop(track, 0.0), inside_now[track])
-            events.append(Event("zone", "enter", zone.name, track, self._class(inside_now[track])))
-        for track in state.inside.keys() - inside_now.keys():
-            stay = state.inside.pop(track)
-            state.dwell[track] = stay.total + max(0.0, now - stay.since)
-            events.append(Event("zone", "leave", zone.name, track, self._class(stay.class_id)))
+        for track, cls, (x, y) in zip(ids, classes, feet.tolist(), strict=True):
+            # Signed distance to the polygon's edge: positive inside, negative outside.
+            depth = cv2.pointPolygonTest(contour, (x, y), True)
+            stay = state.inside.get(track)
+            if stay is None and depth >= 0:
+                state.inside[track] = _Presence(now, state.dwell.pop(track, 0.0), cls, cls)
+                events.append(Event("zone", "enter", zone.name, track, self._class(cls)))
+            elif stay is not None and depth < -EDGE_DEAD_BAND:
+                self._leave(zone.name, state, track, now, events)
+            elif stay is not None:
+                stay.latest = cls
+        for track in [t for t in state.inside if t not in held]:  # the tracker let it go
+            self._leave(zone.name, state, track, now, events)
+        for track in [t for t in state.dwell if t not in held]:
+            del state.dwell[track]
         count: dict[str, int] = {}
-        for cls in inside_now.values():
-            name = self._class(cls)
+        for stay in state.inside.values():
+            name = self._class(stay.latest)
             count[name] = count.get(name, 0) + 1
         seconds = {
             str(track): round(stay.total + max(0.0, now - stay.since), 3)
             for track, stay in state.inside.items()
         }
         return {"count": count, "seconds": seconds}
+
+    def _leave(
+        self, zone: str, state: ZoneState, track: int, now: float, events: list[Event]
+    ) -> None:
+        stay = state.inside.pop(track)
+        state.dwell[track] = stay.total + max(0.0, now - stay.since)
+        events.append(Event("zone", "leave", zone, track, self._class(stay.class_id)))
 
     def _class(self, class_id: int) -> str:
         names = self.class_names
@@ -177,6 +201,7 @@ class AnalyticsFuser:
         feet: npt.NDArray[np.float32],
         ids: list[int],
         classes: list[int],
+        held: frozenset[int],
         events: list[Event],
     ) -> None:
         sides = self._sides[line.name]
@@ -197,3 +222,5 @@ class AnalyticsFuser:
             direction = "in" if side > 0 else "out"
             self._crossed[line.name][direction] += 1
             events.append(Event("line", direction, line.name, track, self._class(cls)))
+        for track in [t for t in sides if t not in held]:
+            del sides[track]
