@@ -197,11 +197,85 @@ def test_through_a_real_tracker_a_missed_box_is_no_event() -> None:
         ({"cam": {"zones": {"z": [[0, 0], [-1, 5], [4, 4]]}}}, r"finite pixel coordinates >= 0"),
         ({"cam": {"areas": {}}}, r"analytics.cam: expected `zones` and/or `lines`"),
         ({"cam": {"zones": [[0, 0]]}}, r"analytics.cam.zones: expected names mapped to points"),
+        # Issue #32: zones that can never count were taken silently.
+        ({"cam": {"zones": {"z": [[0, 0], [5, 5], [10, 10]]}}}, r"z: expected corners around"),
+        ({"cam": {"zones": {"z": [[3, 3], [3, 3], [3, 3]]}}}, r"z: expected corners around"),
+        ({"cam": {"zones": {"z": [[0, 0], [9, 0], [0, 0], [0, 0]]}}}, r"corners around an area"),
+        (
+            {"cam": {"zones": {"bow": [[0, 0], [10, 10], [10, 0], [0, 10]]}}},
+            r"bow: expected a polygon whose edges do not cross, got .* \(edges 1 and 3 meet\)",
+        ),
+        (
+            {"cam": {"zones": {"spike": [[0, 0], [10, 0], [5, 0], [5, 5]]}}},
+            r"spike: expected a polygon whose edges do not cross",
+        ),
+        (
+            {"cam": {"zones": {"z": [[True, 0], [5, 0], [5, 5]]}}},
+            r"z: expected \[x, y\] as two numbers, got \[True, 0\]",
+        ),
+        ({"cam": {"lines": {"l": [[0, 0], [5, "5"]]}}}, r"l: expected \[x, y\] as two numbers"),
+        ({"cam": {"lines": {"l": [[0, 0, 1], [5, 5]]}}}, r"l: expected 2 \[x, y\] points"),
+        ({"cam": {"zones": {"": [[0, 0], [5, 0], [5, 5]]}}}, r"zones: expected a name for each"),
+        ({"cam": {"lines": {" ": [[0, 0], [5, 5]]}}}, r"lines: expected a name for each"),
+        ({"": {"lines": {"l": [[0, 0], [5, 5]]}}}, r"analytics: expected a name for each"),
     ],
 )
 def test_bad_zones_and_lines_are_one_line_each(config: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_analytics(config)
+
+
+def test_zones_drawn_closed_or_as_arrays_are_taken() -> None:
+    config = parse_analytics(
+        {
+            "cam": {
+                "zones": {
+                    "ring": [[0, 0], [10, 0], [10, 10], [0, 0]],  # the first corner repeated
+                    "array": np.array([[0, 0], [10, 0], [10, 10]], np.int64),
+                },
+                "lines": {"gate": np.array([[0.0, 5.0], [10.0, 5.0]])},
+            }
+        }
+    )["cam"]
+    assert [len(zone.polygon) for zone in config.zones] == [3, 3]
+    assert config.lines[0].b == (10.0, 5.0)
+    assert config.source == "cam"
+
+
+def test_a_zone_or_line_outside_the_frames_is_said_once(
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from visionrt.cli.main import main
+
+    for i in range(3):
+        cv2.imwrite(str(tmp_path / f"img{i}.png"), np.full((480, 640, 3), 60, np.uint8))
+    far = {"cam": {"zones": {"far": [[700, 0], [800, 0], [800, 100]],  # right of 640
+                             "near": [[600, 400], [900, 400], [900, 900]]},  # reaches in
+                   "lines": {"low": [[0, 500], [640, 600]]}}}  # fmt: skip
+    options = PipelineOptions(warmup=0, track=True)
+    pipeline = Pipeline([f"cam={tmp_path}"], tiny_model, "onnxruntime", options=options,
+                        analytics=far)  # fmt: skip
+    told: list[str] = []
+    pipeline.on_note = told.append
+    assert len(list(pipeline)) == 3
+    pipeline.close()
+    assert told == [
+        "analytics.cam.zones.far: wholly outside the 640x480 frames of 'cam': it will count"
+        " nothing",
+        "analytics.cam.lines.low: wholly outside the 640x480 frames of 'cam': it will count"
+        " nothing",
+    ]
+    assert pipeline.summary().notes[-2:] == told
+    # The CLI says it once, as it learns it, and keeps it in summary.json.
+    out = tmp_path / "out"
+    argv = ["run", f"cam={tmp_path}", "-m", str(tiny_model), "--track", "-q", "-o", str(out),
+            "--set", "analytics.cam.zones.far=[[700,0],[800,0],[800,100]]"]  # fmt: skip
+    capsys.readouterr()
+    main(argv)
+    said = [line for line in capsys.readouterr().err.splitlines() if "wholly outside" in line]
+    assert said == told[:1]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["notes"][-1] == told[0]
 
 
 def test_a_run_writes_zone_counts_and_counts_the_events(tmp_path: Path, tiny_model: Path) -> None:

@@ -252,6 +252,13 @@ def _execute(
     pipeline.on_audit = lambda event: Console(stderr=True).print(
         str(event), markup=False, highlight=False
     )
+    told: list[str] = []  # notes said as the run went (a zone outside its source's frames)
+
+    def tell(note: str) -> None:
+        Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
+        told.append(note)
+
+    pipeline.on_note = tell
     try:
         STARTUP.check()  # a signal during start-up that a library swallowed
         describe_run(pipeline, cfg.model, console)
@@ -275,7 +282,8 @@ def _execute(
         if metrics is not None:
             metrics.close()
     for note in summary.notes[said:]:  # what the run learnt (an audit that refuted the plan)
-        Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
+        if note not in told:
+            Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
     summary_path = Path(cfg.output.dir) / "summary.json"
     summary.outputs.append(str(summary_path))
     try:

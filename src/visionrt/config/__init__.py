@@ -14,7 +14,7 @@ import yaml
 from visionrt.backends import Backend, BackendOptions
 from visionrt.config.values import coerce
 from visionrt.errors import ConfigError
-from visionrt.fuse.analytics import parse_analytics
+from visionrt.fuse.shapes import parse_analytics
 from visionrt.pipeline.options import DepthOptions, PipelineOptions
 from visionrt.postprocess import PostprocessOptions
 from visionrt.serve.options import ServeOptions

@@ -4,7 +4,7 @@ direction, once per crossing. An object's place is its box's bottom centre (wher
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,8 +12,8 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from visionrt.errors import ConfigError
 from visionrt.fuse.base import Fused
+from visionrt.fuse.shapes import Line, SourceAnalytics, Zone, reaches_frame
 from visionrt.types import Event
 
 # A track counts as on one side of a line only this far from it (pixels): a box that jitters on
@@ -21,75 +21,6 @@ from visionrt.types import Event
 LINE_DEAD_BAND = 4.0
 # A track in a zone leaves it only this far outside its edge (pixels), for the same reason.
 EDGE_DEAD_BAND = LINE_DEAD_BAND
-
-
-@dataclass(frozen=True, slots=True)
-class Zone:
-    """A polygon (N, 2) in source pixels, N >= 3."""
-
-    name: str
-    polygon: npt.NDArray[np.float32]
-
-
-@dataclass(frozen=True, slots=True)
-class Line:
-    """A segment from `a` to `b` in source pixels. Crossing it from its left to its right (seen
-    from `a` looking at `b`; image y points down) counts "in", the other way "out"."""
-
-    name: str
-    a: tuple[float, float]
-    b: tuple[float, float]
-
-
-@dataclass(frozen=True, slots=True)
-class SourceAnalytics:
-    """One source's zones and lines."""
-
-    zones: tuple[Zone, ...] = ()
-    lines: tuple[Line, ...] = ()
-
-
-def parse_analytics(config: Mapping[str, Any]) -> dict[str, SourceAnalytics]:
-    """The config's `analytics` section, `{source name: {zones: {name: [[x, y], ...]}, lines:
-    {name: [[x1, y1], [x2, y2]]}}}`, checked: one ConfigError line naming what is wrong."""
-    if not isinstance(config, Mapping):
-        raise ConfigError("analytics: expected a mapping of source names to zones and lines")
-    out = {}
-    for source, spec in config.items():
-        where = f"analytics.{source}"
-        if not isinstance(spec, Mapping) or set(spec) - {"zones", "lines"}:
-            raise ConfigError(f"{where}: expected `zones` and/or `lines`, got {spec!r}")
-        zones = tuple(
-            Zone(str(name), _points(points, f"{where}.zones.{name}", 3, None))
-            for name, points in _named(spec.get("zones") or {}, f"{where}.zones").items()
-        )
-        lines = []
-        for name, points in _named(spec.get("lines") or {}, f"{where}.lines").items():
-            (x1, y1), (x2, y2) = _points(points, f"{where}.lines.{name}", 2, 2)
-            if (x1, y1) == (x2, y2):
-                raise ConfigError(f"{where}.lines.{name}: expected two different points")
-            lines.append(Line(str(name), (float(x1), float(y1)), (float(x2), float(y2))))
-        out[str(source)] = SourceAnalytics(zones, tuple(lines))
-    return out
-
-
-def _named(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected names mapped to points, got {value!r}")
-    return value
-
-
-def _points(value: Any, where: str, least: int, most: int | None) -> npt.NDArray[np.float32]:
-    try:
-        points = np.asarray(value, np.float32)
-    except (TypeError, ValueError):
-        points = np.zeros((0,), np.float32)
-    many = f"{least}" if most == least else f"at least {least}"
-    if points.ndim != 2 or points.shape[1] != 2 or not least <= len(points) <= (most or 10**6):
-        raise ConfigError(f"{where}: expected {many} [x, y] points, got {value!r}")
-    if not np.isfinite(points).all() or (points < 0).any():
-        raise ConfigError(f"{where}: expected finite pixel coordinates >= 0, got {value!r}")
-    return points
 
 
 @dataclass(slots=True)
@@ -115,15 +46,29 @@ class AnalyticsFuser:
     tracker's guess, and a track the detector missed on a frame is not in the frame at all; both
     keep their zones and sides. A track leaves a zone when it is seen more than EDGE_DEAD_BAND
     outside it, or when the tracker lets it go (`fused.held_tracks`; without it, a track absent
-    from the frame has ended); a line's side is forgotten then."""
+    from the frame has ended); a line's side is forgotten then.
 
-    def __init__(self, analytics: SourceAnalytics, class_names: Sequence[str]) -> None:
+    A zone or line that lies wholly outside the source's frames can never count: `warn` is told
+    so in one line, once per frame size (the size is known only once frames come)."""
+
+    def __init__(
+        self,
+        analytics: SourceAnalytics,
+        class_names: Sequence[str],
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
         self.zones, self.lines, self.class_names = analytics.zones, analytics.lines, class_names
+        self.source, self.warn = analytics.source, warn
         self._zones = {zone.name: ZoneState() for zone in analytics.zones}
         self._sides: dict[str, dict[int, int]] = {line.name: {} for line in analytics.lines}
         self._crossed = {line.name: {"in": 0, "out": 0} for line in analytics.lines}
+        self._sizes: set[tuple[int, int]] = set()  # frame sizes checked against them
 
     def fuse(self, fused: Fused) -> None:
+        height, width = fused.frame.image.shape[:2]
+        if (height, width) not in self._sizes:
+            self._sizes.add((height, width))
+            self._check_reach(width, height)
         tracks = fused.tracks
         if tracks is None:
             return
@@ -146,6 +91,16 @@ class AnalyticsFuser:
             **({"zones": zones} if zones else {}),
             **({"lines": {k: dict(v) for k, v in self._crossed.items()}} if self.lines else {}),
         }
+
+    def _check_reach(self, width: int, height: int) -> None:
+        shapes = [("zones", zone.name, zone.polygon) for zone in self.zones]
+        shapes += [("lines", line.name, np.array([line.a, line.b])) for line in self.lines]
+        for kind, name, points in shapes:
+            if self.warn is not None and not reaches_frame(points, width, height):
+                self.warn(
+                    f"analytics.{self.source}.{kind}.{name}: wholly outside the {width}x{height}"
+                    f" frames of '{self.source}': it will count nothing"
+                )
 
     def _zone(
         self,
