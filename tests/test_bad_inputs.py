@@ -160,6 +160,9 @@ CASES = [
     ("VIDEO -m MODEL --backend null --set inference.settings.bogus=1", 2, "bogus"),
     ("VIDEO -m MODEL --backend onnxruntime --set inference.settings.spin=maybe", 2, "spin"),
     ("VIDEO -m MODEL --plan ROOT/list.yaml", 2, "expected a visionrt plan"),
+    # Frame ranges that cannot apply (issue #32).
+    ("VIDEO -m MODEL --set source.start_frame=1000", 2, "start_frame 1000: past the end"),
+    ("http://127.0.0.1:9/a.mp4 -m MODEL --set source.end_frame=5", 2, "is a live stream"),
     # Zones that could never count (issue #32).
     ("VIDEO -m MODEL --track --set analytics.small.zones.z=[[0,0],[5,5],[9,9]]", 2, "an area"),
     ("VIDEO -m MODEL --track --set analytics.small.zones.z=[[1,1],[1,1],[1,1]]", 2, "an area"),
