@@ -19,7 +19,7 @@ from visionrt.distributed.coordinator import Coordinator, RunStop
 from visionrt.distributed.local import ThreadExecutor
 from visionrt.distributed.units import Batch, Done, Failed, Lost, Report, WorkUnit
 from visionrt.distributed.worker import run_group
-from visionrt.errors import SourceError
+from visionrt.errors import ConfigError, SourceError
 from visionrt.sinks import JsonlSink
 
 
@@ -1038,6 +1038,54 @@ def test_a_cluster_runs_summary_keeps_what_the_workers_pipelines_said(
     assert all(audited[name]["audited"] >= 5 for name in ("a", "b"))
     assert summary.audit["budget"] == {"min_fidelity": 0.95}
     assert any("its own FP32 reference" in note for note in summary.notes)
+
+
+def gated_zones_run(tmp_path: Path, model: Path) -> dict[str, Any]:
+    """A run's settings over two videos (14 and 9 frames), tracked and motion-gated, with a zone
+    on the first only: the whole of its 128×96 frames, where the tiny detector's box stands
+    (its feet at (64, 58))."""
+    videos = [str(write_video(tmp_path / f"v{i}.mp4", frames=n)) for i, n in enumerate((14, 9))]
+    return {
+        "sources": [f"a={videos[0]}", f"b={videos[1]}"],
+        "model": str(model),
+        "backend": "onnxruntime",
+        "output": {"dir": str(tmp_path / "cluster"), "video": False},
+        "pipeline": {"warmup": 0, "track": True, "motion": "skip", "motion_min_area": 0.5},
+        "analytics": {"a": {"zones": {"all": [[0, 0], [128, 0], [128, 96], [0, 96]]}}},
+    }
+
+
+def on_two_threads(cfg: Any) -> tuple[Any, Any]:
+    """`cfg` run over two thread workers: the summary and the report."""
+    from visionrt.distributed.run import run_on_cluster, worker_settings
+
+    executor = ThreadExecutor(2, lambda group, send: run_group(group, worker_settings(cfg), send))
+    try:
+        return run_on_cluster(cfg, executor)
+    finally:
+        executor.close()
+
+
+def test_zones_of_one_source_leave_the_other_sources_worker_alone(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """Issue #32: with zones for one source, the other source's worker refused the run's
+    analytics ("no source named 'a'"), exit 3, 0 frames. Each worker runs its own sources'
+    zones; names of no source of the run are refused before any worker starts, as a plain run
+    refuses them."""
+    from visionrt.config import load_config
+    from visionrt.distributed.run import run_on_cluster
+
+    values = gated_zones_run(tmp_path, tiny_model)
+    summary, report = on_two_threads(load_config(values=values))
+    assert summary.error == ""
+    assert sorted(report.frames_by_worker) == ["thread-0", "thread-1"]  # one source each
+    assert [row["frames_out"] for row in summary.sources] == [14, 9]
+    typo = load_config(values={**values, "analytics": {"c": values["analytics"]["a"]}})
+    never = ThreadExecutor(2, lambda group, send: pytest.fail("a worker started"))
+    with pytest.raises(ConfigError, match=r"analytics: no source named 'c' \(sources: a, b\)"):
+        run_on_cluster(typo, never)
+    never.close()
 
 
 def test_a_worker_sharing_its_node_leaves_its_runtimes_threads_unpinned(

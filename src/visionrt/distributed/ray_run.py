@@ -14,7 +14,7 @@ from visionrt.distributed.files import check_models
 from visionrt.distributed.metrics import ClusterMetrics
 from visionrt.distributed.plans import GroupPlans
 from visionrt.distributed.report import ClusterReport
-from visionrt.distributed.run import run_on_cluster, worker_settings
+from visionrt.distributed.run import check_sources, run_on_cluster, worker_settings
 from visionrt.plans import fingerprint_key, machine_fingerprint
 from visionrt.sinks.base import check_writable
 from visionrt.telemetry.stats import RunSummary
@@ -47,6 +47,7 @@ def run_on_ray(
     if cfg.output.telemetry:  # a path that cannot be written fails before Ray starts
         check_writable(Path(cfg.output.telemetry), "telemetry")
     check_models(worker_settings(cfg))  # as would a plain run (exit 4), not after Ray starts
+    check_sources(cfg)  # zones and lines of no source of the run (exit 2), the same
     tell = say or (lambda _line: None)
     own = fingerprint_key(machine_fingerprint())
 

@@ -20,6 +20,8 @@ from visionrt.distributed.report import ClusterReport
 from visionrt.distributed.summary import cluster_summary
 from visionrt.distributed.units import WorkUnit
 from visionrt.errors import Interrupted
+from visionrt.fuse import parse_analytics
+from visionrt.pipeline.build import check_analytics
 from visionrt.sinks import Sink, table_sinks
 from visionrt.sinks.base import FileSink, check_writable, unwritable
 from visionrt.sources.naming import named_specs
@@ -41,6 +43,14 @@ class LinesSink(FileSink):
 # What a live stream that cannot be probed from the driver (a camera, an RTSP URL) is taken to
 # cost: 1080p at 30 FPS. Opening a stream only to size it would hold a connection it may refuse.
 UNPROBED_COST = 1920 * 1080 * 30.0
+
+
+def check_sources(cfg: RunConfig) -> None:
+    """Refuse what a plain run refuses of its sources as a whole before anything loads: zones
+    and lines that name no source of the run (a worker's Pipeline sees only its own group's,
+    so the run's names are checked here)."""
+    names = [name for name, _ in named_specs(cfg.sources)]
+    check_analytics(parse_analytics(cfg.analytics), names, cfg.pipeline)
 
 
 def work_units(cfg: RunConfig) -> list[WorkUnit]:
@@ -163,6 +173,7 @@ def run_on_cluster(
     `stop` ends the run early (Ctrl-C): the outputs hold what was committed, finalized, and
     the summary says `interrupted`. A long video file runs as frame ranges on several workers
     (`cluster.range_frames`); `say` gets a line for each file split or left whole."""
+    check_sources(cfg)  # run_on_ray checked before Ray started; here for any executor
     if stop is not None:  # from here a stop finalizes what was committed
         stop.started.set()
         if stop.asked.is_set():

@@ -215,6 +215,11 @@ def _pipeline(cfg: RunConfig, units: Group, resumed: list[int], loaded: Backend 
         for unit, resume in zip(units, resumed, strict=True)
     ]
     specs = [f"{unit.name}={unit.spec}" for unit in units]
+    # The zones and lines of the group's own sources: those of the run's others are theirs
+    # (the driver checked every name against the run's sources, as a plain run does).
+    names = {unit.name for unit in units}
+    analytics = {name: spec for name, spec in cfg.analytics.items() if name in names}
+    cfg = replace(cfg, analytics=analytics)
     return pipeline_for(cfg, specs, loaded=loaded, frame_ranges=ranges)
 
 
