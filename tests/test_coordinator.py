@@ -1088,6 +1088,49 @@ def test_zones_of_one_source_leave_the_other_sources_worker_alone(
     never.close()
 
 
+def test_a_cluster_runs_events_zones_and_motion_add_up_as_a_plain_runs(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """Issue #32: a cluster run's summary.json had empty `events`, `analytics` and `motion`
+    where a plain run's had zone events and frames reused. Now they hold what a plain run's
+    hold, each source's row its events."""
+    from visionrt.config import load_config, pipeline_for
+
+    cfg = load_config(values=gated_zones_run(tmp_path, tiny_model))
+    summary, _ = on_two_threads(cfg)
+    plain = pipeline_for(cfg)
+    for _ in plain:
+        pass
+    plain.close()
+    alone = plain.summary()
+    assert alone.events["zone all: enter"] == 1
+    assert alone.motion["reused"] > 0
+    assert summary.events == alone.events
+    assert summary.analytics == alone.analytics
+    assert summary.motion == alone.motion
+    assert [row["events"] for row in summary.sources] == [row["events"] for row in alone.sources]
+
+
+def test_a_split_files_events_and_motion_are_its_ranges_added_up() -> None:
+    from visionrt.distributed.report import ClusterReport, SourceState
+    from visionrt.distributed.summary import cluster_summary
+
+    settings = {"mode": "skip", "threshold": 25, "min_area": 0.002, "refresh": 2.0}
+
+    def part(frames: int, skipped: int, pixels: int) -> dict[str, Any]:
+        events = {"motion: skipped": skipped, "motion: detector pixels": pixels}
+        return {"frames_out": frames, "row": {"events": events}, "input_hw": [10, 10],
+                "motion": {**settings, "reused": skipped}}  # fmt: skip
+
+    state = SourceState(unit_summaries={0: part(30, 10, 2000), 1: part(10, 5, 500)})
+    report = ClusterReport(sources={"long": state})
+    summary = cluster_summary(report, frozenset(), [])
+    assert summary.events == {"motion: skipped": 15, "motion: detector pixels": 2500}
+    assert summary.sources[0]["events"] == summary.events
+    # 15 of 40 frames reused; 2500 of 40 × 100 detector pixels run.
+    assert summary.motion == {**settings, "reused": 15, "share": 0.375, "pixel_share": 0.625}
+
+
 def test_a_worker_sharing_its_node_leaves_its_runtimes_threads_unpinned(
     tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
