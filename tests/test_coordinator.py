@@ -28,8 +28,15 @@ def units(*frames: int) -> list[WorkUnit]:
 
 
 def tiny_run(model: Path, **sections: object) -> dict[str, object]:
-    """A worker's settings for the tiny detector (ONNX Runtime, no warm-up), with `sections`."""
-    return {"model": str(model), "backend": "onnxruntime", "pipeline": {"warmup": 0}, **sections}
+    """A worker's settings for the tiny detector (ONNX Runtime, no warm-up, no MP4: an
+    attempt's would go to the working folder's out/), with `sections`."""
+    return {
+        "model": str(model),
+        "backend": "onnxruntime",
+        "pipeline": {"warmup": 0},
+        "output": {"video": False},
+        **sections,
+    }
 
 
 def lines(unit: WorkUnit, start: int, stop: int) -> tuple[tuple[int, str], ...]:

@@ -32,12 +32,14 @@ def run_cluster(
     console: Console,
     json_out: bool,
     quiet: bool = False,
+    clear: Callable[[], None] | None = None,
 ) -> None:
     """Run `cfg`'s sources on the cluster `cfg.cluster` names, each worker with the plan of
     its machine (`resolve(fingerprint)`: the configuration and its plan lines, as this
     machine's are `cfg` and `plan_note`); SourceError (exit 3) when a source failed, after
     every output is finalized; Interrupted (exit 130) after Ctrl-C or SIGTERM, the outputs
-    holding the frames committed."""
+    holding the frames committed. `clear` makes room in the output folder once the workers
+    are up, before anything is written."""
     from visionrt.distributed.ray_run import run_on_ray
 
     def say(line: str) -> None:
@@ -56,7 +58,9 @@ def run_cluster(
             bar.update(task, completed=done, fps=fps, nodes=by_node(report))
 
         try:
-            summary, report = run_on_ray(cfg, plan_note, resolve, token, say, progress, stop)
+            summary, report = run_on_ray(
+                cfg, plan_note, resolve, token, say, progress, stop, before_writing=clear
+            )
         except Interrupted:
             STARTUP.check()  # the start-up's line, naming the signal
             raise

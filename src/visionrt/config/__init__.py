@@ -47,6 +47,9 @@ class OutputOptions:
     # With motion gating, the annotated video also shows where the frame moved and the windows
     # the detector ran on (thin, under the detections): to see what gating did, not for viewers.
     draw_regions: bool = False
+    # An earlier run's outputs in `dir` (its summary.json and what it lists, unfinished files,
+    # files of this run's names) refuse the run; `overwrite` removes them first.
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.metrics_port <= 65535:

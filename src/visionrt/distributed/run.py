@@ -164,6 +164,7 @@ def run_on_cluster(
     regroup_after: float = REGROUP_AFTER,
     stop: RunStop | None = None,
     say: Callable[[str], None] = lambda _line: None,
+    before_writing: Callable[[], None] | None = None,
 ) -> tuple[RunSummary, ClusterReport]:
     """Run every source of `cfg` as a unit on `executor`'s workers; the JSONL goes to
     `output.dir` as a single-process run names it, each source's `source_id` its place in
@@ -172,7 +173,9 @@ def run_on_cluster(
     the report and the workers' endpoints. `regroup_after`: see coordinator.REGROUP_AFTER.
     `stop` ends the run early (Ctrl-C): the outputs hold what was committed, finalized, and
     the summary says `interrupted`. A long video file runs as frame ranges on several workers
-    (`cluster.range_frames`); `say` gets a line for each file split or left whole."""
+    (`cluster.range_frames`); `say` gets a line for each file split or left whole.
+    `before_writing` is called before the first output is opened (the CLI's --overwrite
+    removes an earlier run's outputs there)."""
     check_sources(cfg)  # run_on_ray checked before Ray started; here for any executor
     if stop is not None:  # from here a stop finalizes what was committed
         stop.started.set()
@@ -182,6 +185,8 @@ def run_on_cluster(
     units, notes = split_long_files(cfg, whole, len(executor.workers()))
     for note in notes:
         say(note)
+    if before_writing is not None:
+        before_writing()
     out, output = Path(cfg.output.dir), cfg.output
     name = f"{whole[0].name}.jsonl" if len(whole) == 1 else "detections.jsonl"
     sink = LinesSink(out / name) if output.jsonl else None
