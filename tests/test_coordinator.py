@@ -1118,6 +1118,20 @@ def test_a_cluster_runs_events_zones_and_motion_add_up_as_a_plain_runs(
     assert [row["events"] for row in summary.sources] == [row["events"] for row in alone.sources]
 
 
+def test_a_workers_note_of_a_zone_outside_its_frames_reaches_the_runs_summary(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """As a plain run notes it (the CLI prints the summary's notes the workers made)."""
+    from visionrt.config import load_config
+
+    values = gated_zones_run(tmp_path, tiny_model)
+    values["analytics"] = {"b": {"lines": {"far": [[500, 0], [500, 90]]}}}
+    summary, _ = on_two_threads(load_config(values=values))
+    assert summary.notes == [
+        "analytics.b.lines.far: wholly outside the 128x96 frames of 'b': it will count nothing"
+    ]
+
+
 def test_a_split_files_events_and_motion_are_its_ranges_added_up() -> None:
     from visionrt.distributed.report import ClusterReport, SourceState
     from visionrt.distributed.summary import cluster_summary

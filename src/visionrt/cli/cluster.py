@@ -42,7 +42,10 @@ def run_cluster(
     are up, before anything is written."""
     from visionrt.distributed.ray_run import run_on_ray
 
+    said: set[str] = set()
+
     def say(line: str) -> None:
+        said.add(line)
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     token = metrics_token(cfg)
@@ -71,6 +74,11 @@ def run_cluster(
         import json
 
         print(json.dumps(summary.to_json()))
+    # What the workers' Pipelines noted (a zone outside its source's frames), said as a plain
+    # run says its notes, --quiet or not.
+    for note in summary.notes:
+        if note not in said:
+            Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
     _say(summary, report, console)
     if report.failed:
         raise SourceError(f"--ray: {summary.error}")
