@@ -126,8 +126,7 @@ class Pipeline:
             log.info("%s", use.note)
         # Told of each degrade step (the CLI prints it); set before the run.
         self.on_degrade: Callable[[Change], None] | None = None
-        # Told of each note the run adds as frames come (a zone outside its source's frames),
-        # also kept in `notes`; without one, such a note is logged as a warning.
+        # Told of each note made as frames come (`note`: a zone outside its source's frames).
         self.on_note: Callable[[str], None] | None = None
         parts = build_parts(
             self.sources,

@@ -150,6 +150,8 @@ class Source(ABC):
         once it is open): a range of nothing is the user's mistake, not a damaged file."""
         options: SourceOptions | None = getattr(self, "options", None)
         start = options.start_frame if options is not None else 0
+        if options is not None and options.loop and self.paced:
+            return  # a looped file's rounds run on past its end
         exact = self.frame_count and not self.frame_count_estimated
         if start and exact and start >= self.frame_count:
             raise ConfigError(

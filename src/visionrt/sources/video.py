@@ -34,13 +34,10 @@ class VideoSource(Source):
         self._offset = 0.0  # a looped file's media time at its latest start
         self._rounds_index = 0  # frames since then
         if (options.start_frame or options.end_frame) and self.live and not self.paced:
-            raise ConfigError(
-                f"source.start_frame/end_frame: '{spec}' is a live {kind}, with no frame to start"
-                " or end at: frame ranges are for files, image folders and synthetic sources"
-            )
+            why = "with no frame to start or end at (ranges: files, image folders, synthetic:)"
+            raise ConfigError(f"source.start_frame/end_frame: '{spec}' is a live {kind}, {why}")
         self._open()  # fail at construction: a bad path is reported before any model loads
-        if not (self.paced and options.loop):  # a looped file's rounds run past its end
-            self.check_start()
+        self.check_start()
 
     def _open(self) -> None:
         import av
