@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml scripts/setup.sh
 # The first demo tunes this machine's plan (a few minutes, cached); every run then uses it.
 demo: setup
 	$(BIN)/visionrt tune --if-missing
-	$(BIN)/visionrt run --out out/demo
+	$(BIN)/visionrt run --out out/demo --overwrite
 
 # The tests also start a headless Chromium and a Mosquitto broker (scripts/setup_test.sh).
 setup-test: setup

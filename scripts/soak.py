@@ -149,7 +149,7 @@ def main() -> int:
     command = [
         VISIONRT, "run", *sources, "--realtime", "--track", "--detect-every", "3",
         "--no-video", "--out", str(out), "--telemetry", str(out / "telemetry.jsonl"),
-        "--metrics-port", str(metrics_port), "--quiet",
+        "--metrics-port", str(metrics_port), "--quiet", "--overwrite",
         "--set", f"source.max_frames={int(seconds * 10)}",
         "--set", "source.reconnect_attempts=50", "--set", "source.reconnect_max_backoff=2",
         *(arg for override in args.overrides for arg in ("--set", override)),

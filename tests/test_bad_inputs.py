@@ -80,6 +80,9 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     whole = write_video(root / "whole.mkv", frames=12).read_bytes()
     (root / "truncated.mkv").write_bytes(whole[: whole.index(b"\x1f\x43\xb6\x75") + 16])
     (root / "null.yaml").write_text("backend: null\n")
+    (root / "unnamed-zone.yaml").write_text(
+        'analytics: {small: {zones: {"": [[0, 0], [5, 0], [5, 5]]}}}\n'
+    )
     made["root"] = root
     return made
 
@@ -157,6 +160,15 @@ CASES = [
     ("VIDEO -m MODEL --backend null --set inference.settings.bogus=1", 2, "bogus"),
     ("VIDEO -m MODEL --backend onnxruntime --set inference.settings.spin=maybe", 2, "spin"),
     ("VIDEO -m MODEL --plan ROOT/list.yaml", 2, "expected a visionrt plan"),
+    # Frame ranges that cannot apply (issue #32).
+    ("VIDEO -m MODEL --set source.start_frame=1000", 2, "start_frame 1000: past the end"),
+    ("http://127.0.0.1:9/a.mp4 -m MODEL --set source.end_frame=5", 2, "is a live stream"),
+    # Zones that could never count (issue #32).
+    ("VIDEO -m MODEL --track --set analytics.small.zones.z=[[0,0],[5,5],[9,9]]", 2, "an area"),
+    ("VIDEO -m MODEL --track --set analytics.small.zones.z=[[1,1],[1,1],[1,1]]", 2, "an area"),
+    ("VIDEO -m MODEL --track --set analytics.small.zones.z=[[0,0],[9,9],[9,0],[0,9]]", 2, "cross"),
+    ("VIDEO -m MODEL --track --set analytics.small.zones.z=[[true,0],[5,0],[5,5]]", 2, "numbers"),
+    ("VIDEO -m MODEL --track --config ROOT/unnamed-zone.yaml", 2, "analytics.small.zones.'"),
     ("VIDEO -m MODEL --plan ROOT/list.yaml --no-plan", 2, "--plan and --no-plan"),
 ]
 

@@ -60,14 +60,16 @@ def test_run_writes_outputs_and_summary(
 
 
 def test_missing_video(tmp_path: Path, tiny_model: Path) -> None:
-    proc = visionrt("run", str(tmp_path / "missing.mp4"), "-m", str(tiny_model))
+    proc = visionrt(
+        "run", str(tmp_path / "missing.mp4"), "-m", str(tiny_model), "-o", str(tmp_path)
+    )
     assert_one_line_error(proc, 3, "source not found")
 
 
 def test_wrong_model(tmp_path: Path, small_video: Path) -> None:
     not_onnx = tmp_path / "model.onnx"
     not_onnx.write_text("hello")
-    proc = visionrt("run", str(small_video), "-m", str(not_onnx))
+    proc = visionrt("run", str(small_video), "-m", str(not_onnx), "-o", str(tmp_path / "out"))
     assert_one_line_error(proc, 4, "not a readable ONNX model")
 
 
@@ -83,7 +85,7 @@ def test_model_that_is_not_an_image_detector(tmp_path: Path, small_video: Path) 
     )
     path = tmp_path / "relu.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
-    proc = visionrt("run", str(small_video), "-m", str(path))
+    proc = visionrt("run", str(small_video), "-m", str(path), "-o", str(tmp_path / "out"))
     assert_one_line_error(proc, 4, "expected an image input shaped [N, 3, H, W]")
 
 
@@ -99,8 +101,10 @@ def test_model_that_is_not_an_image_detector(tmp_path: Path, small_video: Path) 
         (["--imgsz", "600"], "multiples of 32"),
     ],
 )
-def test_bad_option_values(small_video: Path, tiny_model: Path, args, message) -> None:
-    proc = visionrt("run", str(small_video), "-m", str(tiny_model), *args)
+def test_bad_option_values(
+    small_video: Path, tiny_model: Path, tmp_path: Path, args, message
+) -> None:
+    proc = visionrt("run", str(small_video), "-m", str(tiny_model), "-o", str(tmp_path), *args)
     assert_one_line_error(proc, 2, message)
 
 
@@ -123,7 +127,10 @@ def test_config_file_and_overrides(tmp_path: Path, small_video: Path, tiny_model
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1])["frames_out"] == 9
     assert not (tmp_path / "a" / "small.mp4").exists()
-    proc = visionrt("run", str(small_video), "-c", str(config), "--max-frames", "5", "--json")
+    # Into the first run's folder: its outputs replaced, as asked (refused otherwise).
+    proc = visionrt(
+        "run", str(small_video), "-c", str(config), "--max-frames", "5", "--json", "--overwrite"
+    )
     assert json.loads(proc.stdout.splitlines()[-1])["frames_out"] == 5
 
 

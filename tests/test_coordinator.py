@@ -19,7 +19,7 @@ from visionrt.distributed.coordinator import Coordinator, RunStop
 from visionrt.distributed.local import ThreadExecutor
 from visionrt.distributed.units import Batch, Done, Failed, Lost, Report, WorkUnit
 from visionrt.distributed.worker import run_group
-from visionrt.errors import SourceError
+from visionrt.errors import ConfigError, SourceError
 from visionrt.sinks import JsonlSink
 
 
@@ -28,8 +28,15 @@ def units(*frames: int) -> list[WorkUnit]:
 
 
 def tiny_run(model: Path, **sections: object) -> dict[str, object]:
-    """A worker's settings for the tiny detector (ONNX Runtime, no warm-up), with `sections`."""
-    return {"model": str(model), "backend": "onnxruntime", "pipeline": {"warmup": 0}, **sections}
+    """A worker's settings for the tiny detector (ONNX Runtime, no warm-up, no MP4: an
+    attempt's would go to the working folder's out/), with `sections`."""
+    return {
+        "model": str(model),
+        "backend": "onnxruntime",
+        "pipeline": {"warmup": 0},
+        "output": {"video": False},
+        **sections,
+    }
 
 
 def lines(unit: WorkUnit, start: int, stop: int) -> tuple[tuple[int, str], ...]:
@@ -1038,6 +1045,111 @@ def test_a_cluster_runs_summary_keeps_what_the_workers_pipelines_said(
     assert all(audited[name]["audited"] >= 5 for name in ("a", "b"))
     assert summary.audit["budget"] == {"min_fidelity": 0.95}
     assert any("its own FP32 reference" in note for note in summary.notes)
+
+
+def gated_zones_run(tmp_path: Path, model: Path) -> dict[str, Any]:
+    """A run's settings over two videos (14 and 9 frames), tracked and motion-gated, with a zone
+    on the first only: the whole of its 128×96 frames, where the tiny detector's box stands
+    (its feet at (64, 58))."""
+    videos = [str(write_video(tmp_path / f"v{i}.mp4", frames=n)) for i, n in enumerate((14, 9))]
+    return {
+        "sources": [f"a={videos[0]}", f"b={videos[1]}"],
+        "model": str(model),
+        "backend": "onnxruntime",
+        "output": {"dir": str(tmp_path / "cluster"), "video": False},
+        "pipeline": {"warmup": 0, "track": True, "motion": "skip", "motion_min_area": 0.5},
+        "analytics": {"a": {"zones": {"all": [[0, 0], [128, 0], [128, 96], [0, 96]]}}},
+    }
+
+
+def on_two_threads(cfg: Any) -> tuple[Any, Any]:
+    """`cfg` run over two thread workers: the summary and the report."""
+    from visionrt.distributed.run import run_on_cluster, worker_settings
+
+    executor = ThreadExecutor(2, lambda group, send: run_group(group, worker_settings(cfg), send))
+    try:
+        return run_on_cluster(cfg, executor)
+    finally:
+        executor.close()
+
+
+def test_zones_of_one_source_leave_the_other_sources_worker_alone(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """Issue #32: with zones for one source, the other source's worker refused the run's
+    analytics ("no source named 'a'"), exit 3, 0 frames. Each worker runs its own sources'
+    zones; names of no source of the run are refused before any worker starts, as a plain run
+    refuses them."""
+    from visionrt.config import load_config
+    from visionrt.distributed.run import run_on_cluster
+
+    values = gated_zones_run(tmp_path, tiny_model)
+    summary, report = on_two_threads(load_config(values=values))
+    assert summary.error == ""
+    assert sorted(report.frames_by_worker) == ["thread-0", "thread-1"]  # one source each
+    assert [row["frames_out"] for row in summary.sources] == [14, 9]
+    typo = load_config(values={**values, "analytics": {"c": values["analytics"]["a"]}})
+    never = ThreadExecutor(2, lambda group, send: pytest.fail("a worker started"))
+    with pytest.raises(ConfigError, match=r"analytics: no source named 'c' \(sources: a, b\)"):
+        run_on_cluster(typo, never)
+    never.close()
+
+
+def test_a_cluster_runs_events_zones_and_motion_add_up_as_a_plain_runs(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """Issue #32: a cluster run's summary.json had empty `events`, `analytics` and `motion`
+    where a plain run's had zone events and frames reused. Now they hold what a plain run's
+    hold, each source's row its events."""
+    from visionrt.config import load_config, pipeline_for
+
+    cfg = load_config(values=gated_zones_run(tmp_path, tiny_model))
+    summary, _ = on_two_threads(cfg)
+    plain = pipeline_for(cfg)
+    for _ in plain:
+        pass
+    plain.close()
+    alone = plain.summary()
+    assert alone.events["zone all: enter"] == 1
+    assert alone.motion["reused"] > 0
+    assert summary.events == alone.events
+    assert summary.analytics == alone.analytics
+    assert summary.motion == alone.motion
+    assert [row["events"] for row in summary.sources] == [row["events"] for row in alone.sources]
+
+
+def test_a_workers_note_of_a_zone_outside_its_frames_reaches_the_runs_summary(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """As a plain run notes it (the CLI prints the summary's notes the workers made)."""
+    from visionrt.config import load_config
+
+    values = gated_zones_run(tmp_path, tiny_model)
+    values["analytics"] = {"b": {"lines": {"far": [[500, 0], [500, 90]]}}}
+    summary, _ = on_two_threads(load_config(values=values))
+    assert summary.notes == [
+        "analytics.b.lines.far: wholly outside the 128x96 frames of 'b': it will count nothing"
+    ]
+
+
+def test_a_split_files_events_and_motion_are_its_ranges_added_up() -> None:
+    from visionrt.distributed.report import ClusterReport, SourceState
+    from visionrt.distributed.summary import cluster_summary
+
+    settings = {"mode": "skip", "threshold": 25, "min_area": 0.002, "refresh": 2.0}
+
+    def part(frames: int, skipped: int, pixels: int) -> dict[str, Any]:
+        events = {"motion: skipped": skipped, "motion: detector pixels": pixels}
+        return {"frames_out": frames, "row": {"events": events}, "input_hw": [10, 10],
+                "motion": {**settings, "reused": skipped}}  # fmt: skip
+
+    state = SourceState(unit_summaries={0: part(30, 10, 2000), 1: part(10, 5, 500)})
+    report = ClusterReport(sources={"long": state})
+    summary = cluster_summary(report, frozenset(), [])
+    assert summary.events == {"motion: skipped": 15, "motion: detector pixels": 2500}
+    assert summary.sources[0]["events"] == summary.events
+    # 15 of 40 frames reused; 2500 of 40 × 100 detector pixels run.
+    assert summary.motion == {**settings, "reused": 15, "share": 0.375, "pixel_share": 0.625}
 
 
 def test_a_worker_sharing_its_node_leaves_its_runtimes_threads_unpinned(

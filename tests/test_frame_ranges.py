@@ -145,6 +145,67 @@ def test_a_run_of_frames_start_to_end_writes_those_and_accounts_for_them(
     assert summary["sources"][0]["warnings"] == []  # ending at end_frame is not a loss
 
 
+@pytest.mark.parametrize("kind", ["images", "synthetic"])
+def test_image_folders_and_synthetic_sources_run_their_range_under_their_own_numbers(
+    kind: str, tmp_path: Path
+) -> None:
+    # Issue #32: both ran every frame, exit 0, whatever the range said.
+    import cv2
+
+    from visionrt.sources import open_source
+
+    folder = tmp_path / "shots"
+    folder.mkdir()
+    for i in range(10):
+        cv2.imwrite(str(folder / f"{i:02d}.png"), np.full((24, 32, 3), i * 20, np.uint8))
+    (folder / "00b.png").write_text("not a picture")  # passed over, not numbered, either way
+    spec = str(folder) if kind == "images" else "synthetic:32x24:10"
+    whole = [(f.index, f.timestamp, f.image.sum()) for f in open_source(spec).frames()]
+    source = open_source(spec, options=SourceOptions(start_frame=3, end_frame=6))
+    part = [(f.index, f.timestamp, f.image.sum()) for f in source.frames()]
+    assert part == whole[3:6]
+    assert source.report()["lost"] == 0
+
+
+@pytest.mark.parametrize(
+    ("spec", "options", "message"),
+    [
+        ("http://127.0.0.1:9/cam.mp4", {"start_frame": 3}, "is a live stream, with no frame"),
+        ("http://127.0.0.1:9/cam.mp4", {"end_frame": 6}, "is a live stream, with no frame"),
+        ("VIDEO", {"start_frame": 1000}, r"start_frame 1000: past the end of '.*v\.mp4' \(60"),
+        ("VIDEO", {"start_frame": 60}, r"start_frame 60: past the end"),
+        ("synthetic:32x24:10", {"start_frame": 10}, r"past the end of 'synthetic:32x24:10'"),
+    ],
+)
+def test_a_range_that_cannot_apply_is_refused_at_open(
+    spec: str, options: dict[str, int], message: str, tmp_path: Path
+) -> None:
+    # Issue #32: a live stream's start was ignored (its end honoured); a start past a clip's
+    # end said "no decodable frame", exit 3. Refused before anything connects or loads.
+    from visionrt.sources import open_source
+
+    if spec == "VIDEO":
+        spec = str(write_video(tmp_path / "v.mp4", frames=60))
+    with pytest.raises(ConfigError, match=message):
+        open_source(spec, options=SourceOptions(**options))
+
+
+def test_a_start_past_the_end_of_a_file_of_unknown_length_is_said_when_reached(
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Matroska declares a duration, not a count: the start is found past the end by reading.
+    video = write_video(tmp_path / "v.mkv", frames=20)
+    code, err = run_cli(
+        ["run", str(video), "--model", str(tiny_model), "--out", str(tmp_path / "out"),
+         "--no-video", "--quiet", "--set", "source.start_frame=100"],
+        capsys,
+    )  # fmt: skip
+    assert code == 2, err
+    assert err.splitlines()[-1] == (
+        f"visionrt: error: source.start_frame 100: past the end of '{video}' (about 20 frames)"
+    )
+
+
 def test_cuts_fall_on_keyframes_near_even_parts() -> None:
     index = FrameIndex(tuple(range(100)), tuple(range(0, 100, 12)), True)
     assert cut_points(index, 100, 4) == [0, 24, 48, 72]

@@ -108,3 +108,69 @@ def test_a_second_run_into_the_same_folder_is_refused(tiny_model: Path, tmp_path
     assert summary["interrupted"]
     assert summary["frames_out"] > 0
     assert (out / "synthetic.mp4").is_file() or list(out.glob("*.mp4"))
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def test_a_folder_holding_another_runs_outputs_is_refused_or_replaced_when_asked(
+    small_video: Path, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue #32: a second run into a finished run's folder left its 5-frame JSONL beside the
+    first run's 3-frame COCO and CSV. Refused in one line naming them and the flag, the folder
+    as it was; with --overwrite the earlier run's outputs are removed first, a file of the
+    user's is not."""
+    out = tmp_path / "out"
+    base = ["run", str(small_video), "-m", str(tiny_model), "--no-plan", "-o", str(out), "-q"]
+    code, err = run_cli([*base, "--coco", "--csv", "--max-frames", "3"], capsys)
+    assert code == 0, err
+    (out / "notes.txt").write_text("the user's own")
+    code, err = run_cli([*base, "--max-frames", "5"], capsys)
+    assert code == 2, err
+    assert err.strip().splitlines() == [
+        f"visionrt: error: output folder {out} holds another run's outputs (small.coco.json,"
+        " small.csv, small.jsonl, small.mp4, summary.json): give another --out, or --overwrite"
+        " to replace them"
+    ]
+    assert _lines(out / "small.jsonl") == 3
+    # A run that fails to start (its model unreadable) removes nothing, asked to or not.
+    (tmp_path / "bad.onnx").write_bytes(b"not a model")
+    broken = ["run", str(small_video), "-m", str(tmp_path / "bad.onnx"), "-o", str(out)]
+    code, err = run_cli([*broken, "-q", "--overwrite"], capsys)
+    assert code == 4, err
+    assert "not a readable ONNX model" in err
+    assert _lines(out / "small.jsonl") == 3
+    assert (out / "small.coco.json").is_file()
+    code, err = run_cli([*base, "--max-frames", "5", "--overwrite"], capsys)
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert sorted(p.name for p in out.iterdir()) == [
+        "notes.txt", "small.jsonl", "small.mp4", "summary.json"
+    ]  # fmt: skip
+    assert sorted(Path(p).name for p in summary["outputs"]) == [
+        "small.jsonl", "small.mp4", "summary.json"
+    ]  # fmt: skip
+    assert _lines(out / "small.jsonl") == 5
+
+
+def test_what_a_stopped_run_left_or_a_file_of_this_runs_name_is_not_taken_silently(
+    small_video: Path, tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "small.partial.jsonl").write_text('{"frame": 0}\n')  # a run killed mid-way
+    (out / "small.attempt2.mp4").write_bytes(b"")  # a cluster attempt's
+    base = ["run", str(small_video), "-m", str(tiny_model), "--no-plan", "-o", str(out), "-q"]
+    code, err = run_cli([*base, "--no-video", "--max-frames", "2"], capsys)
+    assert code == 2, err
+    assert "(small.attempt2.mp4, small.partial.jsonl)" in err
+    # A source in the folder, under the name its output takes: read, then replaced, never
+    # removed before the run reads it.
+    clip = out / "small.mp4"
+    clip.write_bytes(small_video.read_bytes())
+    code, err = run_cli([*base[:1], str(clip), *base[2:], "--overwrite"], capsys)
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["frames_out"] == summary["sources"][0]["declared"] > 0
+    assert sorted(p.name for p in out.iterdir()) == ["small.jsonl", "small.mp4", "summary.json"]

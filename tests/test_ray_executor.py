@@ -297,7 +297,8 @@ def test_run_ray_writes_what_a_plain_run_writes(
     videos: dict[str, Path], tiny_model: Path, tmp_path: Path
 ) -> None:
     """`visionrt run --ray local` (its own embedded Ray, after the module's: run in a
-    subprocess) and a plain run write the same JSONL; summary.json has the cluster section;
+    subprocess) and a plain run write the same JSONL and the same summary figures (events,
+    zones, motion gating); summary.json has the cluster section;
     `--telemetry` is one file of the workers' per-second lines, each naming its worker. The
     embedded Ray is its own: a RAY_ADDRESS in the environment (a cluster Ray would join
     otherwise, refusing the CPUs asked) is not used."""
@@ -306,6 +307,10 @@ def test_run_ray_writes_what_a_plain_run_writes(
 
     sources = [f"a={videos['a']}", f"b={videos['b']}"]
     common = ["--model", str(tiny_model), "--backend", "onnxruntime", "--no-plan", "--no-video"]
+    # Zones for one source (issue #32: the other's worker refused them, exit 3), tracking and
+    # motion gating, whose figures summary.json adds up as a plain run's.
+    common += ["--track", "--motion", "skip", "--set", "pipeline.motion_min_area=0.5",
+               "--set", "analytics.a.zones.all=[[0,0],[128,0],[128,96],[0,96]]"]  # fmt: skip
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": "127.0.0.1:1"}
     telemetry = tmp_path / "ray" / "telemetry.jsonl"
     cluster = ["--ray", "local", "--workers", "2", "--telemetry", str(telemetry)]
@@ -328,6 +333,11 @@ def test_run_ray_writes_what_a_plain_run_writes(
     assert by_source(clustered) == by_source(plain)
     summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
     assert summary["accounted"]
+    alone = json.loads((tmp_path / "plain" / "summary.json").read_text())
+    assert alone["events"]["zone all: enter"] == 1
+    assert alone["motion"]["reused"] > 0
+    for key in ("events", "analytics", "motion"):
+        assert summary[key] == alone[key], key
     assert summary["cluster"]["attempts"] == 2
     assert sorted(summary["cluster"]["sources"]) == ["a", "b"]
     lines = [json.loads(line) for line in telemetry.read_text().splitlines()]

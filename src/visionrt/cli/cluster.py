@@ -32,15 +32,20 @@ def run_cluster(
     console: Console,
     json_out: bool,
     quiet: bool = False,
+    clear: Callable[[], None] | None = None,
 ) -> None:
     """Run `cfg`'s sources on the cluster `cfg.cluster` names, each worker with the plan of
     its machine (`resolve(fingerprint)`: the configuration and its plan lines, as this
     machine's are `cfg` and `plan_note`); SourceError (exit 3) when a source failed, after
     every output is finalized; Interrupted (exit 130) after Ctrl-C or SIGTERM, the outputs
-    holding the frames committed."""
+    holding the frames committed. `clear` makes room in the output folder once the workers
+    are up, before anything is written."""
     from visionrt.distributed.ray_run import run_on_ray
 
+    said: set[str] = set()
+
     def say(line: str) -> None:
+        said.add(line)
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     token = metrics_token(cfg)
@@ -56,7 +61,9 @@ def run_cluster(
             bar.update(task, completed=done, fps=fps, nodes=by_node(report))
 
         try:
-            summary, report = run_on_ray(cfg, plan_note, resolve, token, say, progress, stop)
+            summary, report = run_on_ray(
+                cfg, plan_note, resolve, token, say, progress, stop, before_writing=clear
+            )
         except Interrupted:
             STARTUP.check()  # the start-up's line, naming the signal
             raise
@@ -67,6 +74,11 @@ def run_cluster(
         import json
 
         print(json.dumps(summary.to_json()))
+    # What the workers' Pipelines noted (a zone outside its source's frames), said as a plain
+    # run says its notes, --quiet or not.
+    for note in summary.notes:
+        if note not in said:
+            Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
     _say(summary, report, console)
     if report.failed:
         raise SourceError(f"--ray: {summary.error}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -17,6 +18,7 @@ from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline import Pipeline
 from visionrt.sinks import JsonlSink, Sink, VideoSink, table_sinks
 from visionrt.sinks.base import check_writable, partial_path
+from visionrt.sinks.stale import SHOWN, SUMMARY, claim_folder, remove_outputs
 from visionrt.sources.naming import default_name, split_name, unique_names
 from visionrt.telemetry.stats import RunSummary
 
@@ -142,10 +144,11 @@ def describe_run(pipeline: Pipeline, model: str, console: Console) -> None:
         )
 
 
-def check_output_names(config: RunConfig) -> None:
+def check_output_names(config: RunConfig) -> list[str]:
     """Refuse, before anything opens or loads, two sources whose outputs would share a file
     name (a source named `a` writes a.depth.mp4 with depth; one named `a.depth` writes
-    a.depth.mp4). Names as the pipeline gives them (`sources.naming`)."""
+    a.depth.mp4). Names as the pipeline gives them (`sources.naming`). Returns the names of
+    every file and folder the run writes in `output.dir` (with their `.partial` names)."""
     named = [split_name(spec) for spec in config.sources]
     given = [bool(name) for name, _ in named]
     names = unique_names(
@@ -172,6 +175,33 @@ def check_output_names(config: RunConfig) -> None:
                     f" of them (NAME=SOURCE)"
                 )
             owners[file] = name
-    reserved = {"summary.json", "detections.jsonl"}
+    reserved = {SUMMARY, "detections.jsonl"}
     if clash := sorted(reserved & set(owners)):
         raise ConfigError(f"source '{owners[clash[0]]}' would overwrite {clash[0]}: rename it")
+    run_files = [SUMMARY, "detections.jsonl"] if len(names) > 1 else [SUMMARY]
+    if config.cluster.address:  # a cluster run's lists of files elsewhere and of its workers
+        from visionrt.distributed.outputs import MANIFEST
+        from visionrt.distributed.ray_run import TARGETS
+
+        run_files += [MANIFEST, TARGETS]
+    return [*owners, *run_files]
+
+
+def claim_output_folder(
+    config: RunConfig, writes: list[str], console: Console
+) -> Callable[[], None]:
+    """Refuse a folder holding an earlier run's outputs (sinks.stale); with `output.overwrite`,
+    what removes them (and says so), to call once the run is about to write. The run's own
+    sources are never removed."""
+    out = Path(config.output.dir)
+    stale = claim_folder(out, writes, config.output.overwrite)
+    sources = [Path(spec) for _, spec in (split_name(s) for s in config.sources)]
+
+    def clear() -> None:
+        removed = remove_outputs(stale, [path for path in sources if path.exists()])
+        if removed:
+            shown = ", ".join(path.name for path in removed[:SHOWN])
+            more = f" and {len(removed) - SHOWN} more" if len(removed) > SHOWN else ""
+            console.print(f"--overwrite: removed an earlier run's {shown}{more} from {out}")
+
+    return clear

@@ -6,6 +6,7 @@ import json
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -16,6 +17,7 @@ from visionrt.backends.registry import choose_auto
 from visionrt.cli.outputs import (
     check_output_names,
     check_telemetry,
+    claim_output_folder,
     describe_run,
     make_sinks,
     metrics_token,
@@ -158,6 +160,14 @@ def run_command(
     csv: Annotated[
         bool, Opt("--csv", help="Write a CSV per source, a row per detection (NAME.csv).")
     ] = False,
+    overwrite: Annotated[
+        bool,
+        Opt(
+            "--overwrite",
+            help="Remove an earlier run's outputs from --out first (without it, such a folder"
+            " is refused).",
+        ),
+    ] = False,
     depth: Annotated[
         str | None,
         Opt(
@@ -208,10 +218,13 @@ def run_command(
     values = flag_values(**flags)
     console = Console(stderr=True, quiet=quiet)
     cfg, plan_note, use = configure_with_plan(plan, no_plan, config, set_, values)
-    check_output_names(cfg)  # before anything is made or loaded
+    writes = check_output_names(cfg)  # before anything is made or loaded
     # A second run into the same folder is refused in one line.
     lock = OutputLock(Path(cfg.output.dir)).acquire()
     try:
+        # An earlier run's outputs there: refused now, or removed (when the user says so)
+        # once the run has started and is about to write.
+        clear = claim_output_folder(cfg, writes, console)
         if cfg.cluster.address:
             from visionrt.cli.cluster import run_cluster
 
@@ -220,17 +233,23 @@ def run_command(
                 found = configure_with_plan(plan, no_plan, config, set_, values, fingerprint)
                 return found[0], found[1]
 
-            run_cluster(cfg, plan_note, resolve, console, json_out, quiet)
+            run_cluster(cfg, plan_note, resolve, console, json_out, quiet, clear)
         else:
-            _execute(cfg, (plan_note, use), console, quiet, json_out)
+            _execute(cfg, (plan_note, use), console, quiet, json_out, clear)
     finally:
         lock.release()
 
 
 def _execute(
-    cfg: RunConfig, planned: tuple[str, PlanUse], console: Console, quiet: bool, json_out: bool
+    cfg: RunConfig,
+    planned: tuple[str, PlanUse],
+    console: Console,
+    quiet: bool,
+    json_out: bool,
+    clear: Callable[[], None],
 ) -> None:
-    """Build the pipeline and sinks, run, write the summary, raise the error that ended it."""
+    """Build the pipeline and sinks (`clear` first makes room for them), run, write the
+    summary, raise the error that ended it."""
     plan_note, use = planned
     if cfg.output.telemetry:
         check_telemetry(Path(cfg.output.telemetry))
@@ -252,9 +271,17 @@ def _execute(
     pipeline.on_audit = lambda event: Console(stderr=True).print(
         str(event), markup=False, highlight=False
     )
+    told: list[str] = []  # notes said as the run went (a zone outside its source's frames)
+
+    def tell(note: str) -> None:
+        Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
+        told.append(note)
+
+    pipeline.on_note = tell
     try:
         STARTUP.check()  # a signal during start-up that a library swallowed
         describe_run(pipeline, cfg.model, console)
+        clear()
         sinks = make_sinks(cfg, pipeline)
         metrics = _serve_metrics(pipeline, cfg, console)
         telemetry = cfg.output.telemetry
@@ -275,7 +302,8 @@ def _execute(
         if metrics is not None:
             metrics.close()
     for note in summary.notes[said:]:  # what the run learnt (an audit that refuted the plan)
-        Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
+        if note not in told:
+            Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
     summary_path = Path(cfg.output.dir) / "summary.json"
     summary.outputs.append(str(summary_path))
     try:

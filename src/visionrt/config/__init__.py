@@ -14,7 +14,7 @@ import yaml
 from visionrt.backends import Backend, BackendOptions
 from visionrt.config.values import coerce
 from visionrt.errors import ConfigError
-from visionrt.fuse.analytics import parse_analytics
+from visionrt.fuse.shapes import parse_analytics
 from visionrt.pipeline.options import DepthOptions, PipelineOptions
 from visionrt.postprocess import PostprocessOptions
 from visionrt.serve.options import ServeOptions
@@ -47,6 +47,9 @@ class OutputOptions:
     # With motion gating, the annotated video also shows where the frame moved and the windows
     # the detector ran on (thin, under the detections): to see what gating did, not for viewers.
     draw_regions: bool = False
+    # An earlier run's outputs in `dir` (its summary.json and what it lists, unfinished files,
+    # files of this run's names) refuse the run; `overwrite` removes them first.
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.metrics_port <= 65535:

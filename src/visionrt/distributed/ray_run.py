@@ -14,7 +14,7 @@ from visionrt.distributed.files import check_models
 from visionrt.distributed.metrics import ClusterMetrics
 from visionrt.distributed.plans import GroupPlans
 from visionrt.distributed.report import ClusterReport
-from visionrt.distributed.run import run_on_cluster, worker_settings
+from visionrt.distributed.run import check_sources, run_on_cluster, worker_settings
 from visionrt.plans import fingerprint_key, machine_fingerprint
 from visionrt.sinks.base import check_writable
 from visionrt.telemetry.stats import RunSummary
@@ -34,6 +34,7 @@ def run_on_ray(
     say: Callable[[str], None] | None = None,
     on_progress: Callable[[ClusterReport], None] | None = None,
     stop: RunStop | None = None,
+    before_writing: Callable[[], None] | None = None,
 ) -> tuple[RunSummary, ClusterReport]:
     """Run `cfg`'s sources on the Ray cluster `cfg.cluster.address` names ("" or "local": an
     embedded Ray on this machine). A worker on this machine's kind runs `cfg` (its plan lines:
@@ -41,12 +42,15 @@ def run_on_ray(
     `output.metrics_port` the cluster's totals are served there and each worker serves its
     own metrics, listed in TARGETS. `say` gets the lines worth printing (workers, plan groups,
     metrics). `stop` ends the run early (see RunStop; its `started` is set once the workers
-    are up). The summary (not yet written) and the report; outputs are finalized."""
+    are up). `before_writing` is called once the workers are up, before any output is written
+    (see run_on_cluster). The summary (not yet written) and the report; outputs are
+    finalized."""
     from visionrt.distributed.ray_executor import RayExecutor
 
     if cfg.output.telemetry:  # a path that cannot be written fails before Ray starts
         check_writable(Path(cfg.output.telemetry), "telemetry")
     check_models(worker_settings(cfg))  # as would a plain run (exit 4), not after Ray starts
+    check_sources(cfg)  # zones and lines of no source of the run (exit 2), the same
     tell = say or (lambda _line: None)
     own = fingerprint_key(machine_fingerprint())
 
@@ -84,7 +88,10 @@ def run_on_ray(
                 tell(f"plan group {key} ({len(group['workers'])} worker(s), {group['cpu']}):")
                 for line in group["plan"].splitlines() or ["no plan: the configuration as given"]:
                     tell(f"  {line}")
-            return run_on_cluster(cfg, executor, on_progress, plans, metrics, stop=stop, say=tell)
+            return run_on_cluster(
+                cfg, executor, on_progress, plans, metrics, stop=stop, say=tell,
+                before_writing=before_writing,
+            )  # fmt: skip
         finally:
             executor.close()
     finally:

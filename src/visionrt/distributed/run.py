@@ -20,6 +20,8 @@ from visionrt.distributed.report import ClusterReport
 from visionrt.distributed.summary import cluster_summary
 from visionrt.distributed.units import WorkUnit
 from visionrt.errors import Interrupted
+from visionrt.fuse import parse_analytics
+from visionrt.pipeline.build import check_analytics
 from visionrt.sinks import Sink, table_sinks
 from visionrt.sinks.base import FileSink, check_writable, unwritable
 from visionrt.sources.naming import named_specs
@@ -41,6 +43,14 @@ class LinesSink(FileSink):
 # What a live stream that cannot be probed from the driver (a camera, an RTSP URL) is taken to
 # cost: 1080p at 30 FPS. Opening a stream only to size it would hold a connection it may refuse.
 UNPROBED_COST = 1920 * 1080 * 30.0
+
+
+def check_sources(cfg: RunConfig) -> None:
+    """Refuse what a plain run refuses of its sources as a whole before anything loads: zones
+    and lines that name no source of the run (a worker's Pipeline sees only its own group's,
+    so the run's names are checked here)."""
+    names = [name for name, _ in named_specs(cfg.sources)]
+    check_analytics(parse_analytics(cfg.analytics), names, cfg.pipeline)
 
 
 def work_units(cfg: RunConfig) -> list[WorkUnit]:
@@ -154,6 +164,7 @@ def run_on_cluster(
     regroup_after: float = REGROUP_AFTER,
     stop: RunStop | None = None,
     say: Callable[[str], None] = lambda _line: None,
+    before_writing: Callable[[], None] | None = None,
 ) -> tuple[RunSummary, ClusterReport]:
     """Run every source of `cfg` as a unit on `executor`'s workers; the JSONL goes to
     `output.dir` as a single-process run names it, each source's `source_id` its place in
@@ -162,7 +173,10 @@ def run_on_cluster(
     the report and the workers' endpoints. `regroup_after`: see coordinator.REGROUP_AFTER.
     `stop` ends the run early (Ctrl-C): the outputs hold what was committed, finalized, and
     the summary says `interrupted`. A long video file runs as frame ranges on several workers
-    (`cluster.range_frames`); `say` gets a line for each file split or left whole."""
+    (`cluster.range_frames`); `say` gets a line for each file split or left whole.
+    `before_writing` is called before the first output is opened (the CLI's --overwrite
+    removes an earlier run's outputs there)."""
+    check_sources(cfg)  # run_on_ray checked before Ray started; here for any executor
     if stop is not None:  # from here a stop finalizes what was committed
         stop.started.set()
         if stop.asked.is_set():
@@ -171,6 +185,8 @@ def run_on_cluster(
     units, notes = split_long_files(cfg, whole, len(executor.workers()))
     for note in notes:
         say(note)
+    if before_writing is not None:
+        before_writing()
     out, output = Path(cfg.output.dir), cfg.output
     name = f"{whole[0].name}.jsonl" if len(whole) == 1 else "detections.jsonl"
     sink = LinesSink(out / name) if output.jsonl else None

@@ -4,9 +4,12 @@ what the coordinator committed, across attempts and frame ranges, and the run's 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterable
 from typing import Any
 
 from visionrt.distributed.report import ClusterReport, SourceState
+from visionrt.pipeline.gating import motion_figures
 from visionrt.telemetry.stats import RunSummary
 
 WORKER_LOST = "cluster: worker lost"
@@ -14,12 +17,19 @@ WORKER_LOST = "cluster: worker lost"
 
 def cluster_summary(report: ClusterReport, live: frozenset[str], outputs: list[str]) -> RunSummary:
     """The run's summary from each source's last attempt and what was committed: its row as
-    that attempt's worker wrote it (latency, events, reconnects), the counts the coordinator's
-    (every attempt's), and the live audit's figures of each source's last attempt (of each of
-    its ranges: a file split into frame ranges)."""
+    that attempt's worker wrote it (latency, reconnects), the counts the coordinator's (every
+    attempt's), and what a plain run's summary holds of the run as the workers' Pipelines
+    said it, each source's last attempt (of each of its ranges: a file split into frame
+    ranges): the live audit's figures, the events (added up), the zones' and lines' figures
+    at the end, motion gating's."""
     states = report.sources
     rows = [
-        {"name": name, **_attempt_row(state), **_counts(state, name in live)}
+        {
+            "name": name,
+            **_attempt_row(state),
+            **_counts(state, name in live),
+            "events": _added(unit.get("row", {}).get("events", {}) for unit in state.unit_finals()),
+        }
         for name, state in states.items()
     ]
     dropped: dict[str, int] = {}
@@ -39,6 +49,17 @@ def cluster_summary(report: ClusterReport, live: frozenset[str], outputs: list[s
         rss_mb=0.0,
     )
     summary.sources = rows
+    finals = [unit for state in states.values() for unit in state.unit_finals()]
+    summary.events = _added(
+        [*(row["events"] for row in rows), *(unit.get("unsourced_events", {}) for unit in finals)]
+    )
+    # Each source's figures at its end: those of its last range (in frame order) that has any.
+    analytics = {
+        name: next((u["analytics"] for u in reversed(s.unit_finals()) if u.get("analytics")), {})
+        for name, s in states.items()
+    }
+    summary.analytics = {name: figures for name, figures in analytics.items() if figures}
+    summary.motion = _merged_motion(finals)
     summary.audit = _merged_audit(
         [unit.get("audit") or {} for state in states.values() for unit in state.unit_finals()]
     )
@@ -50,6 +71,29 @@ def cluster_summary(report: ClusterReport, live: frozenset[str], outputs: list[s
     summary.outputs = outputs
     summary.error = "; ".join(f"{name}: {error}" for name, error in report.failed.items())
     return summary
+
+
+def _added(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    """Counts by name, added up."""
+    total: dict[str, int] = {}
+    for named in counts:
+        for name, count in named.items():
+            total[name] = total.get(name, 0) + count
+    return total
+
+
+def _merged_motion(units: list[dict[str, Any]]) -> dict[str, Any]:
+    """The workers' motion gating (units' summaries, each of one source or range) as one
+    run's: the settings of the first, the figures from every unit's events and frames."""
+    gated = [unit for unit in units if unit.get("motion")]
+    if not gated:
+        return {}
+    setting = ("mode", "threshold", "min_area", "refresh", "region")
+    settings = {key: gated[0]["motion"][key] for key in setting if key in gated[0]["motion"]}
+    events = _added(unit.get("row", {}).get("events", {}) for unit in gated)
+    out = sum(unit.get("frames_out", 0) for unit in gated)
+    whole = sum(unit.get("frames_out", 0) * math.prod(unit["input_hw"]) for unit in gated)
+    return motion_figures(settings, events, out, whole)
 
 
 def _attempt_row(state: SourceState) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from visionrt.distributed.outputs import AttemptOutputs, writes_every_frame
 from visionrt.distributed.units import Group, WorkUnit
 from visionrt.errors import ConfigError, ModelLoadError, SourceError
 from visionrt.pipeline import Pipeline
+from visionrt.pipeline.gating import motion_summary
 from visionrt.sinks.jsonl import jsonl_record
 from visionrt.sources.registry import open_source, source_kind
 from visionrt.tasks.detect import DetectTask
@@ -139,7 +140,9 @@ def group_batches(
     if summaries is not None:
         summary = pipeline.summary()
         rows = {row["name"]: row for row in summary.sources}
-        for unit, start, outputs in zip(units, resumed, written, strict=True):
+        # Events counted for no source (latency guard steps): the group's, said once.
+        unsourced = pipeline.telemetry.per_source().get("", {}).get("events", {})
+        for i, (unit, start, outputs) in enumerate(zip(units, resumed, written, strict=True)):
             row = rows.get(unit.name, {})
             summaries[unit.unit_id] = {
                 "start_frame": start,  # frames before it were committed by other attempts
@@ -154,6 +157,19 @@ def group_batches(
                 "audit": _own_audit(summary.audit, unit.name),
                 "backend": summary.backend,
                 "notes": summary.notes,
+                "unsourced_events": unsourced if i == 0 else {},
+                "analytics": summary.analytics.get(unit.name, {}),
+                "motion": (
+                    motion_summary(
+                        pipeline.options,
+                        pipeline.input_hw,
+                        row.get("events", {}),
+                        row.get("frames_out", 0),
+                    )
+                    if summary.motion
+                    else {}
+                ),
+                "input_hw": list(pipeline.input_hw),  # a whole frame's detector input
             }
 
 
@@ -215,6 +231,11 @@ def _pipeline(cfg: RunConfig, units: Group, resumed: list[int], loaded: Backend 
         for unit, resume in zip(units, resumed, strict=True)
     ]
     specs = [f"{unit.name}={unit.spec}" for unit in units]
+    # The zones and lines of the group's own sources: those of the run's others are theirs
+    # (the driver checked every name against the run's sources, as a plain run does).
+    names = {unit.name for unit in units}
+    analytics = {name: spec for name, spec in cfg.analytics.items() if name in names}
+    cfg = replace(cfg, analytics=analytics)
     return pipeline_for(cfg, specs, loaded=loaded, frame_ranges=ranges)
 
 

@@ -1,13 +1,14 @@
 """Fuse: a frame's decoded task results → the frame's result, per source and in frame order
-(reused results on unchanged frames, tracking, distances from depth, depth smoothing). `base`
-holds the one-screen contract."""
+(reused results on unchanged frames, tracking, distances from depth, depth smoothing, zones and
+lines). `base` holds the one-screen contract."""
 
-from visionrt.fuse.analytics import AnalyticsFuser, SourceAnalytics, parse_analytics
+from visionrt.fuse.analytics import AnalyticsFuser
 from visionrt.fuse.base import Fused, Fuser
 from visionrt.fuse.bytetrack import Tracker
 from visionrt.fuse.depth import DepthFuser, DepthSmoother, box_distance
 from visionrt.fuse.ocsort import OcSortTracker
 from visionrt.fuse.reuse import ReuseFuser, SeenFuser
+from visionrt.fuse.shapes import SourceAnalytics, parse_analytics
 from visionrt.fuse.tracking import TRACKERS, TrackFuser, make_tracker
 
 __all__ = [

@@ -4,7 +4,7 @@ direction, once per crossing. An object's place is its box's bottom centre (wher
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,82 +12,15 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from visionrt.errors import ConfigError
 from visionrt.fuse.base import Fused
+from visionrt.fuse.shapes import Line, SourceAnalytics, Zone, reaches_frame
 from visionrt.types import Event
 
 # A track counts as on one side of a line only this far from it (pixels): a box that jitters on
 # the line would otherwise cross it on every frame.
 LINE_DEAD_BAND = 4.0
-
-
-@dataclass(frozen=True, slots=True)
-class Zone:
-    """A polygon (N, 2) in source pixels, N >= 3."""
-
-    name: str
-    polygon: npt.NDArray[np.float32]
-
-
-@dataclass(frozen=True, slots=True)
-class Line:
-    """A segment from `a` to `b` in source pixels. Crossing it from its left to its right (seen
-    from `a` looking at `b`; image y points down) counts "in", the other way "out"."""
-
-    name: str
-    a: tuple[float, float]
-    b: tuple[float, float]
-
-
-@dataclass(frozen=True, slots=True)
-class SourceAnalytics:
-    """One source's zones and lines."""
-
-    zones: tuple[Zone, ...] = ()
-    lines: tuple[Line, ...] = ()
-
-
-def parse_analytics(config: Mapping[str, Any]) -> dict[str, SourceAnalytics]:
-    """The config's `analytics` section, `{source name: {zones: {name: [[x, y], ...]}, lines:
-    {name: [[x1, y1], [x2, y2]]}}}`, checked: one ConfigError line naming what is wrong."""
-    if not isinstance(config, Mapping):
-        raise ConfigError("analytics: expected a mapping of source names to zones and lines")
-    out = {}
-    for source, spec in config.items():
-        where = f"analytics.{source}"
-        if not isinstance(spec, Mapping) or set(spec) - {"zones", "lines"}:
-            raise ConfigError(f"{where}: expected `zones` and/or `lines`, got {spec!r}")
-        zones = tuple(
-            Zone(str(name), _points(points, f"{where}.zones.{name}", 3, None))
-            for name, points in _named(spec.get("zones") or {}, f"{where}.zones").items()
-        )
-        lines = []
-        for name, points in _named(spec.get("lines") or {}, f"{where}.lines").items():
-            (x1, y1), (x2, y2) = _points(points, f"{where}.lines.{name}", 2, 2)
-            if (x1, y1) == (x2, y2):
-                raise ConfigError(f"{where}.lines.{name}: expected two different points")
-            lines.append(Line(str(name), (float(x1), float(y1)), (float(x2), float(y2))))
-        out[str(source)] = SourceAnalytics(zones, tuple(lines))
-    return out
-
-
-def _named(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: expected names mapped to points, got {value!r}")
-    return value
-
-
-def _points(value: Any, where: str, least: int, most: int | None) -> npt.NDArray[np.float32]:
-    try:
-        points = np.asarray(value, np.float32)
-    except (TypeError, ValueError):
-        points = np.zeros((0,), np.float32)
-    many = f"{least}" if most == least else f"at least {least}"
-    if points.ndim != 2 or points.shape[1] != 2 or not least <= len(points) <= (most or 10**6):
-        raise ConfigError(f"{where}: expected {many} [x, y] points, got {value!r}")
-    if not np.isfinite(points).all() or (points < 0).any():
-        raise ConfigError(f"{where}: expected finite pixel coordinates >= 0, got {value!r}")
-    return points
+# A track in a zone leaves it only this far outside its edge (pixels), for the same reason.
+EDGE_DEAD_BAND = LINE_DEAD_BAND
 
 
 @dataclass(slots=True)
@@ -95,6 +28,7 @@ class _Presence:
     since: float  # video time the track entered
     total: float = 0.0  # seconds inside before this stay
     class_id: int = -1  # its class when it entered (named in its leave event)
+    latest: int = -1  # its class when last seen (what the zone's count says)
 
 
 @dataclass(slots=True)
@@ -106,33 +40,67 @@ class ZoneState:
 class AnalyticsFuser:
     """One source's zones and lines, on its tracks (runs after tracking). Each frame's
     `fused.analytics` says per zone the count per class inside, and per line the running in/out
-    totals; `fused.events` gets zone enter/leave and line in/out `Event`s."""
+    totals; `fused.events` gets zone enter/leave and line in/out `Event`s.
 
-    def __init__(self, analytics: SourceAnalytics, class_names: Sequence[str]) -> None:
+    Only where the detector saw a track moves it: a predicted box (detect-every-N) is the
+    tracker's guess, and a track the detector missed on a frame is not in the frame at all; both
+    keep their zones and sides. A track leaves a zone when it is seen more than EDGE_DEAD_BAND
+    outside it, or when the tracker lets it go (`fused.held_tracks`; without it, a track absent
+    from the frame has ended); a line's side is forgotten then.
+
+    A zone or line that lies wholly outside the source's frames can never count: `warn` is told
+    so in one line, once per frame size (the size is known only once frames come)."""
+
+    def __init__(
+        self,
+        analytics: SourceAnalytics,
+        class_names: Sequence[str],
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
         self.zones, self.lines, self.class_names = analytics.zones, analytics.lines, class_names
+        self.source, self.warn = analytics.source, warn
         self._zones = {zone.name: ZoneState() for zone in analytics.zones}
         self._sides: dict[str, dict[int, int]] = {line.name: {} for line in analytics.lines}
         self._crossed = {line.name: {"in": 0, "out": 0} for line in analytics.lines}
+        self._sizes: set[tuple[int, int]] = set()  # frame sizes checked against them
 
     def fuse(self, fused: Fused) -> None:
+        height, width = fused.frame.image.shape[:2]
+        if (height, width) not in self._sizes:
+            self._sizes.add((height, width))
+            self._check_reach(width, height)
         tracks = fused.tracks
         if tracks is None:
             return
-        xyxy = tracks.detections.xyxy
+        seen = ~tracks.predicted
+        xyxy = tracks.detections.xyxy[seen]
         feet = np.stack([(xyxy[:, 0] + xyxy[:, 2]) / 2, xyxy[:, 3]], axis=1)
-        ids = tracks.track_id.tolist()
-        classes = tracks.detections.class_id.tolist()
+        ids = tracks.track_id[seen].tolist()
+        classes = tracks.detections.class_id[seen].tolist()
+        held = fused.held_tracks
+        if held is None:
+            held = frozenset(tracks.track_id.tolist())
         now = fused.frame.timestamp
         zones = {
-            zone.name: self._zone(zone, feet, ids, classes, now, fused.events)
+            zone.name: self._zone(zone, feet, ids, classes, held, now, fused.events)
             for zone in self.zones
         }
         for line in self.lines:
-            self._line(line, feet, ids, classes, fused.events)
+            self._line(line, feet, ids, classes, held, fused.events)
         fused.analytics = {
             **({"zones": zones} if zones else {}),
             **({"lines": {k: dict(v) for k, v in self._crossed.items()}} if self.lines else {}),
         }
+
+    def _check_reach(self, width: int, height: int) -> None:
+        shapes = [("zones", zone.name, zone.polygon) for zone in self.zones]
+        shapes += [("lines", line.name, np.array([line.a, line.b])) for line in self.lines]
+        for kind, name, points in shapes:
+            if self.warn is not None and not reaches_frame(points, width, height):
+                self.warn(
+                    f"analytics.{self.source}.{kind}.{name}: wholly outside the {width}x{height}"
+                    f" frames of '{self.source}': it will count nothing"
+                )
 
     def _zone(
         self,
@@ -140,32 +108,43 @@ class AnalyticsFuser:
         feet: npt.NDArray[np.float32],
         ids: list[int],
         classes: list[int],
+        held: frozenset[int],
         now: float,
         events: list[Event],
     ) -> dict[str, Any]:
         state = self._zones[zone.name]
         contour = zone.polygon.reshape(-1, 1, 2)
-        inside_now = {
-            track: cls
-            for track, cls, point in zip(ids, classes, feet, strict=True)
-            if cv2.pointPolygonTest(contour, (float(point[0]), float(point[1])), False) >= 0
-        }
-        for track in inside_now.keys() - state.inside.keys():
-            state.inside[track] = _Presence(now, state.dwell.pop(track, 0.0), inside_now[track])
-            events.append(Event("zone", "enter", zone.name, track, self._class(inside_now[track])))
-        for track in state.inside.keys() - inside_now.keys():
-            stay = state.inside.pop(track)
-            state.dwell[track] = stay.total + max(0.0, now - stay.since)
-            events.append(Event("zone", "leave", zone.name, track, self._class(stay.class_id)))
+        for track, cls, (x, y) in zip(ids, classes, feet.tolist(), strict=True):
+            # Signed distance to the polygon's edge: positive inside, negative outside.
+            depth = cv2.pointPolygonTest(contour, (x, y), True)
+            stay = state.inside.get(track)
+            if stay is None and depth >= 0:
+                state.inside[track] = _Presence(now, state.dwell.pop(track, 0.0), cls, cls)
+                events.append(Event("zone", "enter", zone.name, track, self._class(cls)))
+            elif stay is not None and depth < -EDGE_DEAD_BAND:
+                self._leave(zone.name, state, track, now, events)
+            elif stay is not None:
+                stay.latest = cls
+        for track in [t for t in state.inside if t not in held]:  # the tracker let it go
+            self._leave(zone.name, state, track, now, events)
+        for track in [t for t in state.dwell if t not in held]:
+            del state.dwell[track]
         count: dict[str, int] = {}
-        for cls in inside_now.values():
-            name = self._class(cls)
+        for stay in state.inside.values():
+            name = self._class(stay.latest)
             count[name] = count.get(name, 0) + 1
         seconds = {
             str(track): round(stay.total + max(0.0, now - stay.since), 3)
             for track, stay in state.inside.items()
         }
         return {"count": count, "seconds": seconds}
+
+    def _leave(
+        self, zone: str, state: ZoneState, track: int, now: float, events: list[Event]
+    ) -> None:
+        stay = state.inside.pop(track)
+        state.dwell[track] = stay.total + max(0.0, now - stay.since)
+        events.append(Event("zone", "leave", zone, track, self._class(stay.class_id)))
 
     def _class(self, class_id: int) -> str:
         names = self.class_names
@@ -177,6 +156,7 @@ class AnalyticsFuser:
         feet: npt.NDArray[np.float32],
         ids: list[int],
         classes: list[int],
+        held: frozenset[int],
         events: list[Event],
     ) -> None:
         sides = self._sides[line.name]
@@ -197,3 +177,5 @@ class AnalyticsFuser:
             direction = "in" if side > 0 else "out"
             self._crossed[line.name][direction] += 1
             events.append(Event("line", direction, line.name, track, self._class(cls)))
+        for track in [t for t in sides if t not in held]:
+            del sides[track]

@@ -25,6 +25,9 @@ class Fused:
     results: dict[str, Any]
     detections: Detections
     tracks: TrackedDetections | None = None
+    # Ids of every track the tracker still keeps, those it lost a moment ago included (set by
+    # tracking): a track missing from `tracks` but held here has not ended.
+    held_tracks: frozenset[int] | None = None
     depth: DepthMap | None = None
     distance: npt.NDArray[np.float32] | None = None
     reused: bool = False

@@ -89,6 +89,11 @@ class Tracker:
         """Live tracks, lost ones within `lost_seconds` included."""
         return len(self._tracks)
 
+    def held(self) -> frozenset[int]:
+        """Ids of the tracks kept after the latest call: those seen, and those lost within
+        `lost_seconds` (an object the detector missed on a frame or two is still there)."""
+        return frozenset(self._tracks.track_id.tolist())
+
     def update(self, detections: Detections, timestamp: float) -> TrackedDetections:
         """Associate a frame's detections with the tracks; returns the tracks the detector saw."""
         self._advance(timestamp)

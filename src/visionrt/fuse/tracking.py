@@ -32,7 +32,8 @@ def make_tracker(
 
 class TrackFuser:
     """One source's tracker: `update` where the detector ran on the frame, `predict` where it
-    did not (detect-every-N); the frame's detections become the tracks'."""
+    did not (detect-every-N); the frame's detections become the tracks', and `held_tracks`
+    says which tracks the tracker still keeps (lost ones included)."""
 
     def __init__(self, tracker: Tracker, detector: str) -> None:
         self.tracker, self.detector = tracker, detector
@@ -44,3 +45,4 @@ class TrackFuser:
         else:
             tracks = self.tracker.predict(timestamp)
         fused.tracks, fused.detections = tracks, tracks.detections
+        fused.held_tracks = self.tracker.held()

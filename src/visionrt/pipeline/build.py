@@ -125,6 +125,7 @@ def build_fusers(
     options: PipelineOptions,
     analytics: Mapping[str, SourceAnalytics] | None = None,
     names: Sequence[str] = (),
+    warn: Callable[[str], None] | None = None,
 ) -> list[list[Fuser]]:
     """Each source's fusion steps (`source_fusers`), `analytics` by source name in `names`."""
     analytics = analytics or {}  # checked by the Pipeline against its sources (check_analytics)
@@ -134,6 +135,7 @@ def build_fusers(
             options,
             source_id,
             analytics.get(names[source_id]) if source_id < len(names) else None,
+            warn,
         )
         for source_id in range(len(parts.schedule))
     ]
@@ -144,11 +146,12 @@ def source_fusers(
     options: PipelineOptions,
     source_id: int,
     analytics: SourceAnalytics | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> list[Fuser]:
     """Source `source_id`'s fusion steps, in order: with motion gating, the last results on
     frames no model ran on; tracking (its detections become the tracks'); distances from depth
-    when depth runs on it; zones and lines (`analytics`) on the tracks; in regions mode, the
-    boxes delivered, for the next frames' windows."""
+    when depth runs on it; zones and lines (`analytics`) on the tracks (`warn` is told of one
+    outside the frames); in regions mode, the boxes delivered, for the next frames' windows."""
     steps: list[Fuser] = []
     detector = parts.detector.name
     smoothing = parts.depth.smoothing if parts.depth is not None else 0.0
@@ -168,7 +171,7 @@ def source_fusers(
         smoother = DepthSmoother(smoothing) if smoothing else None
         steps.append(DepthFuser(parts.tasks[index].name, smoother))
     if analytics is not None:
-        steps.append(AnalyticsFuser(analytics, parts.detector.class_names))
+        steps.append(AnalyticsFuser(analytics, parts.detector.class_names, warn))
     if parts.planner is not None:
         steps.append(SeenFuser(partial(parts.planner.remember, source_id)))
     return steps

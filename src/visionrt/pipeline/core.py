@@ -126,6 +126,8 @@ class Pipeline:
             log.info("%s", use.note)
         # Told of each degrade step (the CLI prints it); set before the run.
         self.on_degrade: Callable[[Change], None] | None = None
+        # Told of each note made as frames come (`note`: a zone outside its source's frames).
+        self.on_note: Callable[[str], None] | None = None
         parts = build_parts(
             self.sources,
             self.names,
@@ -169,6 +171,14 @@ class Pipeline:
         self.telemetry.count("slo: step down" if down else "slo: step up")
         if self.on_degrade is not None:
             self.on_degrade(change)
+
+    def note(self, note: str) -> None:
+        """Keep `note` (summary `notes`) and say it now: to `on_note`, or as a warning."""
+        self.notes.append(note)
+        if self.on_note is not None:
+            self.on_note(note)
+        else:
+            log.warning("%s", note)
 
     # -- public ----------------------------------------------------------------------------
     def stop(self) -> None:
@@ -345,7 +355,7 @@ class Pipeline:
             self.named,
             self.tasks,
             scheduler,
-            build_fusers(self.parts, self.options, self.analytics, self.names),
+            build_fusers(self.parts, self.options, self.analytics, self.names, self.note),
             self.class_names,
             self.options,
             self.telemetry,

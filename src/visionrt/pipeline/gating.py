@@ -93,23 +93,35 @@ def processed(item: Item) -> str:
 def motion_summary(
     options: PipelineOptions, input_hw: tuple[int, int], events: Mapping[str, int], out: int
 ) -> dict[str, Any]:
-    """Motion gating's settings and what it left the detector: frames reused, frames run on
-    windows (and windows per such frame), detector input pixels against every frame whole."""
-    reused, regions = events.get(MOTION_SKIPPED, 0), events.get(MOTION_REGIONS, 0)
+    """Motion gating's settings and what it left the detector over `out` frames (see
+    motion_figures), a whole frame's detector input `input_hw`."""
     height, width = input_hw
-    motion: dict[str, Any] = {
+    settings: dict[str, Any] = {
         "mode": options.motion,
         "threshold": options.motion_threshold,
         "min_area": options.motion_min_area,
         "refresh": options.motion_refresh,
-        "reused": reused,
-        "share": round(reused / out, 4) if out else 0.0,
-        "pixel_share": (
-            round(events.get(MOTION_PIXELS, 0) / (out * height * width), 4) if out else 0.0
-        ),
     }
     if options.motion == "regions":
-        motion["region"] = options.motion_region
+        settings["region"] = options.motion_region
+    return motion_figures(settings, events, out, out * height * width)
+
+
+def motion_figures(
+    settings: Mapping[str, Any], events: Mapping[str, int], out: int, whole: int
+) -> dict[str, Any]:
+    """`settings` (motion_summary's) with what gating left the detector, from its `events` over
+    `out` frames: frames reused, frames run on windows (and windows per such frame) in regions
+    mode, detector input pixels run against `whole` (every frame's whole input). A cluster run
+    adds its workers' events and frames up into one run's."""
+    reused, regions = events.get(MOTION_SKIPPED, 0), events.get(MOTION_REGIONS, 0)
+    motion: dict[str, Any] = {
+        **settings,
+        "reused": reused,
+        "share": round(reused / out, 4) if out else 0.0,
+        "pixel_share": round(events.get(MOTION_PIXELS, 0) / whole, 4) if whole else 0.0,
+    }
+    if settings["mode"] == "regions":
         motion["regions"] = regions
         motion["windows_per_region_frame"] = (
             round(events.get(MOTION_WINDOWS, 0) / regions, 3) if regions else 0.0

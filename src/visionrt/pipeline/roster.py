@@ -107,7 +107,9 @@ class Roster:
                 pipeline.parts.planner.add_source()
             if pipeline.auditor is not None:
                 pipeline.auditor.add_source(name)
-            fusers = source_fusers(pipeline.parts, pipeline.options, source_id, zones.get(name))
+            fusers = source_fusers(
+                pipeline.parts, pipeline.options, source_id, zones.get(name), pipeline.note
+            )
             graph.add_source(source, name, True, fusers)
         except BaseException:
             # Only while stopping: the lists grown above then see no frame, and no source is

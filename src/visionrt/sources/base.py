@@ -37,11 +37,12 @@ class SourceOptions:
     # A paced file starts again at its end, its times running on: a camera stand-in for a
     # service and for soak tests (`visionrt serve`). Only with `realtime`.
     loop: bool = False
-    # A video file's frames from `start_frame` to `end_frame` (exclusive; 0: to its end): a
-    # cluster's retry resumes at its start, a long file's ranges run on several workers. Each
-    # frame keeps the number a run from the first frame gives it: the reader seeks to the
-    # keyframe before the start where the file's timestamps place its frames, and decodes
-    # the frames before it otherwise. Files only.
+    # A file's frames from `start_frame` to `end_frame` (exclusive; 0: to its end): a cluster's
+    # retry resumes at its start, a long file's ranges run on several workers. Each frame keeps
+    # the number a run from the first frame gives it: a video's reader seeks to the keyframe
+    # before the start where the file's timestamps place its frames, and decodes the frames
+    # before it otherwise. Video files, image folders and synthetic sources; a live camera or
+    # stream has no frame to start at, and is refused.
     start_frame: int = 0
     end_frame: int = 0
 
@@ -144,6 +145,20 @@ class Source(ABC):
             "warnings": list(stats.warnings),
         }
 
+    def check_start(self) -> None:
+        """Refuse a `start_frame` at or past the frames the source declares exactly (called
+        once it is open): a range of nothing is the user's mistake, not a damaged file."""
+        options: SourceOptions | None = getattr(self, "options", None)
+        start = options.start_frame if options is not None else 0
+        if options is not None and options.loop and self.paced:
+            return  # a looped file's rounds run on past its end
+        exact = self.frame_count and not self.frame_count_estimated
+        if start and exact and start >= self.frame_count:
+            raise ConfigError(
+                f"source.start_frame {start}: past the end of '{self.name}'"
+                f" ({self.frame_count} frames)"
+            )
+
     def check_ending(self) -> None:
         """Called by a file-mode source that reached the end of its input (not one stopped or
         cut short by `max_frames`): nothing decoded is an error; fewer frames than were asked
@@ -161,6 +176,10 @@ class Source(ABC):
         if self.frame_count_estimated and read and shortfall <= max(2, asked // 50):
             shortfall = 0
         self.stats.lost = max(0, shortfall)
+        start = options.start_frame if options is not None else 0
+        if read == 0 and start and not self.stats.corrupt:  # a length only estimated, or none
+            about = f" (about {declared} frames)" if declared else ""
+            raise ConfigError(f"source.start_frame {start}: past the end of '{self.name}'{about}")
         if read == 0:
             of = f" (0 of {declared} declared)" if declared else ""
             skipped = f", {self.stats.corrupt} corrupt skipped" if self.stats.corrupt else ""

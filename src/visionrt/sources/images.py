@@ -15,7 +15,8 @@ from visionrt.types import Frame
 
 
 class ImageSource(Source):
-    """Every image file in name order; an unreadable one is skipped and counted as corrupt."""
+    """Every image file in name order (from `start_frame` to `end_frame` when given); an
+    unreadable one is skipped and counted as corrupt."""
 
     damage_hint = "unreadable images"
 
@@ -41,12 +42,22 @@ class ImageSource(Source):
             raise SourceNotFoundError(f"no images found at {spec}")
         self.files = files
         self.frame_count = len(files)
+        self.check_start()
 
     def frames(self) -> Iterator[Frame]:
         index = 0
+        start = self.options.start_frame
+        limits = (self.options.max_frames, self.options.end_frame)
+        last = min((n for n in limits if n), default=0)
         for path in self.files:
-            if self._stopped or (self.options.max_frames and index >= self.options.max_frames):
+            if self._stopped or (last and index >= last):
                 return
+            if index < start:
+                # Numbered, not read: a file no reader knows is passed over, as a run from the
+                # first image passes it over (decoding every image before the start to find
+                # a damaged one would cost what the start saves).
+                index += cv2.haveImageReader(str(path))
+                continue
             image = cv2.imread(str(path), cv2.IMREAD_COLOR)
             if image is None:
                 self.stats.corrupt += 1

@@ -37,19 +37,20 @@ class SyntheticSource(Source):
         self.live = options.mode == "live"
         self.fps = 30.0
         self.size = (height, width)
+        self.check_start()
 
     def frames(self) -> Iterator[Frame]:
         height, width = self.size
         base = np.random.default_rng(0).integers(0, 255, (height, width, 3), dtype=np.uint8)
-        limit = self.frame_count
-        if self.options.max_frames:
-            limit = min(limit, self.options.max_frames)
+        start = self.options.start_frame
+        limits = (self.frame_count, self.options.max_frames, self.options.end_frame)
+        limit = min(n for n in limits if n) if self.frame_count else 0
         started = time.perf_counter()
-        for index in range(limit):
+        for index in range(start, limit):
             if self._stopped:
                 return
             if self.live:  # a live source delivers at its frame rate, like a camera
-                time.sleep(max(0.0, started + index / self.fps - time.perf_counter()))
+                time.sleep(max(0.0, started + (index - start) / self.fps - time.perf_counter()))
             image = np.roll(base, index, axis=1)
             yield Frame(
                 source_id=self.source_id,

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from visionrt.errors import SourceError
+from visionrt.errors import ConfigError, SourceError
 from visionrt.sources.base import Source, SourceOptions
 from visionrt.sources.frame_index import seek_frames
 from visionrt.types import Frame
@@ -34,7 +34,11 @@ class VideoSource(Source):
         self._last_error = ""
         self._offset = 0.0  # a looped file's media time at its latest start
         self._rounds_index = 0  # frames since then
+        if (options.start_frame or options.end_frame) and self.live and not self.paced:
+            why = "with no frame to start or end at (ranges: files, image folders, synthetic:)"
+            raise ConfigError(f"source.start_frame/end_frame: '{spec}' is a live {kind}, {why}")
         self._open()  # fail at construction: a bad path is reported before any model loads
+        self.check_start()
 
     def _open(self) -> None:
         import av
