@@ -210,6 +210,11 @@ def tune() -> dict[str, Any]:
     return {"rc": proc.returncode, "stdout": tail[-40:], "stderr": proc.stderr.splitlines()[-8:]}
 
 
+def doctor() -> dict[str, Any]:
+    proc = subprocess.run([*CLI, "doctor"], capture_output=True, text=True, env=env(), cwd=ROOT)
+    return {"rc": proc.returncode, "stdout": proc.stdout.strip().splitlines()[-30:]}
+
+
 GPU_TESTS = (
     "-m gpu tests/test_device_path.py tests/test_torch_backend.py tests/test_tune.py"
     " --timeout 90 -k 'not (variants_match_eager and settings0)"
@@ -224,6 +229,7 @@ STEPS: dict[str, tuple[int, Any]] = {
     "null_streams": (70, lambda: {k: streams(k, [1, 32]) for k in ("null-float32", "null-frames")}),
     "arrays_streams": (40, lambda: streams("arrays", [32])),
     "live": (30, live),
+    "doctor": (20, doctor),
     "tests_gpu": (110, lambda: tests(GPU_TESTS)),
     "tune": (90, tune),
 }
@@ -276,6 +282,8 @@ def table(results: dict[str, Any]) -> str:
             )
         elif name.startswith("tests") and isinstance(value, dict):
             lines.append(f"| {name} | {value.get('summary', value)} |")
+        elif name == "doctor" and isinstance(value, dict):
+            lines.append(f"| doctor | rc {value.get('rc')} |")
         elif name == "tune" and isinstance(value, dict):
             lines.append(f"| tune | rc {value.get('rc')} {value.get('stdout', [''])[-3:]} |")
         else:
