@@ -140,6 +140,22 @@ def test_torch_input_settings_are_checked(
         load_backend("torch", tiny_model, BackendOptions(settings=settings))
 
 
+def test_torch_on_cuda_takes_frames_for_batches_of_several() -> None:
+    from visionrt.backends.torch import _input_form
+    from visionrt.types import TensorSpec
+
+    image = TensorSpec("images", (8, 3, 640, 640), "float32")
+    assert _input_form({}, True, image, 8) == (FRAMES, 2)
+    assert _input_form({}, True, image, 1) == (ARRAYS, 1)  # one frame a call: the host's
+    assert _input_form({"input": "frames"}, True, image, 1) == (FRAMES, 2)
+    assert _input_form({"streams": "3"}, True, image, 4) == (FRAMES, 3)
+    assert _input_form({}, False, image, 8) == (ARRAYS, 1)
+    dynamic = TensorSpec("images", (8, 3, None, None), "float32")
+    assert _input_form({}, True, dynamic, 8) == (ARRAYS, 1)
+    with pytest.raises(ConfigError, match="input size is dynamic"):
+        _input_form({"input": "frames"}, True, dynamic, 8)
+
+
 def test_torch_takes_arrays_on_the_cpu_unless_asked(tiny_model: Path) -> None:
     plain = load_backend("torch", tiny_model, BackendOptions())
     asked = load_backend("torch", tiny_model, BackendOptions(settings={"input": "frames"}))
@@ -267,6 +283,8 @@ def test_cuda_frames_slots_are_pinned_and_two_streams_run(tiny_model: Path) -> N
     task = DetectTask(tiny_model, "torch", BackendOptions(device="cuda", batch=2))
     assert task.layout is InputLayout.FRAMES
     assert task.backend.concurrency == 2
+    single = DetectTask(tiny_model, "torch", BackendOptions(device="cuda"))
+    assert single.layout is InputLayout.NCHW_FLOAT  # batch 1: host arrays unless asked
     slot = task.new_buffer()
     task.prepare(np.zeros((48, 64, 3), np.uint8), slot, None)
     assert slot.tensor.is_pinned()
