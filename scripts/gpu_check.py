@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -80,7 +81,7 @@ def machine() -> dict[str, Any]:
 
 def tests(marker: str) -> dict[str, Any]:
     proc = subprocess.run(
-        [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *marker.split()],
+        [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *shlex.split(marker)],
         capture_output=True, text=True, env=env(), cwd=ROOT,
     )  # fmt: skip
     tail = proc.stdout.strip().splitlines()[-30:]
@@ -94,6 +95,7 @@ def ceiling(batches: list[int]) -> dict[str, Any]:
     import torch
 
     from visionrt.backends.onnx_to_torch import convert_onnx
+    from visionrt.backends.torch_device import capture_graph
     from visionrt.models import demo_model_path
 
     module = convert_onnx(onnx.load(str(demo_model_path()))).cuda().half().eval()
@@ -104,15 +106,7 @@ def ceiling(batches: list[int]) -> dict[str, Any]:
         for batch in batches:
             static = torch.rand(batch, 3, 640, 640, device="cuda", dtype=torch.half)
             static = static.contiguous(memory_format=torch.channels_last)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):
-                    module(static)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                module(static)
+            graph, _ = capture_graph(lambda x: list(module(x)), static)
             times = []
             for _ in range(5):
                 start, end = torch.cuda.Event(True), torch.cuda.Event(True)

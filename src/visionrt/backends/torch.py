@@ -24,7 +24,7 @@ from visionrt.backends.base import (
     check_input_size,
     flag_setting,
 )
-from visionrt.backends.torch_device import DeviceRunner
+from visionrt.backends.torch_device import DeviceRunner, capture_graph
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
 from visionrt.types import BackendInfo, TensorSpec
 
@@ -318,7 +318,7 @@ class TorchBackend(Backend):
         self._device, self._cuda, self._input_name = device, cuda, input_spec.name
         form, streams = _input_form(settings, cuda, input_spec, options.batch)
         self._dtype = torch.float16 if options.precision == "fp16" else torch.float32
-        self._captured: dict[tuple[int, ...], tuple[Any, Tensor, list[Tensor]]] = {}
+        self._captured: dict[tuple[int, ...], tuple[Tensor, Any, list[Tensor]]] = {}
         self._pinned: dict[tuple[str, tuple[int, ...]], Tensor] = {}
         self._lock = threading.Lock()
         details.update(source="ultralytics .pt" if model.suffix == ".pt" else "onnx")
@@ -374,17 +374,8 @@ class TorchBackend(Backend):
         shape = tuple(images.shape)
         if shape not in self._captured:
             static = images.clone()
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # warm-up off the capture: cuDNN picks its kernels
-                for _ in range(3):
-                    self._run(static)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                outputs = self._run(static)
-            self._captured[shape] = (graph, static, outputs)
-        graph, static, outputs = self._captured[shape]
+            self._captured[shape] = (static, *capture_graph(self._run, static))
+        static, graph, outputs = self._captured[shape]
         static.copy_(images)
         graph.replay()
         return outputs

@@ -29,6 +29,25 @@ def bucket(rows: int, batch: int) -> int:
     return min(max(size, rows), max(batch, rows))
 
 
+def capture_graph(
+    run: Callable[[Tensor], list[Tensor]], static: Tensor
+) -> tuple[Any, list[Tensor]]:
+    """`run` on `static` captured as a CUDA graph (the graph and its output tensors): three
+    warm-up runs on a side stream first, so cuDNN picks its kernels outside the capture."""
+    side = torch.cuda.Stream(static.device)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            run(static)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    # A capture stream of its own (torch's default one is shared by every graph, and another
+    # thread may capture at the same time); thread_local: other threads may sync or allocate.
+    with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
+        outputs = run(static)
+    return graph, outputs
+
+
 @dataclass
 class _Context:
     stream: Any  # torch.cuda.Stream, or None on the CPU
@@ -99,22 +118,7 @@ class DeviceRunner:
         if images.data_ptr() != static.data_ptr():
             static[:rows].copy_(images)
         if size not in context.graphs:
-            context.graphs[size] = self._capture(static)
+            context.graphs[size] = capture_graph(self._run, static)
         graph, outputs = context.graphs[size]
         graph.replay()
         return [out[:rows] for out in outputs]
-
-    def _capture(self, static: Tensor) -> tuple[Any, list[Tensor]]:
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up off the capture: cuDNN picks its kernels
-            for _ in range(3):
-                self._run(static)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        # A capture stream of its own (torch's default one is shared by every graph, and the
-        # other context may capture at the same time); thread_local: the other context's
-        # thread may sync or allocate meanwhile.
-        with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
-            outputs = self._run(static)
-        return graph, outputs
