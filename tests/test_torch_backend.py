@@ -375,7 +375,7 @@ def test_pt_never_imports_a_refused_module(tmp_path: Path, fake_ultralytics: Pat
 
 
 def test_pt_allow_list_covers_a_real_checkpoint() -> None:
-    from visionrt.backends.torch import PT_ALLOWED_GLOBALS
+    from visionrt.backends.torch_checkpoint import PT_ALLOWED_GLOBALS
 
     named = set(torch.serialization.get_unsafe_globals_in_checkpoint(str(_demo_checkpoint())))
     assert "ultralytics.nn.tasks.DetectionModel" in named
