@@ -4,16 +4,23 @@ between windows and a whole frame, and a run that accounts for every frame."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
 import pytest
-from conftest import write_tiny_detector
+from conftest import run_cli, write_tiny_detector
 
 from visionrt import Pipeline, PipelineOptions
+from visionrt.cli.run_config import configure_run
 from visionrt.errors import ConfigError
+from visionrt.paths import file_sha256
+from visionrt.pipeline.planned import planned_regions
 from visionrt.pipeline.schedule import Scheduler
+from visionrt.plans import Plan
 from visionrt.postprocess import PostprocessOptions, detect_layout
 from visionrt.preprocess.motion import MotionGate, MotionOptions
 from visionrt.preprocess.regions import RegionPlanner, cover, region_grid
@@ -193,3 +200,184 @@ def test_a_run_detects_in_the_window_that_moved_and_accounts_for_every_frame(
     ran = 2 * full_pixels + 3 * 64 * 64  # two whole frames, three windows
     assert motion["pixel_share"] == pytest.approx(ran / (6 * full_pixels), abs=1e-4)
     assert summary.events["motion: windows"] == 3
+
+
+# -- the region model a plan's run takes (`--motion regions` under a plan) ---------------------
+
+SHA = "ab" * 32  # the model the fake exports were made from
+
+
+def _export(
+    root: Path,
+    name: str,
+    side: tuple[int, int],
+    recipe: str = "nncf-mixed-2",
+    target: str = "openvino-int8",
+    filename: str = "model.xml",
+) -> Path:
+    """A completed export in an export cache as `visionrt export` leaves one (a file and its
+    report); not a model anything could load."""
+    folder = root / f"{SHA[:12]}-{target}-ov1-{name}"
+    folder.mkdir(parents=True)
+    report = {
+        "model_sha256": SHA, "target": target, "runtime": "ov1",
+        "settings": {"recipe": recipe, "imgsz": list(side)}, "input_hw": list(side),
+        "calibration": {"video": "/data/clip.mp4"},
+    }  # fmt: skip
+    (folder / "report.json").write_text(json.dumps(report))
+    (folder / filename).write_text("<net/>")
+    return folder / filename
+
+
+def _artifact_plan(artifact: Path, source: Path, made: str = "") -> Plan:
+    return Plan(
+        run={"model": str(artifact), "backend": "openvino", "inference": {"precision": "int8"}},
+        tuned={"source_model": str(source), "input_hw": [512, 640],
+               "motion": {"chosen": "skip", **({"region_model": made} if made else {})}},
+    )  # fmt: skip
+
+
+REGION_MODELS = [
+    pytest.param("tune's", {}, "made", "the 320×320 region model tune made for the plan (",
+                 id="the region model tune made"),
+    pytest.param("gone", {}, "sibling", "the 320×320 openvino-int8 export from the cache (",
+                 id="else the same export at 320 from the cache"),
+    pytest.param("", {}, "elsewhere", "the 320×320 openvino-int8 export from the cache (",
+                 id="in the default export cache too"),
+    pytest.param("", {}, "reference", "the windows run the FP32 reference", id="else the FP32"
+                 " reference"),
+    pytest.param("tune's", {"motion_region_model": "mine.xml"}, "mine.xml", "",
+                 id="the user's own wins"),
+    pytest.param("tune's", {"motion": "skip"}, "", "", id="not asked for regions"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("made", "given", "expected", "said"), REGION_MODELS)
+def test_a_plans_region_model_is_tunes_the_caches_or_its_reference(
+    tmp_path: Path,
+    tiny_model: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    made: str,
+    given: dict,
+    expected: str,
+    said: str,
+) -> None:
+    cache, elsewhere = tmp_path / "artifacts", tmp_path / "default"
+    artifact = _export(cache, "plan", (512, 640))
+    _export(cache, "other-recipe", (320, 320), recipe="nncf-other")  # not the same export
+    _export(cache, "small", (256, 256))  # not the region size
+    found = {
+        "made": tmp_path / "tune-320.onnx",
+        "sibling": _export(cache, "regions", (320, 320)) if expected == "sibling" else None,
+        "elsewhere": _export(elsewhere, "x", (320, 320)) if expected == "elsewhere" else None,
+        "reference": tiny_model,
+    }
+    shutil.copy(tiny_model, found["made"])
+    monkeypatch.setattr("visionrt.export.cache.default_root", lambda: elsewhere)
+    recorded = {"tune's": str(found["made"]), "gone": "/gone/model.xml", "": ""}[made]
+    plan = _artifact_plan(artifact, tmp_path / "source-gone.onnx", recorded)
+    options = PipelineOptions(**{"motion": "regions", **given})
+    planned, note = planned_regions(options, plan, artifact, asked=tiny_model)
+    assert planned.motion_region_model == str(found.get(expected) or expected)
+    assert said in note
+    if expected == "reference":
+        assert note == (
+            "motion regions: model.xml is made at 512×640 and no 320×320 openvino-int8 export of"
+            " it is cached, so the windows run the FP32 reference tiny.onnx resized to 320×320"
+            " on openvino (a run builds nothing); `visionrt export"
+            f" {tiny_model} --to openvino-int8 --imgsz 320x320 --calibrate /data/clip.mp4` makes"
+            " one, which later runs take"
+        )
+
+
+def test_a_plan_with_nothing_else_to_run_keeps_its_model(tmp_path: Path, tiny_model: Path) -> None:
+    onnx_plan = _artifact_plan(tiny_model, tiny_model)  # an ONNX model: the task resizes it
+    options = PipelineOptions(motion="regions")
+    assert planned_regions(options, onnx_plan, tiny_model, tiny_model) == (options, "")
+    artifact = _export(tmp_path / "artifacts", "plan", (512, 640))
+    alone = _artifact_plan(artifact, tmp_path / "gone.onnx")  # no reference left to run
+    assert planned_regions(options, alone, artifact) == (options, "")
+    assert planned_regions(options, None, artifact) == (options, "")
+
+
+def test_run_asking_regions_of_a_plan_that_kept_skip_takes_tunes_region_model(
+    tmp_path: Path, tiny_model: Path, small_video: Path
+) -> None:
+    """Tune kept skip and made a region model too: `run --motion regions` sets the plan's skip
+    aside and runs its windows on that model (it ran on the plan's 512×640 artifact, refused)."""
+    artifact = _export(tmp_path / "artifacts", "plan", (512, 640))
+    made = tmp_path / "tune-320.onnx"
+    shutil.copy(tiny_model, made)
+    plan = _artifact_plan(artifact, tmp_path / "source-gone.onnx", str(made))
+    plan.run["pipeline"] = {"motion": "skip"}
+    plan.tuned["source_sha256"] = file_sha256(tiny_model)
+    values = {
+        "model": str(tiny_model),
+        "sources": [str(small_video)],
+        "pipeline": {"motion": "regions"},
+    }
+    cfg, notes = configure_run(plan.save(tmp_path / "plan.yaml"), False, None, None, values)
+    assert (cfg.model, cfg.pipeline.motion) == (str(artifact), "regions")
+    assert cfg.pipeline.motion_region_model == str(made)
+    assert (
+        "plan's motion gating (skip) set aside: pipeline.motion (--motion) regions given" in notes
+    )
+    assert f"motion regions: the 320×320 region model tune made for the plan ({made})" in notes
+
+
+@pytest.mark.slow
+@pytest.mark.openvino
+def test_run_motion_regions_on_a_plans_int8_artifact_runs_its_fp32_reference(
+    openvino_int8: Any,
+    demo_model: Path,
+    small_video: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue #32, 12: `run --motion regions` under a plan of an OpenVINO INT8 artifact (made at
+    one size) was refused ('model.xml is made at 640x640; regions of 320 px need …'). With no
+    region model tune made and none in the export cache, the windows run the plan's FP32
+    reference resized, on the plan's runtime at fp32, and the run says so."""
+    monkeypatch.setattr("visionrt.export.cache.default_root", lambda: tmp_path / "no-exports")
+    plan = Plan(
+        run={"model": str(openvino_int8.path), "backend": "openvino",
+             "inference": {"precision": "int8", "fold_preprocess": True}},
+        tuned={"source_sha256": file_sha256(demo_model), "measured": {"fps": 1.0}},
+    )  # fmt: skip
+    out, plan_file = tmp_path / "out", plan.save(tmp_path / "plan.yaml")
+    code, err = run_cli(
+        ["run", str(small_video), "-m", str(demo_model), "--plan", str(plan_file),
+         "--motion", "regions", "--no-video", "-o", str(out)],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    said = "so the windows run the FP32 reference best_fp16.onnx resized to 320×320 on openvino"
+    assert said in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert any(said in note for note in summary["notes"])
+    assert summary["backend"]["precision"] == "int8"  # the plan's artifact, whole frames
+    regions = summary["backend"]["regions"]
+    assert (regions["runtime"], regions["precision"], regions["input_hw"]) == (
+        "openvino", "fp32", [320, 320],
+    )  # fmt: skip
+    assert summary["motion"]["regions"] > 0  # frames whose detector ran on windows
+    assert summary["frames_in"] == summary["frames_out"] == 40
+
+
+def test_a_plan_whose_runtime_would_build_an_engine_for_its_reference_is_refused_in_a_line(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    artifact = _export(
+        tmp_path / "artifacts", "plan", (512, 640), "fp16", "tensorrt", "model.engine"
+    )
+    plan = _artifact_plan(artifact, tiny_model)
+    plan.run["backend"] = "tensorrt"  # builds an engine from an ONNX file as it loads it
+    with pytest.raises(ConfigError) as caught:
+        planned_regions(PipelineOptions(motion="regions"), plan, artifact)
+    assert str(caught.value) == (
+        "--motion regions: model.engine is made at 512×640 and no 320×320 export of it is"
+        " cached; tensorrt would build an engine for the FP32 reference, which a run does not:"
+        f" `visionrt export {tiny_model} --to tensorrt --imgsz 320x320 --calibrate"
+        " /data/clip.mp4` makes one"
+    )

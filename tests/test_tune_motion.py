@@ -300,15 +300,6 @@ def test_the_users_motion_choice_wins_over_the_plans(
     assert (use.section, use.note) == (expected, note)
 
 
-def test_asking_regions_of_a_plan_that_did_not_keep_them_gets_its_region_model(
-    tiny_model: Path,
-) -> None:
-    plan = _gated_plan(tiny_model, tiny_model, {}, region_model=str(tiny_model))
-    use = use_gating(plan, {"motion": "regions"})
-    assert use.section == {"motion_region_model": str(tiny_model)}
-    assert use_gating(plan, {"motion": "regions", "motion_region_model": "mine.xml"}).section == {}
-
-
 @pytest.fixture
 def gated(tmp_path: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     """A model and a cached plan (null backend, so a run is quick) whose gating is `skip`."""

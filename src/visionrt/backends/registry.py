@@ -22,6 +22,9 @@ class BackendRow:
     extra: str
     devices: tuple[str, ...]
     summary: str
+    # Files it builds an engine from as it loads them (minutes; `export` builds them ahead): what
+    # a run must not hand it implicitly.
+    builds_from: tuple[str, ...] = ()
 
 
 ROWS: tuple[BackendRow, ...] = (
@@ -60,6 +63,7 @@ ROWS: tuple[BackendRow, ...] = (
         "tensorrt",
         ("cuda",),
         "NVIDIA TensorRT engines built from ONNX (FP16/INT8)",
+        builds_from=(".onnx",),
     ),
     BackendRow(
         "null",

@@ -177,13 +177,14 @@ def configure_with_plan(
         live=_live(own),
     )
     use = _with_geometry(use_plan(request, plan, fingerprint=fingerprint), own)
-    cfg, gating_note = own, ""
+    cfg, gating_note, regions_note = own, "", ""
     if use.sections is not None:
         cfg, gating_note = _with_gating(use, given, config, overrides, values)
         cfg = replace(cfg, model=str(use.sections["model"]))
+        cfg, regions_note = _with_regions(cfg, use, own.model)
     cfg, depth_note = _with_depth_plan(cfg, given.get("depth") or {}, fingerprint)
     cfg = _with_audit(cfg, use)
-    notes = "\n".join(n for n in (use.note, gating_note, depth_note) if n)
+    notes = "\n".join(n for n in (use.note, gating_note, regions_note, depth_note) if n)
     return with_defaults(cfg), notes, use
 
 
@@ -207,6 +208,15 @@ def _with_gating(
     except ConfigError as err:
         cfg = load_config(config, overrides, values, base=use.sections)
         return cfg, f"plan's motion gating set aside: {err}"
+
+
+def _with_regions(cfg: RunConfig, use: PlanUse, asked: str) -> tuple[RunConfig, str]:
+    """The detector `--motion regions` runs on its windows under the plan, where the user named
+    none (`pipeline.planned.planned_regions`), and the line saying which."""
+    from visionrt.pipeline.planned import planned_regions
+
+    options, note = planned_regions(cfg.pipeline, use.plan, cfg.model, asked or None)
+    return replace(cfg, pipeline=options), note
 
 
 def _with_geometry(use: PlanUse, own: RunConfig) -> PlanUse:

@@ -15,6 +15,8 @@ from typing import Any
 from visionrt.paths import cache_root, file_sha256
 
 REPORT = "report.json"
+# What names an export's folder besides its settings (`artifact_dir`), as its report keeps them.
+_EXPORT_KEYS = ("model_sha256", "target", "runtime")
 # Enough of a video to tell files apart without reading gigabytes.
 _VIDEO_HASH_BYTES = 4 << 20
 
@@ -73,3 +75,38 @@ def staging(folder: Path) -> Iterator[Path]:
     finally:
         if scratch.exists():
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def export_report(artifact: Path) -> dict[str, Any] | None:
+    """The report of the export `artifact` is (read from its cache folder), or None when it is
+    not a completed export's file."""
+    found = read_cached(artifact.parent, artifact.name)
+    return found[1] if found is not None else None
+
+
+def sized_export(
+    artifact: Path, input_hw: tuple[int, int], roots: tuple[Path, ...] = ()
+) -> Path | None:
+    """The same export as `artifact` (the same model, target, runtime and recipe) made at
+    `input_hw`, when a completed one is cached beside it or under `roots`: the same calibration
+    first, then any. None: none is cached, or `artifact` is not an export's file."""
+    report = export_report(artifact) or {}
+    model_hash, target, runtime = (str(report.get(key) or "") for key in _EXPORT_KEYS)
+    settings = report.get("settings")
+    if not (model_hash and target and runtime and isinstance(settings, dict)):
+        return None
+    wanted = [int(side) for side in input_hw]
+    home = artifact.parent.parent
+    folders = [artifact_dir(home, model_hash, target, runtime, {**settings, "imgsz": wanted})]
+    for root in dict.fromkeys((home, *roots)):
+        if root.is_dir():
+            folders += sorted(root.glob(f"{model_hash[:12]}-{target}-{runtime}-*"))
+    for folder in dict.fromkeys(folders):
+        found = read_cached(folder, artifact.name)
+        if found is None:
+            continue
+        made = found[1]
+        recipe = (made.get("settings") or {}).get("recipe")
+        if made.get("input_hw") == wanted and recipe == settings.get("recipe"):
+            return found[0]
+    return None

@@ -223,6 +223,34 @@ def is_architecture_only(path: str | Path) -> bool:
     return model_metadata(path).get("architecture_only", "").lower() == "true"
 
 
+# Operators that hold INT8 quantization: QDQ pairs and integer kernels in ONNX, FakeQuantize
+# (NNCF) in an OpenVINO IR, which also keeps an ONNX file's QDQ pairs as it reads them.
+QUANTIZED_OPS = frozenset({
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
+    "QLinearMatMul", "ConvInteger", "MatMulInteger", "FakeQuantize",
+})  # fmt: skip
+
+
+def is_quantized(path: str | Path) -> bool:
+    """True when the ONNX file or OpenVINO IR holds INT8 quantization (an INT8 precision is
+    what such a file is, not a setting a runtime applies to a float one); False for others."""
+    path = Path(path)
+    if path.suffix == ".onnx":
+        graph = load_onnx(path, external_data=False).graph
+        return any(node.op_type in QUANTIZED_OPS for node in graph.node)
+    if path.suffix != ".xml":
+        return False
+    try:
+        import openvino as ov
+    except ImportError as err:
+        raise ModelLoadError(f"{path} is an OpenVINO IR: pip install 'visionrt[openvino]'") from err
+    try:
+        model = ov.Core().read_model(str(path))
+    except Exception as err:
+        raise ModelLoadError(f"{path} is not a readable OpenVINO IR ({err})") from err
+    return any(op.get_type_name() in QUANTIZED_OPS for op in model.get_ops())
+
+
 def load_onnx(path: Path, external_data: bool = True) -> Any:
     """The ONNX model at `path`, or a one-line ModelLoadError."""
     import onnx

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from visionrt.accuracy.geometry import settle
 from visionrt.backends import Backend, BackendOptions
 from visionrt.errors import ConfigError
 from visionrt.fuse import parse_analytics
-from visionrt.pipeline.audit import build_auditor, finish_audit, planned_audit
+from visionrt.pipeline.audit import build_auditor, finish_audit
 from visionrt.pipeline.build import (
     build_fusers,
     build_gating,
@@ -30,9 +29,10 @@ from visionrt.pipeline.gating import motion_summary
 from visionrt.pipeline.graph import Graph
 from visionrt.pipeline.options import DepthOptions, PipelineOptions
 from visionrt.pipeline.output import SinkThread, close_sinks
+from visionrt.pipeline.planned import plan_options
 from visionrt.pipeline.roster import Roster
 from visionrt.pipeline.schedule import Scheduler
-from visionrt.plans import Plan, plan_detector, use_gating
+from visionrt.plans import Plan, plan_detector
 from visionrt.postprocess import PostprocessOptions
 from visionrt.sinks import Sink
 from visionrt.sources import Source, SourceOptions
@@ -59,7 +59,8 @@ class Pipeline:
     which plan ran, or why none did (also logged at INFO on the "visionrt" logger and kept in
     the summary). `analytics`: zones and lines per source name (see fuse.analytics; needs
     `options.track`). With `options` None, the plan's motion gating (`tune` keeps it where it pays)
-    runs too. A plan that runs is audited live against its FP32 reference
+    runs too; regions with no region model run the plan's (`pipeline.planned.planned_regions`).
+    A plan that runs is audited live against its FP32 reference
     (`options.audit`; `auditor`, `on_audit`, summary `audit`: see accuracy.audit).
     `frame_ranges`: each source's (`start_frame`, `end_frame`), in place of `source_options`'
     (a cluster's retries resume each source of a group where it stopped; a long file's ranges
@@ -101,6 +102,7 @@ class Pipeline:
         # A service's sources change while it runs (`add_source`, `remove_source`).
         self.roster = Roster(self, source_options) if service else None
         self.notes: list[str] = []
+        given, asked = options is not None, model
         model, backend, backend_options, use = plan_detector(
             plan,
             model,
@@ -115,12 +117,8 @@ class Pipeline:
         # source's size goes back into the cached plan).
         self.plan: Plan | None = use.plan if use.sections is not None else None
         self.plan_use = use
-        if options is None and self.plan is not None:  # no options of the caller's: the plan's
-            gating = use_gating(self.plan, {})
-            self.options = replace(self.options, **gating.section)
-            if gating.note:
-                self.notes.append(gating.note)
-        self.options = planned_audit(self.options, self.plan)  # its reference and budget
+        self.options, notes = plan_options(self.options, self.plan, given, model, asked)
+        self.notes.extend(notes)
         if use.note:
             self.notes.append(use.note)
             log.info("%s", use.note)
@@ -295,6 +293,8 @@ class Pipeline:
         summary.backend = self.task.describe()
         for task in self.tasks[1:]:
             summary.backend[task.name] = task.describe()
+        if self.parts.regions is not None:  # what the motion windows ran
+            summary.backend["regions"] = self.parts.regions.describe()
         # One row per name: counts are kept by name, and a service's camera removed and added
         # again under its name is one camera (its latest source's report, `instances` of it).
         counts, rows = self.telemetry.per_source(), {}

@@ -79,7 +79,8 @@ class PipelineOptions:
     # Regions mode: on a frame that moved, the detector runs on square windows of
     # `motion_region` source pixels around the motion and around the objects last seen, at an
     # input of that size: `motion_region_model` (an artifact made at that size, e.g. by `visionrt
-    # export --imgsz 320x320`; "": the run's model resized, which needs an ONNX model).
+    # export --imgsz 320x320`; "": the run's model resized, which needs an ONNX model, or under
+    # a plan the region model `pipeline.planned.planned_regions` finds).
     motion_region: int = 320
     motion_region_model: str = ""
     # The live accuracy audit: the FP32 reference `audit_reference` (an ONNX detector; "": the

@@ -27,21 +27,20 @@ class GatingUse:
 def use_gating(plan: Plan | None, given: Mapping[str, Any]) -> GatingUse:
     """The plan's motion gating for a run whose user set the pipeline options `given` (from the
     config file, `--set` and flags). The user's `pipeline.motion` wins; a plan's region model
-    that is gone sets its gating aside."""
+    that is gone sets its gating aside. (Which region model a run that asks for regions takes:
+    `pipeline.planned.planned_regions`.)"""
     if plan is None:
         return GatingUse()
     section = dict(plan.run.get(PIPELINE_KEY) or {})
     planned = str(section.get(MODE_KEY, "off"))
     mine = given.get(MODE_KEY)
+    if planned == "off":
+        return GatingUse()
     if mine is not None and mine != planned:
-        if planned == "off":
-            return _regions_for_user(plan, mine, given)
         return GatingUse(
             note=f"plan's motion gating ({planned}) set aside: pipeline.motion (--motion)"
             f" {mine} given"
         )
-    if planned == "off":
-        return GatingUse()
     region_model = str(section.get(REGION_MODEL_KEY) or "")
     if region_model and not Path(region_model).is_file():
         return GatingUse(
@@ -53,18 +52,6 @@ def use_gating(plan: Plan | None, given: Mapping[str, Any]) -> GatingUse:
     measured = _measured(plan, planned)
     note = f"motion gating from the plan: {planned} ({measured}); --motion off turns it off"
     return GatingUse(section, note)
-
-
-def _regions_for_user(plan: Plan, mine: object, given: Mapping[str, Any]) -> GatingUse:
-    """A user who asks for regions the plan did not keep still gets the region model tune made
-    for the plan's artifact (an artifact cannot be resized), unless they name one."""
-    region_model = str((plan.tuned.get(MODE_KEY) or {}).get("region_model") or "")
-    if mine != "regions" or REGION_MODEL_KEY in given or not Path(region_model).is_file():
-        return GatingUse()
-    return GatingUse(
-        {REGION_MODEL_KEY: region_model},
-        f"motion regions: the region model tune made for the plan ({region_model})",
-    )
 
 
 def _measured(plan: Plan, mode: str) -> str:

@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from visionrt.backends import Backend, BackendOptions
 from visionrt.errors import ConfigError, ModelLoadError
-from visionrt.models import SELF_DESCRIBING, read_model_spec, resolve_model
+from visionrt.models import SELF_DESCRIBING, is_quantized, read_model_spec, resolve_model
 from visionrt.postprocess import PostprocessOptions
 from visionrt.preprocess.regions import region_grid
 from visionrt.preprocess.tile import TileGrid, fill_tiles
@@ -31,7 +31,8 @@ class RegionDetectTask:
     only those. `backend_options.batch` is frames per `infer` call.
 
     `model`: an artifact made at `side` (`visionrt export --imgsz`), or an ONNX detector, which
-    is resized to it. Its results are Detections in source pixels, like DetectTask's."""
+    is resized to it (run at fp32 where the options say int8 and the file is not quantized).
+    Its results are Detections in source pixels, like DetectTask's."""
 
     name = "detect"
 
@@ -54,6 +55,10 @@ class RegionDetectTask:
                 f" regions of {side} px need a detector at {side}x{side} (`visionrt export --to"
                 f" openvino-int8 --imgsz {side}x{side}`)"
             )
+        if options.precision == "int8" and not is_quantized(path):
+            # INT8 is what the run's file is, not a setting: a float region model (the FP32
+            # reference resized for a plan's INT8 artifact, say) runs on the same runtime at fp32.
+            options = replace(options, precision="fp32")
         self.batch, self.max_windows, self.side = options.batch, max_windows, side
         rows = max_windows * options.batch
         # A batch-1 export that cannot be rewritten for a batch runs a window per call.
