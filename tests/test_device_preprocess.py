@@ -128,9 +128,18 @@ def test_the_slot_uses_the_allocator_it_is_given() -> None:
 
     slot = FrameSlot(stage=True, allocate=allocate)
     assert slot.nbytes > 0  # before any frame: a guess the lane sizes its pool by
-    slot.hold(textured(10, 12, 1), compute_letterbox((10, 12), (32, 32)))
+    box = compute_letterbox((10, 12), (32, 32))
+    slot.hold(textured(10, 12, 1), box)
     assert made == [(10, 12, 3)]
     assert slot.nbytes == 360
+    # Cameras of several sizes share the slots: each size's memory is kept, not made anew.
+    for _ in range(3):
+        for height in (10, 20, 30):
+            slot.hold(textured(height, 12, 2), box)
+    assert made == [(10, 12, 3), (20, 12, 3), (30, 12, 3)]
+    slot.hold(textured(40, 12, 3), box)  # a fourth size: the least recently held one goes
+    slot.hold(textured(10, 12, 3), box)
+    assert made[-2:] == [(40, 12, 3), (10, 12, 3)]
 
 
 def test_cv2_is_the_reference_it_matches() -> None:

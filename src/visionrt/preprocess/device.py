@@ -24,6 +24,9 @@ from visionrt.types import Letterbox
 # Bytes of one frame slot reported before a frame has arrived (its size is not known yet): a
 # 1080p frame, so a lane sizes its pool as for frames of that order.
 FRAME_SLOT_GUESS = 1920 * 1080 * 3
+# Frame sizes a slot keeps memory for: a lane's slots serve every camera, so cameras of two or
+# three sizes would otherwise make a slot allocate (pin) anew at nearly every frame.
+SLOT_SIZES = 3
 
 
 class FrameSlot:
@@ -39,6 +42,7 @@ class FrameSlot:
         self._allocate = allocate or (lambda shape: torch.from_numpy(np.empty(shape, np.uint8)))
         self.tensor: Tensor | None = None  # (H, W, 3) uint8, host
         self.box: Letterbox | None = None
+        self._kept: dict[tuple[int, ...], Tensor] = {}  # by shape, the latest last
 
     @property
     def nbytes(self) -> int:
@@ -50,9 +54,13 @@ class FrameSlot:
         if not self.stage:
             self.tensor = torch.from_numpy(np.ascontiguousarray(image))
             return
-        if self.tensor is None or tuple(self.tensor.shape) != image.shape:
-            self.tensor = self._allocate(image.shape)
-        self.tensor.numpy()[...] = image  # numpy copies without the GIL
+        tensor = self._kept.pop(image.shape, None)
+        if tensor is None:
+            tensor = self._allocate(image.shape)
+            if len(self._kept) >= SLOT_SIZES:
+                del self._kept[next(iter(self._kept))]  # the size least recently held
+        self._kept[image.shape] = self.tensor = tensor
+        tensor.numpy()[...] = image  # numpy copies without the GIL
 
 
 def upload(slots: Sequence[FrameSlot], device: torch.device) -> list[Tensor]:
