@@ -217,6 +217,23 @@ def test_the_runner_hands_out_inputs_only_inside_a_scope() -> None:
     assert sums.tolist() == [48.0, 48.0, 48.0]
 
 
+def test_the_runners_then_step_reads_its_named_buffers() -> None:
+    runner = DeviceRunner(
+        lambda x: [x.sum(dim=(1, 2, 3))], torch.device("cpu"), torch.float32, False, (2, 2), 4,
+        graphs=False, streams=1,
+    )  # fmt: skip
+
+    def then(outputs: list, buffers: dict) -> list:
+        return [outputs[0] * buffers["scale"][:, 0]]
+
+    with runner.scope():
+        images = runner.input(2)
+        images.fill_(1.0)
+        runner.buffer("scale", 2, (1,), torch.float32).copy_(torch.tensor([[2.0], [3.0]]))
+        (scaled,) = runner.infer(images, then)
+    assert scaled.tolist() == [24.0, 36.0]
+
+
 def test_the_runner_gives_each_concurrent_batch_its_own_context() -> None:
     runner = DeviceRunner(
         lambda x: [x.clone()], torch.device("cpu"), torch.float32, False, (2, 2), 4,

@@ -125,10 +125,12 @@ class FramesBackend(Protocol):
     and out, so a task uploads decoded frames once, prepares them there and brings back only
     its results. A thread does one batch's device work inside `device_scope()` (on CUDA, a
     stream of its own): `device_input(rows)` is the (rows, 3, H, W) tensor to fill, in the
-    model's dtype and memory format; `infer_device` runs it, outputs left on the device and
-    valid until the scope's next batch. `stand_in` (the null backend on the CPU): no device
-    is there, so the task stages frames as for one and skips the preparing and decoding a
-    device would take off the host: a run then measures the host's share alone."""
+    model's dtype and memory format, `device_buffer` any other named input its `then` step
+    reads; `infer_device` runs the model and `then(outputs, buffers)` after it (in the same
+    CUDA graph where graphs are on), results left on the device and valid until the scope's
+    next batch. `stand_in` (the null backend on the CPU): no device is there, so the task
+    stages frames as for one and skips the preparing and decoding a device would take off the
+    host: a run then measures the host's share alone."""
 
     stand_in: bool
 
@@ -136,4 +138,6 @@ class FramesBackend(Protocol):
 
     def device_input(self, rows: int) -> Any: ...
 
-    def infer_device(self, images: Any) -> list[Any]: ...
+    def device_buffer(self, name: str, rows: int, shape: tuple[int, ...], dtype: Any) -> Any: ...
+
+    def infer_device(self, images: Any, then: Any = None) -> list[Any]: ...

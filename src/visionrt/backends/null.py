@@ -117,6 +117,7 @@ class NullBackend(Backend):
             )
         self.stand_in = device == "cpu"
         self._tensors: dict[tuple[str, int], Any] = {}
+        self._buffers: dict[int, dict[str, Any]] = {}
         shape = (
             (options.batch, height, width, 3)
             if form == "uint8"
@@ -146,9 +147,18 @@ class NullBackend(Backend):
     def device_input(self, rows: int) -> Any:
         return self._tensor("in", rows, self.info.inputs[0].shape[1:])
 
-    def infer_device(self, images: Any) -> list[Any]:
+    def device_buffer(self, name: str, rows: int, shape: tuple[int, ...], dtype: Any) -> Any:
+        import torch
+
+        named = self._buffers.setdefault(rows, {})
+        if name not in named:
+            named[name] = torch.zeros((rows, *shape), dtype=dtype, device=self.info.device)
+        return named[name]
+
+    def infer_device(self, images: Any, then: Any = None) -> list[Any]:
         self._called()
-        return [self._tensor("out", images.shape[0], self._output.shape[1:])]
+        outputs = [self._tensor("out", images.shape[0], self._output.shape[1:])]
+        return then(outputs, self._buffers.get(images.shape[0], {})) if then else outputs
 
     def _tensor(self, role: str, rows: int, shape: tuple[Any, ...]) -> Any:
         import torch

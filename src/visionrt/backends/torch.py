@@ -23,7 +23,7 @@ from visionrt.backends.base import (
     flag_setting,
 )
 from visionrt.backends.torch_checkpoint import load_pt
-from visionrt.backends.torch_device import DeviceRunner, capture_graph
+from visionrt.backends.torch_device import DeviceRunner, Then, capture_graph
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
 from visionrt.types import BackendInfo, TensorSpec
 
@@ -205,9 +205,12 @@ class TorchBackend(Backend):
     def device_input(self, rows: int) -> Tensor:
         return self._runner.input(rows)
 
-    def infer_device(self, images: Tensor) -> list[Tensor]:
+    def device_buffer(self, name: str, rows: int, shape: tuple[int, ...], dtype: Any) -> Tensor:
+        return self._runner.buffer(name, rows, shape, dtype)
+
+    def infer_device(self, images: Tensor, then: Then | None = None) -> list[Tensor]:
         with torch.inference_mode():
-            return self._runner.infer(images)
+            return self._runner.infer(images, then)
 
     def _run(self, images: Tensor) -> list[Tensor]:
         with torch.autocast(self._device.type, torch.bfloat16, self._autocast, cache_enabled=False):

@@ -48,11 +48,17 @@ def capture_graph(
     return graph, outputs
 
 
+# What runs after the model, in its graph: (the model's outputs, the context's buffers of the
+# batch's size by name) → the tensors the caller reads (a task's device decoding).
+Then = Callable[[list[Tensor], dict[str, Tensor]], list[Tensor]]
+
+
 @dataclass
 class _Context:
     stream: Any  # torch.cuda.Stream, or None on the CPU
     inputs: dict[int, Tensor] = field(default_factory=dict)
-    graphs: dict[int, tuple[Any, list[Tensor]]] = field(default_factory=dict)
+    buffers: dict[int, dict[str, Tensor]] = field(default_factory=dict)
+    graphs: dict[tuple[int, Any], tuple[Any, list[Tensor], bool]] = field(default_factory=dict)
 
 
 class DeviceRunner:
@@ -107,18 +113,60 @@ class DeviceRunner:
             context.inputs[size] = static = static.contiguous(memory_format=self._layout)
         return static[:rows]
 
-    def infer(self, images: Tensor) -> list[Tensor]:
-        """The module's outputs for `images` (from `input`, or any tensor), on the device."""
+    def buffer(self, name: str, rows: int, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
+        """A (rows, *shape) tensor named `name` that a `then` step reads (its batch's rows):
+        one per context and graph size, so a graph reads the same memory at every replay."""
+        context = self._context()
+        size = bucket(rows, self._batch) if self._graphs else rows
+        named = context.buffers.setdefault(size, {})
+        if name not in named:
+            named[name] = torch.zeros((size, *shape), dtype=dtype, device=self.device)
+        return named[name][:rows]
+
+    def infer(self, images: Tensor, then: Then | None = None) -> list[Tensor]:
+        """The module's outputs for `images` (from `input`, or any tensor) on the device, or
+        what `then` makes of them; with CUDA graphs `then` is captured with the model, or,
+        where its capture fails, run after the model's graph."""
         rows = images.shape[0]
         if not self._graphs:
-            return self._run(images.to(self.dtype, memory_format=self._layout))
+            outputs = self._run(images.to(self.dtype, memory_format=self._layout))
+            size = rows
+        else:
+            size = bucket(rows, self._batch)
+            outputs = self._replay(images, rows, size, then)
+            if outputs is not None:
+                return [out[:rows] for out in outputs]
+            outputs = [out[:rows] for out in self._replay(images, rows, size, None) or []]
+        if then is None:
+            return outputs
+        return [out[:rows] for out in then(outputs, self._context().buffers.get(size, {}))]
+
+    def _replay(
+        self, images: Tensor, rows: int, size: int, then: Then | None
+    ) -> list[Tensor] | None:
+        """Replay the graph of (`size`, `then`), captured on first use; None where `then` could
+        not be captured (the caller runs it after the model's own graph)."""
         context = self._context()
-        size = bucket(rows, self._batch)
         static = self.input(size)
         if images.data_ptr() != static.data_ptr():
             static[:rows].copy_(images)
-        if size not in context.graphs:
-            context.graphs[size] = capture_graph(self._run, static)
-        graph, outputs = context.graphs[size]
+        key = (size, then)
+        if key not in context.graphs:
+            context.graphs[key] = self._capture(static, size, then)
+        graph, outputs, captured = context.graphs[key]
+        if not captured:
+            return None
         graph.replay()
-        return [out[:rows] for out in outputs]
+        return outputs
+
+    def _capture(
+        self, static: Tensor, size: int, then: Then | None
+    ) -> tuple[Any, list[Tensor], bool]:
+        if then is None:
+            return (*capture_graph(self._run, static), True)
+        buffers = self._context().buffers.setdefault(size, {})
+        try:
+            return (*capture_graph(lambda x: then(self._run(x), buffers), static), True)
+        except RuntimeError:  # an op the capture refuses: the model alone is graphed
+            torch.cuda.synchronize(self.device)
+            return None, [], False

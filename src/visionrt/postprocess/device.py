@@ -48,12 +48,9 @@ def _candidates(output: Tensor, layout: HeadLayout, conf: float) -> tuple[Tensor
     return image, torch.cat([boxes[:, :2] - half, boxes[:, :2] + half], 1), score, class_id
 
 
-def _greedy_keep(boxes: Tensor, classes: Tensor, valid: Tensor, iou: float) -> Tensor:
-    """Greedy NMS over (B, K) candidates sorted best first per image: a box is kept when no
-    kept, better box of its class overlaps it by IoU > `iou`. That rule refers only to better
-    boxes, so iterating it from 'all kept' settles one rank deeper per pass and stops at the
-    greedy answer exactly (a fixed point of the rule is its only solution); passes are few,
-    as chains of suppression are short."""
+def suppression(boxes: Tensor, classes: Tensor, valid: Tensor, iou: float) -> Tensor:
+    """(B, K, K): box i (better) suppresses box j (worse) — same class, IoU > `iou`, i < j, i a
+    real candidate — for (B, K) candidates sorted best first per image."""
     top_left = torch.maximum(boxes[:, :, None, :2], boxes[:, None, :, :2])
     bottom_right = torch.minimum(boxes[:, :, None, 2:], boxes[:, None, :, 2:])
     inter = (bottom_right - top_left).clamp_(min=0).prod(-1)
@@ -63,11 +60,24 @@ def _greedy_keep(boxes: Tensor, classes: Tensor, valid: Tensor, iou: float) -> T
     count = boxes.shape[1]
     better = torch.ones(count, count, dtype=torch.bool, device=boxes.device).triu_(1)
     suppresses = overlap & better & (classes[:, :, None] == classes[:, None, :])
-    suppresses &= valid[:, :, None]
+    return suppresses & valid[:, :, None]
+
+
+def greedy_pass(suppresses: Tensor, valid: Tensor, keep: Tensor) -> Tensor:
+    """One pass of the greedy rule: a candidate is kept when no kept one suppresses it."""
+    return valid & ~(suppresses & keep[:, :, None]).any(dim=1)
+
+
+def _greedy_keep(boxes: Tensor, classes: Tensor, valid: Tensor, iou: float) -> Tensor:
+    """Greedy NMS over (B, K) candidates sorted best first per image: a box is kept when no
+    kept, better box of its class overlaps it by IoU > `iou`. That rule refers only to better
+    boxes, so iterating it from 'all kept' settles one rank deeper per pass and stops at the
+    greedy answer exactly (a fixed point of the rule is its only solution); passes are few,
+    as chains of suppression are short."""
+    suppresses = suppression(boxes, classes, valid, iou)
     keep = valid
-    for _ in range(count + 1):
-        beaten = (suppresses & keep[:, :, None]).any(dim=1)
-        following = valid & ~beaten
+    for _ in range(boxes.shape[1] + 1):
+        following = greedy_pass(suppresses, valid, keep)
         if torch.equal(following, keep):
             break
         keep = following

@@ -1,6 +1,11 @@
 """A detector's frames on its backend's device: staged once, letterboxed, run and decoded there,
 so only each frame's kept boxes come back (the 'frames' input form; DetectTask's host path
-letterboxes into float32 arrays and decodes the whole raw output on the host)."""
+letterboxes into float32 arrays and decodes the whole raw output on the host).
+
+The decoding is the fixed-shape table (postprocess.device_table), run after the model in its
+CUDA graph, so a batch is a few launches and one copy back; an image the table cannot hold
+exactly (too many candidates, NMS not settled in its passes) is decoded again the exact way
+from the same raw output (postprocess.device)."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import torch
 from visionrt.backends.base import Backend, FramesBackend
 from visionrt.postprocess import HeadLayout, PostprocessOptions
 from visionrt.postprocess.device import decode_batch_device
+from visionrt.postprocess.device_table import GEOMETRY, TableDecoder, geometry_rows, read_table
 from visionrt.preprocess import compute_letterbox
 from visionrt.preprocess.device import FrameSlot, letterbox_batch, upload
 from visionrt.types import Detections
@@ -43,6 +49,9 @@ class DeviceDetect:
         self._stage = self.device.type != "cpu" or self.stand_in
         self._allocate = _pinned if self.device.type == "cuda" else None
         self._contexts = max(1, backend.concurrency)
+        self.table = TableDecoder(head, postprocess)
+        self.table.prepare(self.device)
+        self.exact_rows = 0  # images decoded again the exact way (tests read it)
 
     def new_slot(self) -> FrameSlot:
         return FrameSlot(self._stage, self._allocate)
@@ -57,8 +66,17 @@ class DeviceDetect:
             frames = upload(slots, self.device)
             images = self.backend.device_input(len(slots))
             letterbox_batch(frames, boxes, images)  # type: ignore[arg-type]
-            output = self.backend.infer_device(images)[0]
-            return decode_batch_device(output, self.head, boxes, self.postprocess)  # type: ignore[arg-type]
+            geometry = self.backend.device_buffer(
+                "geometry", len(slots), (GEOMETRY,), torch.float32
+            )
+            geometry.copy_(torch.from_numpy(geometry_rows(boxes)))  # type: ignore[arg-type]
+            table, raw = self.backend.infer_device(images, then=self.table)
+            rows = read_table(table.cpu().numpy(), table.shape[1] - 1)
+            if any(r is None for r in rows):
+                exact = decode_batch_device(raw, self.head, boxes, self.postprocess)  # type: ignore[arg-type]
+                self.exact_rows += sum(r is None for r in rows)
+                rows = [e if r is None else r for r, e in zip(rows, exact, strict=True)]
+            return rows  # type: ignore[return-value]
 
     @staticmethod
     def decode(rows: npt.NDArray[np.float32]) -> Detections:
