@@ -171,6 +171,7 @@ def streams(kind: str, counts: list[int]) -> dict[str, Any]:
     base = {
         "torch": TORCH,
         "arrays": [*TORCH, "--set", "inference.settings.input=arrays"],
+        "frames": [*TORCH, "--set", "inference.settings.input=frames"],
         "null-float32": ["--backend", "null"],
         "null-frames": [
             "--backend",
@@ -191,8 +192,9 @@ def streams(kind: str, counts: list[int]) -> dict[str, Any]:
     return result
 
 
-def live() -> dict[str, Any]:
-    return run_streams(1, 100, [*TORCH, "--realtime"], "live")
+def live(form: str = "auto") -> dict[str, Any]:
+    extra = ["--set", f"inference.settings.input={form}"]
+    return run_streams(1, 100, [*TORCH, "--realtime", *extra], f"live-{form}")
 
 
 def tune() -> dict[str, Any]:
@@ -222,7 +224,9 @@ STEPS: dict[str, tuple[int, Any]] = {
     "ceiling": (40, lambda: ceiling([1, 8, 32, 64])),
     "null_streams": (70, lambda: {k: streams(k, [1, 32]) for k in ("null-float32", "null-frames")}),
     "arrays_streams": (40, lambda: streams("arrays", [32])),
+    "frames_streams": (30, lambda: streams("frames", [1])),  # batch 1 on the device path
     "live": (30, live),
+    "live_frames": (30, lambda: live("frames")),
     "doctor": (20, doctor),
     "tests_gpu": (110, lambda: tests(GPU_TESTS)),
     "tune": (90, tune),
@@ -269,9 +273,9 @@ def table(results: dict[str, Any]) -> str:
                     lines.append(run_line("null", kind, runs))
         elif name.endswith("_streams") and isinstance(value, dict) and "error" not in value:
             lines += [run_line(name, n, r) for n, r in value.items()]
-        elif name == "live" and isinstance(value, dict) and "fps" in value:
+        elif name.startswith("live") and isinstance(value, dict) and "fps" in value:
             lines.append(
-                f"| live 1 stream | p50 {value['latency_p50_ms']:.2f} ms, p99"
+                f"| {name} 1 stream | p50 {value['latency_p50_ms']:.2f} ms, p99"
                 f" {value['latency_p99_ms']:.2f} ms, stages {value['stage_p50_ms']} |"
             )
         elif name.startswith("tests") and isinstance(value, dict):
