@@ -23,8 +23,12 @@ Fn = Callable[..., Any]
 STATIC_INPUTS = {
     "Reshape": {1}, "Split": {1}, "Slice": {1, 2, 3, 4}, "Resize": {1, 2, 3}, "Squeeze": {1},
     "Unsqueeze": {1}, "Clip": {1, 2}, "ReduceMean": {1}, "ReduceMax": {1}, "ReduceSum": {1},
+    "Expand": {1},
 }  # fmt: skip
-WEIGHT_INPUTS = {"Conv": {1, 2}, "ConvTranspose": {1, 2}, "BatchNormalization": {1, 2, 3, 4}}
+WEIGHT_INPUTS = {
+    "Conv": {1, 2}, "ConvTranspose": {1, 2}, "BatchNormalization": {1, 2, 3, 4},
+    "LayerNormalization": {1, 2},
+}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,9 +165,39 @@ def _split(ctx: BuildContext, outputs: int) -> Fn:
 
 def _softmax(ctx: BuildContext) -> Fn:
     axis = int(ctx.attrs.get("axis", -1 if ctx.opset >= 13 else 1))
+    # In fp32 whatever the model runs in: fp16 attention logits can exceed 65,504 before the
+    # softmax scales them down (the result is cast back).
     if ctx.opset >= 13:
-        return lambda x: torch.softmax(x, axis)
-    return lambda x: torch.softmax(x.flatten(axis), -1).reshape(x.shape)  # coerced to 2-D
+        return lambda x: torch.softmax(x, axis, dtype=torch.float32).to(x.dtype)
+    return lambda x: (
+        torch.softmax(x.flatten(axis), -1, dtype=torch.float32).to(x.dtype).reshape(x.shape)
+    )  # coerced to 2-D
+
+
+class _LayerNorm(nn.Module):
+    """LayerNormalization over the axes from `axis` on, in fp32 whatever the model runs in: a
+    token's squared deviations summed in fp16 overflow (the result is cast back)."""
+
+    def __init__(self, ctx: BuildContext) -> None:
+        super().__init__()
+        self.axis, self.eps = int(ctx.attrs.get("axis", -1)), float(ctx.attrs.get("epsilon", 1e-5))
+        self.register_buffer("weight", ctx.weights[1])
+        self.register_buffer("bias", ctx.weights.get(2))
+
+    def forward(self, x: Tensor) -> Tensor:
+        shape = x.shape[self.axis % x.dim() :]
+        bias = None if self.bias is None else self.bias.float()
+        return F.layer_norm(x.float(), shape, self.weight.float(), bias, self.eps).to(x.dtype)
+
+
+def _expand(ctx: BuildContext) -> Fn:
+    shape = tuple(int(d) for d in ctx.static[1])
+    # ONNX broadcasts the data and the shape both ways (a 1 in `shape` keeps the data's size).
+    return lambda x: x.expand(torch.broadcast_shapes(tuple(x.shape), shape))
+
+
+def _range(start: Tensor, limit: Tensor, delta: Tensor) -> Tensor:
+    return torch.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype)
 
 
 def _gather(ctx: BuildContext) -> Fn:
@@ -234,7 +268,10 @@ _ELEMENTWISE: dict[str, Fn] = {
     "Relu": torch.relu, "Sigmoid": torch.sigmoid, "Tanh": torch.tanh, "HardSwish": F.hardswish,
     "Erf": torch.erf, "Exp": torch.exp, "Sqrt": torch.sqrt, "Neg": torch.neg, "Add": torch.add,
     "Sub": torch.sub, "Mul": torch.mul, "Div": _div, "Pow": torch.pow, "MatMul": torch.matmul,
-    "Identity": lambda x: x,
+    "Identity": lambda x: x, "Where": torch.where, "GreaterOrEqual": torch.ge,
+    "Greater": torch.gt, "Less": torch.lt, "LessOrEqual": torch.le, "Equal": torch.eq,
+    "Not": torch.logical_not, "And": torch.logical_and, "Or": torch.logical_or,
+    "Floor": torch.floor, "Ceil": torch.ceil, "Abs": torch.abs, "Range": _range,
 }  # fmt: skip
 BUILDERS: dict[str, Callable[[BuildContext, int], Fn]] = {
     **{op: (lambda c, _, fn=fn: fn) for op, fn in _ELEMENTWISE.items()},
@@ -269,5 +306,7 @@ BUILDERS: dict[str, Callable[[BuildContext, int], Fn]] = {
     "ReduceMean": lambda c, _: _reduce(c, lambda x, d, k: x.mean(d, keepdim=k)),
     "ReduceSum": lambda c, _: _reduce(c, lambda x, d, k: x.sum(d, keepdim=k)),
     "ReduceMax": lambda c, _: _reduce(c, lambda x, d, k: x.amax(d, keepdim=k)),
+    "LayerNormalization": lambda c, _: _LayerNorm(c),
+    "Expand": lambda c, _: _expand(c),
 }
 SUPPORTED_OPS = frozenset({*BUILDERS, "Constant", "Shape"})

@@ -9,6 +9,7 @@ be constant and become plain ints. Subgraphs whose inputs are all constant are f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -96,11 +97,36 @@ def _constant(attrs: dict[str, Any]) -> Tensor:
     raise ModelLoadError(f"Constant attributes {sorted(attrs)} unsupported")
 
 
-def convert_onnx(model: onnx.ModelProto) -> OnnxModule:
-    """`model` as an OnnxModule in eval mode with fp32 weights on the CPU.
+def fix_input_shape(model: onnx.ModelProto, shape: Sequence[int]) -> onnx.ModelProto:
+    """A copy of `model` whose image input has `shape` where its axes are dynamic (a batch or a
+    size left open by the export): shape inference then makes every Shape node, and what is
+    computed from it (a ViT's position-embedding grid, its Range and Where), a constant."""
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    weights = {i.name for i in fixed.graph.initializer}
+    image = next(i for i in fixed.graph.input if i.name not in weights)
+    dims = image.type.tensor_type.shape.dim
+    if len(dims) != len(shape):
+        raise ModelLoadError(f"input {image.name}: {len(dims)} axes, asked for {list(shape)}")
+    for dim, size in zip(dims, shape, strict=True):
+        if not dim.HasField("dim_value") or dim.dim_value <= 0:
+            dim.Clear()
+            dim.dim_value = int(size)
+    # The export's own shapes of the values inside are symbolic ('2*s70'): inferred again.
+    del fixed.graph.value_info[:]
+    for output in fixed.graph.output:
+        output.type.tensor_type.ClearField("shape")
+    return fixed
+
+
+def convert_onnx(model: onnx.ModelProto, input_shape: Sequence[int] | None = None) -> OnnxModule:
+    """`model` as an OnnxModule in eval mode with fp32 weights on the CPU; `input_shape` fixes
+    the image input's dynamic axes first (`fix_input_shape`).
 
     Raises ModelLoadError naming every unsupported op, or a node whose shape input is dynamic.
     """
+    if input_shape is not None:
+        model = fix_input_shape(model, input_shape)
     unsupported = sorted({n.op_type for n in model.graph.node} - SUPPORTED_OPS)
     domains = {n.domain for n in model.graph.node} - {"", "ai.onnx"}
     if unsupported or domains:
@@ -111,7 +137,7 @@ def convert_onnx(model: onnx.ModelProto) -> OnnxModule:
         )
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
     try:
-        graph = onnx.shape_inference.infer_shapes(model).graph
+        graph = onnx.shape_inference.infer_shapes(model, data_prop=True).graph
     except Exception as err:  # onnx raises several types for an invalid graph
         raise ModelLoadError(f"ONNX shape inference failed: {err}") from err
     shapes = {
@@ -122,6 +148,12 @@ def convert_onnx(model: onnx.ModelProto) -> OnnxModule:
     }
     consts = {i.name: _tensor(numpy_helper.to_array(i)) for i in graph.initializer}
     inputs = [i.name for i in graph.input if i.name not in consts]
+    # With the input's shape fixed, every value's shape is known by running the graph once on a
+    # sample (zeros) as it is built: ONNX's shape inference loses a ViT's token count at its
+    # data-dependent reshapes, and a Shape node there must still become a constant.
+    samples: dict[str, Tensor] = {}
+    if input_shape is not None and inputs:
+        samples[inputs[0]] = torch.zeros(tuple(int(d) for d in input_shape))
     batch = shapes[inputs[0]][0] if inputs and shapes.get(inputs[0]) else None
     defined = set(inputs) | set(consts)
     nodes: list[_Node] = []
@@ -138,6 +170,8 @@ def convert_onnx(model: onnx.ModelProto) -> OnnxModule:
             shape = shapes.get(proto.input[0])
             if proto.input[0] in consts:
                 shape = list(consts[proto.input[0]].shape)
+            elif proto.input[0] in samples:
+                shape = list(samples[proto.input[0]].shape)
             if not shape or None in shape:
                 raise ModelLoadError(f"{where}: needs a static input shape; export dynamic=False")
             consts[proto.output[0]] = torch.tensor(shape[attrs.get("start", 0) : attrs.get("end")])
@@ -176,6 +210,13 @@ def convert_onnx(model: onnx.ModelProto) -> OnnxModule:
         buffer_index = iter(range(len(buffers)))
         args = [next(buffer_index) if n in consts else (n or None) for _, n in operands]
         nodes.append(_Node(proto, fn, args, buffers))
+        if samples:
+            values = [consts.get(n, samples.get(n)) if n else None for _, n in operands]
+            while values and values[-1] is None:
+                values.pop()
+            with torch.no_grad():
+                result = fn(*values)
+            samples.update(zip(proto.output, (result,) if isinstance(result, Tensor) else result))
     outputs = [o.name for o in graph.output]
     if any(name in consts for name in outputs):
         raise ModelLoadError("a graph output is constant; nothing to run")

@@ -34,7 +34,12 @@ MAX_STREAMS = 8
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def _load_onnx(path: Path, options: BackendOptions) -> tuple[nn.Module, TensorSpec, TensorSpec]:
+def _load_onnx(
+    path: Path, options: BackendOptions
+) -> tuple[nn.Module, TensorSpec, TensorSpec, bool]:
+    """The converted module, its input and output specs, and whether its batch is fixed at
+    `options.batch` (an export dynamic in size is converted at the size and batch asked for:
+    partial batches are then padded to it)."""
     import onnx
 
     from visionrt.backends.onnx_to_torch import convert_onnx
@@ -43,24 +48,33 @@ def _load_onnx(path: Path, options: BackendOptions) -> tuple[nn.Module, TensorSp
         proto = onnx.load(str(path))
     except Exception as err:
         raise ModelLoadError(f"{path} is not a readable ONNX model ({err})") from err
-    module = convert_onnx(proto)
-    if len(module.input_names) != 1:
-        raise ModelLoadError(f"{path}: expected one image input, got {module.input_names}")
     dims = {
         v.name: [
-            d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim
+            d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+            for d in v.type.tensor_type.shape.dim
         ]
         for v in [*proto.graph.input, *proto.graph.output]
     }
-    in_dims, out_dims = dims[module.input_names[0]], dims[module.output_names[0]]
-    check_input_size(path, TensorSpec(module.input_names[0], tuple(in_dims), "float32"), options)
-    if None in in_dims[2:4] and options.input_size:
-        in_dims[2:4] = options.input_size  # a dynamic-size export runs at the size asked for
+    weights = {i.name for i in proto.graph.initializer}
+    images = [i.name for i in proto.graph.input if i.name not in weights]
+    if len(images) != 1:
+        raise ModelLoadError(f"{path}: expected one image input, got {images}")
+    in_dims = dims[images[0]]
+    check_input_size(path, TensorSpec(images[0], tuple(in_dims), "float32"), options)
+    fixed = len(in_dims) == 4 and None in in_dims[2:4] and options.input_size is not None
+    if fixed:  # a dynamic-size export (Depth Anything's ViT): converted at the size asked for
+        in_dims[2:4] = options.input_size  # type: ignore[index]
+        shape = [options.batch if in_dims[0] is None else in_dims[0], *in_dims[1:]]
+        module = convert_onnx(proto, shape)  # type: ignore[arg-type]
+    else:
+        module = convert_onnx(proto)
+    out_dims = dims[module.output_names[0]]
     # The converter runs a static-batch export at any batch: report the batch asked for.
     return (
         module,
         TensorSpec(module.input_names[0], (options.batch, *in_dims[1:]), "float32"),
         TensorSpec(module.output_names[0], (options.batch, *out_dims[1:]), "float32"),
+        fixed,
     )
 
 
@@ -152,8 +166,9 @@ class TorchBackend(Backend):
         if model.suffix == ".pt":
             # The model facts of a .pt (class names) are known only once it is loaded.
             module, input_spec, output_spec, details["class_names"] = load_pt(model, options)
+            fixed_batch = False
         else:
-            module, input_spec, output_spec = _load_onnx(model, options)
+            module, input_spec, output_spec, fixed_batch = _load_onnx(model, options)
         # bf16 through autocast: convolutions run in bf16 while the box decoding keeps its fp32
         # constants (anchors, strides); a plain .to(bfloat16) moved boxes by several pixels.
         self._autocast = options.precision == "bf16"
@@ -185,6 +200,7 @@ class TorchBackend(Backend):
                 options.batch,
                 self._graphs,
                 streams,
+                fixed_batch,
             )
             details.update(streams=streams)
         self.info = BackendInfo(

@@ -75,8 +75,10 @@ class DeviceRunner:
         batch: int,
         graphs: bool,
         streams: int,
+        fixed_batch: bool = False,
     ) -> None:
         self._run, self.device, self.dtype = run, device, dtype
+        self._fixed = fixed_batch  # the module runs `batch` rows only: fewer are padded
         self._layout = torch.channels_last if channels_last else torch.contiguous_format
         self._hw, self._batch, self._graphs = input_hw, batch, graphs
         cuda = device.type == "cuda"
@@ -103,10 +105,16 @@ class DeviceRunner:
             raise RuntimeError("device tensors are made and run inside backend.device_scope()")
         return context
 
+    def _size(self, rows: int) -> int:
+        """The rows a batch of `rows` runs at: the batch when fixed, else its graph's bucket."""
+        if self._fixed:
+            return max(rows, self._batch)
+        return bucket(rows, self._batch) if self._graphs else rows
+
     def input(self, rows: int) -> Tensor:
         """A (rows, 3, H, W) tensor to fill; valid until this context's next batch."""
         context = self._context()
-        size = bucket(rows, self._batch) if self._graphs else rows
+        size = self._size(rows)
         static = context.inputs.get(size)
         if static is None:
             static = torch.empty((size, 3, *self._hw), dtype=self.dtype, device=self.device)
@@ -117,7 +125,7 @@ class DeviceRunner:
         """A (rows, *shape) tensor named `name` that a `then` step reads (its batch's rows):
         one per context and graph size, so a graph reads the same memory at every replay."""
         context = self._context()
-        size = bucket(rows, self._batch) if self._graphs else rows
+        size = self._size(rows)
         named = context.buffers.setdefault(size, {})
         if name not in named:
             named[name] = torch.zeros((size, *shape), dtype=dtype, device=self.device)
@@ -127,12 +135,13 @@ class DeviceRunner:
         """The module's outputs for `images` (from `input`, or any tensor) on the device, or
         what `then` makes of them; with CUDA graphs `then` is captured with the model, or,
         where its capture fails, run after the model's graph."""
-        rows = images.shape[0]
+        rows, size = images.shape[0], self._size(images.shape[0])
         if not self._graphs:
-            outputs = self._run(images.to(self.dtype, memory_format=self._layout))
-            size = rows
+            static = self.input(size)
+            if images.data_ptr() != static.data_ptr() or size != rows:
+                static[:rows].copy_(images)  # the rows past `rows` (padding) are stale
+            outputs = [out[:rows] for out in self._run(static)]
         else:
-            size = bucket(rows, self._batch)
             outputs = self._replay(images, rows, size, then)
             if outputs is not None:
                 return [out[:rows] for out in outputs]
