@@ -105,3 +105,34 @@ def test_a_source_whose_worker_dies_keeps_its_track_ids_and_line_counts(
     assert summary.analytics == alone.analytics
     assert summary.events == alone.events
     assert summary.sources[0]["events"] == alone.sources[0]["events"]
+
+
+def test_a_source_whose_worker_dies_after_its_last_frame_keeps_its_figures(
+    tmp_path: Path, follower_model: Path
+) -> None:
+    """The worker is lost once every frame was committed, before it said it was done: the
+    retry, resumed after the file's last frame, failed the source as the user's error
+    ("source.start_frame 120: past the end of 'walk.mp4'", exit 3) and its figures were lost.
+    Now it has nothing left to run, and the summary's line totals and events are the whole
+    file's, as its checkpoint holds them."""
+    values = crossing_run(tmp_path, follower_model, video=False, every=1)
+    cfg = load_config(values=values)
+    settings = worker_settings(cfg)
+
+    def dies_at_the_end(group: Group, send: Send) -> dict:
+        summaries = run_group(group, settings, send)
+        if group[0].attempt == 1:
+            raise RuntimeError("worker lost")
+        return summaries
+
+    executor = ThreadExecutor(1, dies_at_the_end)
+    try:
+        summary, report = run_on_cluster(cfg, executor)
+    finally:
+        executor.close()
+    assert report.reassignments == 1
+    assert summary.error == ""
+    assert (summary.frames_in, summary.frames_out) == (120, 120)
+    alone, _ = plain_outputs(values, tmp_path / "plain")
+    assert summary.analytics == alone.analytics
+    assert summary.events == alone.events

@@ -69,20 +69,22 @@ def group_batches(
             cfg = replace(cfg, source=replace(cfg.source, decode_threads=threads))
         if threads < (os.cpu_count() or threads):  # other workers share this node's cores
             cfg = unpinned(cfg)
-    # A range a retry has nothing left of (every frame committed) runs no Pipeline.
-    empty = [u for u in units if u.end_frame is not None and u.end_frame <= u.start_frame]
+    every_frame = writes_every_frame(cfg)
+    # A retry with nothing left (every frame committed) runs no Pipeline; its figures are
+    # those it would have resumed.
+    empty = [unit for unit in units if _nothing_left(unit, cfg, every_frame)]
     for unit in empty:
         if summaries is not None:
             summaries[unit.unit_id] = {
                 "start_frame": unit.start_frame,
                 "first_frame": unit.first_frame,
+                **_resumed_figures(unit.checkpoint),
             }
     units = tuple(unit for unit in units if unit not in empty)
     if not units:
         return
     # A video file resumes at its unit's frame (seeking, or decoding the frames before it);
     # one whose attempt writes files with every frame runs from its range's first frame.
-    every_frame = writes_every_frame(cfg)
     resumed = [
         unit.start_frame if _resumes(unit, every_frame) else unit.first_frame for unit in units
     ]
@@ -158,7 +160,7 @@ def group_batches(
         unsourced = pipeline.telemetry.per_source().get("", {}).get("events", {})
         for i, (unit, start, outputs) in enumerate(zip(units, resumed, written, strict=True)):
             row = rows.get(unit.name, {})
-            before = restored[i]
+            resumed_with = _resumed_figures(restored[i])
             summaries[unit.unit_id] = {
                 "start_frame": start,  # frames before it were committed by other attempts
                 "first_frame": unit.first_frame,  # its range's first
@@ -173,11 +175,9 @@ def group_batches(
                 "backend": summary.backend,
                 "notes": summary.notes,
                 "unsourced_events": unsourced if i == 0 else {},
-                # The zone and line events of the frames before it (earlier attempts').
-                "events_before": dict(before.events) if before is not None else {},
-                # (A resumed attempt that ran no frame: its figures as it resumed them.)
-                "analytics": summary.analytics.get(unit.name)
-                or (dict(before.analytics) if before is not None else {}),
+                "events_before": resumed_with["events_before"],
+                # Its figures at its end; where it ran no frame, those it resumed.
+                "analytics": summary.analytics.get(unit.name) or resumed_with["analytics"],
                 "motion": (
                     motion_summary(
                         pipeline.options,
@@ -284,6 +284,38 @@ def _unopenable(units: Group, cfg: RunConfig) -> dict[int, str]:
         except SourceError as err:
             bad[unit.unit_id] = str(err)
     return bad
+
+
+def _resumed_figures(checkpoint: Checkpoint | None) -> dict[str, Any]:
+    """A unit's summary keys from the checkpoint it resumed (None: from nothing): the zone and
+    line events of the frames before it (earlier attempts', added to its own by the run's
+    summary) and its zones' and lines' figures as it resumed them."""
+    if checkpoint is None:
+        return {"events_before": {}, "analytics": {}}
+    return {"events_before": dict(checkpoint.events), "analytics": dict(checkpoint.analytics)}
+
+
+def _nothing_left(unit: WorkUnit, cfg: RunConfig, every_frame: bool) -> bool:
+    """Whether a retry has no frame left to run: its range ends at its start, or a resumed
+    file's start is past its last frame (the run's `source.end_frame` or `max_frames`, or the
+    count its header gives exactly): its worker was lost after sending that frame, before it
+    said it was done (a Pipeline from there would refuse a start past the end)."""
+    if unit.end_frame is not None and unit.end_frame <= unit.start_frame:
+        return True
+    if not _resumes(unit, every_frame):
+        return False
+    ends = [n for n in (cfg.source.end_frame, cfg.source.max_frames) if n]
+    if ends and unit.start_frame >= min(ends):
+        return True
+    try:
+        source = open_source(unit.spec, 0, replace(cfg.source, workers="thread"))
+    except (SourceError, ConfigError):
+        return False  # the Pipeline says what is wrong, as on a first attempt
+    try:
+        exact = source.frame_count and not source.frame_count_estimated
+        return bool(exact) and unit.start_frame >= source.frame_count
+    finally:
+        source.close()
 
 
 def _resumes(unit: WorkUnit, every_frame: bool) -> bool:
