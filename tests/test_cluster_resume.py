@@ -136,3 +136,41 @@ def test_a_source_whose_worker_dies_after_its_last_frame_keeps_its_figures(
     alone, _ = plain_outputs(values, tmp_path / "plain")
     assert summary.analytics == alone.analytics
     assert summary.events == alone.events
+
+
+def test_a_file_with_smoothed_depth_runs_again_from_its_first_frame(
+    tmp_path: Path, follower_model: Path, tiny_depth: Path
+) -> None:
+    """Depth smoothing blends each map with the ones before: a retry resumed at its frame
+    started the blend over, and the depth figures and distances of the frames after it were
+    not a plain run's. Its history is a map per frame, too much to send with each batch, so
+    such a file's retry runs again from its first frame (sending only the frames after the
+    last committed): the JSONL is a plain run's."""
+    values = crossing_run(tmp_path, follower_model, video=False, every=1)
+    values["depth"] = {"model": str(tiny_depth), "smoothing": 0.8, "video": False}
+    values["depth"]["short_side"] = 56
+    cfg = load_config(values=values)
+    settings = worker_settings(cfg)
+    starts: list[int] = []
+
+    def dies_mid_file(group: Group, send: Send) -> dict:
+        starts.append(group[0].start_frame)
+
+        def sent(unit_id: int, *batch: Any) -> None:
+            if group[0].attempt == 1 and batch[0][-1][0] >= 70:
+                raise RuntimeError("worker lost")
+            send(unit_id, *batch)
+
+        return run_group(group, settings, sent)
+
+    executor = ThreadExecutor(1, dies_mid_file)
+    try:
+        summary, report = run_on_cluster(cfg, executor)
+    finally:
+        executor.close()
+    assert report.reassignments == 1
+    assert (summary.error, summary.frames_out) == ("", 120)
+    assert starts[1] > 0
+    assert report.sources["walk"].duplicates == 0  # the frames before it were not sent
+    _, expected = plain_outputs(values, tmp_path / "plain")
+    assert (tmp_path / "cluster" / "walk.jsonl").read_text() == expected["walk.jsonl"]

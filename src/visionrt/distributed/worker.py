@@ -70,9 +70,13 @@ def group_batches(
         if threads < (os.cpu_count() or threads):  # other workers share this node's cores
             cfg = unpinned(cfg)
     every_frame = writes_every_frame(cfg)
+    # A retry runs again from its range's first frame where its attempt writes files with
+    # every frame, or where depth smoothing blends each map with the ones before (a map a
+    # frame: too much state to send with each batch, as tracks and counts are).
+    again = every_frame or bool(cfg.depth.model and cfg.depth.smoothing)
     # A retry with nothing left (every frame committed) runs no Pipeline; its figures are
     # those it would have resumed.
-    empty = [unit for unit in units if _nothing_left(unit, cfg, every_frame)]
+    empty = [unit for unit in units if _nothing_left(unit, cfg, again)]
     for unit in empty:
         if summaries is not None:
             summaries[unit.unit_id] = {
@@ -83,11 +87,9 @@ def group_batches(
     units = tuple(unit for unit in units if unit not in empty)
     if not units:
         return
-    # A video file resumes at its unit's frame (seeking, or decoding the frames before it);
-    # one whose attempt writes files with every frame runs from its range's first frame.
-    resumed = [
-        unit.start_frame if _resumes(unit, every_frame) else unit.first_frame for unit in units
-    ]
+    # A video file resumes at its unit's frame (seeking, or decoding the frames before it),
+    # unless it runs again from its range's first frame.
+    resumed = [unit.start_frame if _resumes(unit, again) else unit.first_frame for unit in units]
     # Where the frames before a unit's start are not run again, its fusion state goes on from
     # its checkpoint: a live stream's next attempt too (the same tracks and counts, ids going
     # on after a gap that ends its tracks).
@@ -295,14 +297,14 @@ def _resumed_figures(checkpoint: Checkpoint | None) -> dict[str, Any]:
     return {"events_before": dict(checkpoint.events), "analytics": dict(checkpoint.analytics)}
 
 
-def _nothing_left(unit: WorkUnit, cfg: RunConfig, every_frame: bool) -> bool:
+def _nothing_left(unit: WorkUnit, cfg: RunConfig, again: bool) -> bool:
     """Whether a retry has no frame left to run: its range ends at its start, or a resumed
     file's start is past its last frame (the run's `source.end_frame` or `max_frames`, or the
     count its header gives exactly): its worker was lost after sending that frame, before it
     said it was done (a Pipeline from there would refuse a start past the end)."""
     if unit.end_frame is not None and unit.end_frame <= unit.start_frame:
         return True
-    if not _resumes(unit, every_frame):
+    if not _resumes(unit, again):
         return False
     ends = [n for n in (cfg.source.end_frame, cfg.source.max_frames) if n]
     if ends and unit.start_frame >= min(ends):
@@ -318,10 +320,10 @@ def _nothing_left(unit: WorkUnit, cfg: RunConfig, every_frame: bool) -> bool:
         source.close()
 
 
-def _resumes(unit: WorkUnit, every_frame: bool) -> bool:
-    """Whether `unit` is a video file resumed after its first frame, without files that need
-    every frame (an attempt's video has them all: those it runs again too)."""
-    whole = not unit.live and not every_frame
+def _resumes(unit: WorkUnit, again: bool) -> bool:
+    """Whether `unit` is a video file resumed after its first frame, not run `again` from its
+    range's first (for files that need every frame, or smoothed depth)."""
+    whole = not unit.live and not again
     return whole and unit.start_frame > 0 and source_kind(unit.spec) == "file"
 
 
