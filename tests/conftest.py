@@ -93,6 +93,64 @@ def write_tiny_detector(
     return path
 
 
+def write_follower_detector(path: Path, size: int = 64, anchors: int = 8) -> Path:
+    """An ONNX 'detector' that finds write_video's bright square: one person box, 8×8 input
+    pixels, centred on the pixels whose channel mean is over 0.5 (the square, not the dark
+    background nor the letterbox's grey), scored 0.9 while there are any (else 0), padded with
+    empty anchors. Its boxes follow the image, so tracks end and start as the square wraps."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    centres = np.arange(size, dtype=np.float32) + 0.5
+    constants = {
+        "half": np.array(0.5, np.float32),
+        "xs": centres.reshape(1, 1, 1, size),
+        "ys": centres.reshape(1, 1, size, 1),
+        "hw": np.array([[2, 3]], np.int64)[0],
+        "tiny": np.array(1e-6, np.float32),
+        "ten": np.array(10.0, np.float32),
+        "zero": np.array(0.0, np.float32),
+        "most": np.array(0.9, np.float32),
+        "size": np.full((1, 2), 8.0, np.float32),
+        "nothing": np.zeros((1, 1), np.float32),
+        "padding": np.zeros((1, 6, anchors - 1), np.float32),
+    }
+    nodes = [
+        helper.make_node("ReduceMean", ["images"], ["mean"], axes=[1], keepdims=1),
+        helper.make_node("Sub", ["mean", "half"], ["above"]),
+        helper.make_node("Relu", ["above"], ["bright"]),
+        helper.make_node("ReduceSum", ["bright", "hw"], ["total"], keepdims=0),
+        helper.make_node("Mul", ["bright", "xs"], ["wx"]),
+        helper.make_node("ReduceSum", ["wx", "hw"], ["sx"], keepdims=0),
+        helper.make_node("Mul", ["bright", "ys"], ["wy"]),
+        helper.make_node("ReduceSum", ["wy", "hw"], ["sy"], keepdims=0),
+        helper.make_node("Add", ["total", "tiny"], ["weight"]),
+        helper.make_node("Div", ["sx", "weight"], ["cx"]),
+        helper.make_node("Div", ["sy", "weight"], ["cy"]),
+        helper.make_node("Mul", ["total", "ten"], ["scaled"]),
+        helper.make_node("Clip", ["scaled", "zero", "most"], ["score"]),
+        helper.make_node("Concat", ["cx", "cy", "size", "score", "nothing"], ["row"], axis=1),
+        helper.make_node("Unsqueeze", ["row", "last"], ["column"]),
+        helper.make_node("Concat", ["column", "padding"], ["output0"], axis=2),
+    ]
+    constants["last"] = np.array([2], np.int64)
+    graph = helper.make_graph(
+        nodes,
+        "follower",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 6, anchors])],
+        [numpy_helper.from_array(value, name) for name, value in constants.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    meta = {"names": "{0: 'person', 1: 'car'}", "imgsz": f"[{size}, {size}]", "stride": "32"}
+    for key, value in meta.items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+    onnx.save(model, str(path))
+    return path
+
+
 def write_toy_head(
     path: Path, height: int, width: int, pixels: bool = False, classes: int = 0
 ) -> Path:
@@ -220,6 +278,11 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_detector(
         tmp_path_factory.mktemp("models") / "tiny.onnx", [(32, 32, 20, 10, 0.9, 0.0)]
     )
+
+
+@pytest.fixture(scope="session")
+def follower_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_follower_detector(tmp_path_factory.mktemp("models") / "follower.onnx")
 
 
 # -- the demo detector's runs and INT8 artifacts, made once a session ---------------------------

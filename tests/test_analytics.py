@@ -86,6 +86,31 @@ def test_a_track_that_crosses_twice_counts_once_each_way() -> None:
     ]
 
 
+def test_zones_and_lines_resumed_from_a_checkpoint_go_on_as_if_they_had_not_stopped() -> None:
+    """Issue #32, item 2: a cluster's retried source counted its line from 0 again (13
+    crossings became 0), and a track that had been on one side was seen anew. Resumed from a
+    checkpoint, the totals, the sides, the stays in a zone and the events made go on."""
+    spec = {"lines": {"gate": [[100, 200], [300, 200]]}, "zones": {"door": [[0, 0], [400, 0],
+            [400, 190], [0, 190]]}}  # fmt: skip
+    config = parse_analytics({"cam": spec})["cam"]
+    ys = [150, 180, 195, 210, 240, 260, 230, 190, 150, 170, 205]
+    path = [{7: (200, y, 0)} for y in ys]
+    whole = run(AnalyticsFuser(config, NAMES), path)
+    first = AnalyticsFuser(config, NAMES)
+    run(first, path[:8])  # back above the line, inside the zone again
+    resumed = AnalyticsFuser(config, NAMES)
+    resumed.resume(first.checkpoint())
+    assert resumed.counted == {"zone door: enter": 2, "zone door: leave": 1,
+                               "line gate: in": 1, "line gate: out": 1}  # fmt: skip
+    frames = [fused_at(i / 10, boxes) for i, boxes in enumerate(path)][8:]
+    for fused in frames:
+        resumed.fuse(fused)
+    assert labels(frames) == labels(whole[8:]) == ["zone door: leave", "line gate: in"]
+    assert frames[-1].analytics == whole[-1].analytics
+    assert frames[-1].analytics["lines"]["gate"] == {"in": 2, "out": 1}
+    assert resumed.counted["line gate: in"] == 2
+
+
 def test_a_track_jittering_on_the_line_does_not_count() -> None:
     ys = [150, 198, 202, 197, 203, 199, 201, 150]  # within the dead band, then back where it was
     frames = run(line_fuser(), [{3: (200, y, 0)} for y in ys])

@@ -20,6 +20,7 @@ from visionrt.distributed.local import ThreadExecutor
 from visionrt.distributed.units import Batch, Done, Failed, Lost, Report, WorkUnit
 from visionrt.distributed.worker import run_group
 from visionrt.errors import ConfigError, SourceError
+from visionrt.fuse import Checkpoint
 from visionrt.sinks import JsonlSink
 
 
@@ -135,6 +136,45 @@ def test_a_lost_workers_unit_runs_again_after_the_last_committed_frame() -> None
     assert report.stale_batches == 1
     assert report.sources["s0"].duplicates == 8  # 0-7 sent again, dropped
     assert report.to_json()["sources"]["s0"]["attempts"] == 2
+
+
+def test_a_retry_resumes_with_the_fusion_state_of_the_last_frame_committed() -> None:
+    """Issue #32, items 1 and 2: each batch brings its source's fusion state after its last
+    frame (tracks, zones, lines); the retry of a lost worker's unit resumes after the last
+    frame committed with the state after that frame, not a batch's sent again (duplicates),
+    nor a late one of the attempt given up. A live stream's retry takes its state too."""
+    after = {f: Checkpoint({"after": f}) for f in (3, 7, 11)}
+
+    def batch(worker: str, unit: WorkUnit, start: int, stop: int, attempt: int = 1) -> Batch:
+        return Batch(worker, unit.unit_id, attempt, lines(unit, start, stop), after.get(stop - 1))
+
+    def act(worker: str, unit: WorkUnit) -> list[Report]:
+        if unit.attempt == 1:
+            executor.alive.discard(worker)
+            executor.alive.add(f"{worker}-next")
+            return [
+                batch(worker, unit, 0, 4),
+                batch(worker, unit, 4, 8),
+                Lost(worker),
+                batch(worker, unit, 8, 12),  # late: its attempt was given up
+            ]
+        if unit.attempt == 2:  # sends 4-7 again, with the state after 7, then dies
+            executor.alive.discard(worker)
+            executor.alive.add(f"{worker}-next")
+            return [batch(worker, unit, 4, 8, 2), Lost(worker)]
+        return whole(worker, unit)
+
+    executor = Scripted({"w1"}, act)
+    written, report = run(units(12), executor, max_attempts=4)
+    assert written == {"s0": list(range(12))}
+    retries = [(u.attempt, u.start_frame, u.checkpoint) for _, u in executor.started[1:]]
+    assert retries == [(2, 8, after[7]), (3, 8, after[7])]
+    assert report.sources["s0"].duplicates == 4
+
+    stream = WorkUnit(0, "cam", "rtsp://cam", live=True)
+    executor = Scripted({"w1"}, act)
+    Coordinator([stream], executor, lambda *_: None, max_attempts=4).run()
+    assert [u.checkpoint for _, u in executor.started] == [None, after[7], after[7]]
 
 
 def test_a_user_error_fails_its_source_at_once_and_the_others_finish() -> None:
@@ -268,7 +308,7 @@ def test_threads_run_units_and_report_user_errors() -> None:
             raise SourceError("source not found: missing.mp4")
         end = unit.end_frame or 0
         for start in range(unit.start_frame, end, 3):
-            send(unit.unit_id, lines(unit, start, min(start + 3, end)))
+            send(unit.unit_id, lines(unit, start, min(start + 3, end)), None)
         return {unit.unit_id: {"frames": end}}
 
     work = [*units(7, 4), WorkUnit(2, "bad", "missing.mp4")]
@@ -795,7 +835,7 @@ def test_a_workers_next_group_takes_its_detector_still_loaded(
 
     def frames(unit: WorkUnit, run: dict, keep: KeptDetector | None) -> list:
         batches = group_batches((unit,), run, on_pipeline=seen.append, kept=keep)
-        return [frame for _, batch in batches for frame in batch]
+        return [frame for _, batch, _ in batches for frame in batch]
 
     assert len(frames(WorkUnit(0, "a", videos[0]), settings, kept)) == 8
     second = frames(WorkUnit(1, "b", videos[1]), settings, kept)
@@ -854,7 +894,7 @@ def test_a_group_of_files_read_in_real_time_starts_each_at_its_own_frame(
         for i, (v, s) in enumerate(zip(videos, (5, 11), strict=True))
     )
     got: dict[int, list[dict]] = {}
-    for unit_id, frames in group_batches(group, settings):
+    for unit_id, frames, _ in group_batches(group, settings):
         got.setdefault(unit_id, []).extend(json.loads(line) for _, line in frames)
     # Live: a loaded machine may drop a frame (the newer one kept), never deliver an earlier one.
     for unit_id, start in ((0, 5), (1, 11)):
@@ -878,7 +918,7 @@ def test_a_group_resumes_each_file_at_its_own_frame(tmp_path: Path, tiny_model: 
     )
     got: dict[int, list[int]] = {}
     summaries: dict[int, dict] = {}
-    for unit_id, frames in group_batches(group, settings, summaries=summaries):
+    for unit_id, frames, _ in group_batches(group, settings, summaries=summaries):
         got.setdefault(unit_id, []).extend(index for index, _ in frames)
     assert got == {0: list(range(8, 20)), 1: list(range(4, 12))}
     counts = {u: (s["start_frame"], s["frames_in"], s["frames_out"]) for u, s in summaries.items()}
@@ -1173,7 +1213,7 @@ def test_a_worker_sharing_its_node_leaves_its_runtimes_threads_unpinned(
     monkeypatch.setattr(worker.os, "cpu_count", lambda: 4)
     for cpus, pinned in ((1, False), (4, True)):
         batches = worker.group_batches((unit,), tiny_run(tiny_model), cpus)
-        assert sum(len(frames) for _, frames in batches) == 3
+        assert sum(len(frames) for _, frames, _ in batches) == 3
         options = seen[-1].inference
         assert (options.threads, options.pin_threads) == (cpus, pinned)
         assert seen[-1].depth.inference.pin_threads == pinned

@@ -250,6 +250,71 @@ def test_a_run_whose_actor_is_killed_mid_file_completes_every_frame_once(
     assert alive == [], f"decode processes outlived their actor: {alive}"
 
 
+def test_a_tracked_file_whose_actor_is_killed_keeps_its_track_ids_and_line_counts(
+    executor: RayExecutor, videos: dict[str, Path], follower_model: Path, tmp_path: Path
+) -> None:
+    """Issue #32, items 1 and 2, over Ray: the actor running a tracked file with a line is
+    SIGKILLed once two of the square's passes are committed (a new track each ~37 frames).
+    Its retry resumed with a fresh tracker and line (ids from 1 again for other objects, the
+    totals from 0); now it resumes with the fusion state of the last frame committed, and the
+    JSONL and the summary's figures are a plain run's."""
+    import psutil
+
+    from visionrt.config import load_config, pipeline_for
+    from visionrt.distributed.run import run_on_cluster, worker_settings
+
+    values = {
+        "sources": [f"long={videos['long']}"],
+        "model": str(follower_model),
+        "backend": "onnxruntime",
+        "output": {"dir": str(tmp_path / "out"), "video": False},
+        "pipeline": {"warmup": 0, "track": True},
+        "analytics": {"long": {"lines": {"mid": [[64, 0], [64, 96]]}}},
+        "cluster": {"range_frames": 0},
+    }
+    cfg = load_config(values=values)
+    killed: list[str] = []
+
+    def kill_once(report: Any) -> None:
+        for worker, frames in report.frames_by_worker.items():
+            if not killed and frames >= 80 and worker in executor.workers():
+                killed.append(worker)
+                psutil.Process(executor.info(worker)["pid"]).kill()
+
+    saved = executor.run, {name: state.settings for name, state in executor._workers.items()}
+    executor.run = worker_settings(cfg)
+    for state in executor._workers.values():
+        state.settings = executor.run
+    executor._replacements += 1  # the module's later tests find two workers, as before it
+    try:
+        summary, report = run_on_cluster(cfg, executor, kill_once)
+        deadline = time.monotonic() + 20
+        while len(executor.workers()) < 2:  # its replacement is up (and gets saved settings)
+            assert time.monotonic() < deadline, "no replacement worker"
+            executor.reports(1.0)
+    finally:
+        executor.run = saved[0]
+        for name, state in executor._workers.items():
+            state.settings = saved[1].get(name, saved[0])
+    assert killed, "no worker was killed"
+    assert report.reassignments == 1
+    assert summary.error == ""
+    plain = pipeline_for(cfg)
+    try:
+        expected = [json.loads(json.dumps(result.to_json())) for result in plain]
+    finally:
+        plain.close()
+    got = [json.loads(line) for line in (tmp_path / "out" / "long.jsonl").open()]
+    assert [[d["track_id"] for d in r["detections"]] for r in got] == [
+        [d["track_id"] for d in r["detections"]] for r in expected
+    ]
+    assert [r.get("analytics") for r in got] == [r.get("analytics") for r in expected]
+    alone = plain.summary()
+    assert alone.analytics["long"]["lines"]["mid"]["out"] == 16
+    assert summary.analytics == alone.analytics
+    assert summary.events == alone.events
+
+
 def test_a_split_file_whose_range_worker_is_killed_completes_every_frame_once(
     executor: RayExecutor, videos: dict[str, Path], tiny_model: Path, tmp_path: Path
 ) -> None:

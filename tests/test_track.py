@@ -271,6 +271,55 @@ def test_time_going_backwards_starts_a_new_timeline_with_new_ids(
     assert len(tracker) == 1
 
 
+def _crossing_path(frames: int) -> list[Detections]:
+    """Two boxes passing each other, and a third that appears later: tracks that end and
+    tracks that start."""
+    path = []
+    for i in range(frames):
+        boxes = [_box(100 + 6 * i, 100, 40, 40), _box(400 - 4 * i, 110, 40, 40)]
+        if i >= 20:
+            boxes.append(_box(250, 300, 40, 40))
+        path.append(_dets(boxes))
+    return path
+
+
+def test_a_tracker_resumed_from_its_checkpoint_goes_on_as_if_it_had_not_stopped(
+    tracker_class: type[Tracker],
+) -> None:
+    """Issue #32, item 1: a cluster's retried source started a fresh tracker, ids from 1
+    again. A tracker resumed from another's checkpoint gives the same ids and boxes after it
+    as the one that never stopped, and a track it starts takes the next id."""
+    path = _crossing_path(40)
+    whole = tracker_class()
+    expected = [whole.update(dets, i / FPS) for i, dets in enumerate(path)]
+    first = tracker_class()
+    for i, dets in enumerate(path[:25]):
+        first.update(dets, i / FPS)
+    saved = first.checkpoint()
+    first.update(path[25], 25 / FPS)  # the one it was taken from goes on: the state is a copy
+    resumed = tracker_class()
+    resumed.resume(saved)
+    for i, dets in enumerate(path[25:], start=25):
+        got = resumed.update(dets, i / FPS)
+        assert got.track_id.tolist() == expected[i].track_id.tolist()
+        np.testing.assert_array_equal(got.detections.xyxy, expected[i].detections.xyxy)
+    assert resumed.update(_dets([_box(600, 600, 40, 40)]), 2.0).track_id.tolist() == [4]
+
+
+def test_a_resumed_stream_whose_clock_starts_again_ends_its_tracks_and_never_reuses_ids(
+    tracker_class: type[Tracker],
+) -> None:
+    """A live stream's retry opens it again, its timestamps from 0: the checkpoint's tracks
+    end there (a gap no one read), and the ids go on."""
+    tracker = tracker_class()
+    for i, dets in enumerate(_crossing_path(30)):
+        tracker.update(dets, 10.0 + i / FPS)
+    resumed = tracker_class()
+    resumed.resume(tracker.checkpoint())
+    assert resumed.update(_dets([_box(100, 100, 40, 40)]), 0.0).track_id.tolist() == [4]
+    assert len(resumed) == 1
+
+
 @pytest.mark.parametrize(
     "options",
     [

@@ -216,7 +216,8 @@ def convert_onnx(model: onnx.ModelProto, input_shape: Sequence[int] | None = Non
                 values.pop()
             with torch.no_grad():
                 result = fn(*values)
-            samples.update(zip(proto.output, (result,) if isinstance(result, Tensor) else result))
+            outs = (result,) if isinstance(result, Tensor) else result
+            samples.update(zip(proto.output, outs, strict=True))
     outputs = [o.name for o in graph.output]
     if any(name in consts for name in outputs):
         raise ModelLoadError("a graph output is constant; nothing to run")

@@ -21,6 +21,7 @@ from visionrt.serve.options import ServeOptions
 from visionrt.sources import SourceOptions
 
 if TYPE_CHECKING:
+    from visionrt.fuse import Checkpoint
     from visionrt.pipeline import Pipeline
 
 
@@ -158,11 +159,13 @@ def pipeline_for(
     service: bool = False,
     loaded: Backend | None = None,
     frame_ranges: Sequence[tuple[int, int]] | None = None,
+    checkpoints: Sequence[Checkpoint | None] = (),
 ) -> Pipeline:
     """The Pipeline `cfg` describes over `sources` (default: its own), its plan settled already
     (the plan's sections are in `cfg`, so the Pipeline takes none of its own). `loaded`: the
     detector `cfg` names, already loaded (the caller keeps and closes it). `frame_ranges`: each
-    source's first and end frame (see Pipeline)."""
+    source's first and end frame, `checkpoints` its fusion state to resume with (see
+    Pipeline)."""
     from visionrt.pipeline import Pipeline
 
     return Pipeline(
@@ -178,6 +181,7 @@ def pipeline_for(
         analytics=cfg.analytics,
         service=service,
         frame_ranges=frame_ranges,
+        checkpoints=checkpoints,
     )
 
 

@@ -103,10 +103,10 @@ class UnitRunner:
                 on_sample=samples.append,  # list.append: one step, safe across threads
                 kept=self.kept,
             )
-            for unit_id, frames in batches:
+            for unit_id, frames, checkpoint in batches:
                 yield from fail_opened()
                 yield from sampled()
-                yield Batch(self.worker, unit_id, running[unit_id], frames)
+                yield Batch(self.worker, unit_id, running[unit_id], frames, checkpoint)
             yield from fail_opened()
             yield from sampled()
         except USER_ERRORS as err:

@@ -119,8 +119,10 @@ class Coordinator:
             for name, ranges in by_name.items()
             if len(ranges) > 1
         }
-        # Each unit's last frame received (the next attempt resumes after it).
+        # Each unit's last frame received (the next attempt resumes after it), and its
+        # source's fusion state after that frame (the next attempt's tracks and counts).
         self._received = {u.unit_id: u.start_frame - 1 for u in self.queue}
+        self._checkpoints = {u.unit_id: u.checkpoint for u in self.queue}
         self.running: dict[str, dict[int, WorkUnit]] = {}  # worker → its units by id
         self._sizes: dict[str, int] = {}  # worker → how many units its group started with
         self._current: dict[int, int] = {u.unit_id: u.attempt for u in self.queue}
@@ -333,9 +335,11 @@ class Coordinator:
         base = state.base if unit.live else 0
         ranges = self._ranges.get(unit.name)
         held = ranges is not None and ranges.holds(unit.unit_id)
+        fresh = False  # the batch's last frame is new: its checkpoint is the one after it
         for frame, line in frames:
             frame += base or 0
-            if frame <= self._received[unit.unit_id]:  # sent again by a retried attempt
+            fresh = frame > self._received[unit.unit_id]
+            if not fresh:  # sent again by a retried attempt
                 state.duplicates += 1
                 continue
             self._received[unit.unit_id] = frame
@@ -347,6 +351,8 @@ class Coordinator:
                 ranges.hold(unit.unit_id, frame, line)
                 continue
             self._write(unit.name, frame, line, now)
+        if fresh:
+            self._checkpoints[unit.unit_id] = batch.checkpoint
         if ranges is not None:
             state.held = ranges.held
 
@@ -377,7 +383,7 @@ class Coordinator:
         if unit.live:
             state.base = None  # placed after the gap when its frames come
             self._waiting[unit.unit_id] = time.monotonic()
-        retry = unit.retried(self._received[unit.unit_id] + 1)
+        retry = unit.retried(self._received[unit.unit_id] + 1, self._checkpoints[unit.unit_id])
         self._current[unit.unit_id] = retry.attempt
         self.queue.appendleft(retry)
 

@@ -9,10 +9,11 @@ from collections.abc import Callable
 from typing import Any
 
 from visionrt.distributed.units import Batch, Done, Failed, Group, Report
-from visionrt.distributed.worker import USER_ERROR, USER_ERRORS, Send
+from visionrt.distributed.worker import USER_ERROR, USER_ERRORS, Frames, Send
+from visionrt.fuse import Checkpoint
 
-# run(units, send) runs a group, calling send(unit id, frames) with (frame index, JSONL line)
-# batches, each unit's in frame order; returns each unit's summary by unit id.
+# run(units, send) runs a group, calling send(unit id, frames, checkpoint) with (frame index,
+# JSONL line) batches, each unit's in frame order; returns each unit's summary by unit id.
 RunGroup = Callable[[Group, Send], dict]
 
 
@@ -39,8 +40,8 @@ class ThreadExecutor:
     def _work(self, worker: str, units: Group) -> None:
         attempts = {unit.unit_id: unit.attempt for unit in units}
 
-        def send(unit_id: int, frames: tuple[tuple[int, str], ...]) -> None:
-            self._reports.put(Batch(worker, unit_id, attempts[unit_id], frames))
+        def send(unit_id: int, frames: Frames, checkpoint: Checkpoint | None) -> None:
+            self._reports.put(Batch(worker, unit_id, attempts[unit_id], frames, checkpoint))
 
         try:
             summaries = self.run(units, send)

@@ -20,15 +20,20 @@ def cluster_summary(report: ClusterReport, live: frozenset[str], outputs: list[s
     that attempt's worker wrote it (latency, reconnects), the counts the coordinator's (every
     attempt's), and what a plain run's summary holds of the run as the workers' Pipelines
     said it, each source's last attempt (of each of its ranges: a file split into frame
-    ranges): the live audit's figures, the events (added up), the zones' and lines' figures
-    at the end, motion gating's."""
+    ranges): the live audit's figures, the events (added up, with the zone and line events of
+    the frames a retry resumed after), the zones' and lines' figures at the end (a retry
+    resumes them), motion gating's."""
     states = report.sources
     rows = [
         {
             "name": name,
             **_attempt_row(state),
             **_counts(state, name in live),
-            "events": _added(unit.get("row", {}).get("events", {}) for unit in state.unit_finals()),
+            "events": _added(
+                events
+                for unit in state.unit_finals()
+                for events in (unit.get("events_before", {}), unit.get("row", {}).get("events", {}))
+            ),
         }
         for name, state in states.items()
     ]

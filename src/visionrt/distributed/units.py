@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from visionrt.fuse import Checkpoint
+
 
 @dataclass(frozen=True, slots=True)
 class WorkUnit:
@@ -18,7 +20,8 @@ class WorkUnit:
     a retry starts at the frame the stream has got to, not at the file's start, and no later
     than its last of `frames`; 0: not known, or looped); `alone`: run in a Pipeline of its
     own (a group it was in failed with the user's error, which one of the group's sources
-    caused)."""
+    caused). `checkpoint`: its source's fusion state after the frame before `start_frame` (a
+    retry's tracks, zones and lines go on from it; None: from nothing)."""
 
     unit_id: int
     name: str
@@ -33,10 +36,13 @@ class WorkUnit:
     alone: bool = False
     first_frame: int = 0
     part: int = 0  # its range's number from 1 (its files' names); 0: the whole file
+    checkpoint: Checkpoint | None = field(default=None, compare=False)
 
-    def retried(self, resume_at: int) -> WorkUnit:
-        """The next attempt, from `resume_at` (after the last frame committed)."""
-        return replace(self, attempt=self.attempt + 1, start_frame=max(self.start_frame, resume_at))
+    def retried(self, resume_at: int, checkpoint: Checkpoint | None = None) -> WorkUnit:
+        """The next attempt, from `resume_at` (after the last frame committed), with the
+        fusion state `checkpoint` after that frame."""
+        start = max(self.start_frame, resume_at)
+        return replace(self, attempt=self.attempt + 1, start_frame=start, checkpoint=checkpoint)
 
 
 Group = tuple[WorkUnit, ...]  # the units one worker runs together, in one Pipeline
@@ -50,6 +56,8 @@ class Batch:
     unit_id: int
     attempt: int
     frames: tuple[tuple[int, str], ...]
+    # Its source's fusion state after the last of them (None: nothing keeps any).
+    checkpoint: Checkpoint | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from visionrt.config import RunConfig, load_config, pipeline_for
 from visionrt.distributed.outputs import AttemptOutputs, writes_every_frame
 from visionrt.distributed.units import Group, WorkUnit
 from visionrt.errors import ConfigError, ModelLoadError, SourceError
+from visionrt.fuse import Checkpoint
 from visionrt.pipeline import Pipeline
 from visionrt.pipeline.gating import motion_summary
 from visionrt.sinks.jsonl import jsonl_record
@@ -25,7 +26,8 @@ from visionrt.tasks.detect import DetectTask
 from visionrt.telemetry.report import TelemetrySampler
 
 Frames = tuple[tuple[int, str], ...]  # (frame index, JSONL line), in frame order
-Send = Callable[[int, Frames], None]  # (unit id, frames)
+# (unit id, frames, its source's fusion state after the last of them: None without any)
+Send = Callable[[int, Frames, Checkpoint | None], None]
 # What another attempt would only repeat: the user's file, model or options.
 USER_ERRORS = (SourceError, ConfigError, ModelLoadError)
 USER_ERROR = "user_error"  # a unit's summary key: its source could not be opened
@@ -42,12 +44,15 @@ def group_batches(
     failed: dict[int, str] | None = None,
     on_sample: Callable[[dict[str, Any]], None] | None = None,
     kept: KeptDetector | None = None,
-) -> Iterator[tuple[int, Frames]]:
+) -> Iterator[tuple[int, Frames, Checkpoint | None]]:
     """Run `units` in one Pipeline with the configuration `run` (RunConfig's sections as a
-    nested dict, its plan settled on the driver), yielding (unit id, frames) batches, each
-    unit's in frame order (at most `batch_frames`, or what `batch_seconds` gathered).
+    nested dict, its plan settled on the driver), yielding (unit id, frames, checkpoint)
+    batches, each unit's in frame order (at most `batch_frames`, or what `batch_seconds`
+    gathered), with its source's fusion state after the batch's last frame (tracks, zones and
+    lines; None where nothing keeps any): a retry resumes from the last one committed.
     `threads` (the CPUs the worker was given; 0: the runtime's default) caps inference and
-    decode threads. Frames before a unit's start (a retry resuming) are read, not sent. At
+    decode threads. Frames before a unit's start (a retry resuming) are read, not sent; a
+    retry that does not run them again resumes its source's fusion from `unit.checkpoint`. At
     the end `summaries` gets each unit's row of the run's summary (frames in and out,
     dropped) by unit id. `on_pipeline` is handed the Pipeline before it runs (the worker's
     metrics follow it). A bad source, model or option raises the CLI's one-line error
@@ -64,37 +69,50 @@ def group_batches(
             cfg = replace(cfg, source=replace(cfg.source, decode_threads=threads))
         if threads < (os.cpu_count() or threads):  # other workers share this node's cores
             cfg = unpinned(cfg)
-    # A range a retry has nothing left of (every frame committed) runs no Pipeline.
-    empty = [u for u in units if u.end_frame is not None and u.end_frame <= u.start_frame]
+    every_frame = writes_every_frame(cfg)
+    # A retry runs again from its range's first frame where its attempt writes files with
+    # every frame, or where depth smoothing blends each map with the ones before (a map a
+    # frame: too much state to send with each batch, as tracks and counts are).
+    again = every_frame or bool(cfg.depth.model and cfg.depth.smoothing)
+    # A retry with nothing left (every frame committed) runs no Pipeline; its figures are
+    # those it would have resumed.
+    empty = [unit for unit in units if _nothing_left(unit, cfg, again)]
     for unit in empty:
         if summaries is not None:
             summaries[unit.unit_id] = {
                 "start_frame": unit.start_frame,
                 "first_frame": unit.first_frame,
+                **_resumed_figures(unit.checkpoint),
             }
     units = tuple(unit for unit in units if unit not in empty)
     if not units:
         return
-    # A video file resumes at its unit's frame (seeking, or decoding the frames before it);
-    # one whose attempt writes files with every frame runs from its range's first frame.
-    every_frame = writes_every_frame(cfg)
-    resumed = [
-        unit.start_frame if _resumes(unit, every_frame) else unit.first_frame for unit in units
+    # A video file resumes at its unit's frame (seeking, or decoding the frames before it),
+    # unless it runs again from its range's first frame.
+    resumed = [unit.start_frame if _resumes(unit, again) else unit.first_frame for unit in units]
+    # Where the frames before a unit's start are not run again, its fusion state goes on from
+    # its checkpoint: a live stream's next attempt too (the same tracks and counts, ids going
+    # on after a gap that ends its tracks).
+    restored = [
+        unit.checkpoint if unit.live or start > unit.first_frame else None
+        for unit, start in zip(units, resumed, strict=True)
     ]
     loaded = kept.take(cfg) if kept is not None else None
     try:
-        pipeline = _pipeline(cfg, units, resumed, loaded)
+        pipeline = _pipeline(cfg, units, resumed, loaded, restored)
     except SourceError:
         bad = _unopenable(units, cfg) if failed is not None and len(units) > 1 else {}
         if not bad:
             raise
         assert failed is not None
         failed.update(bad)  # one camera's bad URL must not hold the others back
-        resumed = [n for unit, n in zip(units, resumed, strict=True) if unit.unit_id not in bad]
+        kept_units = [unit.unit_id not in bad for unit in units]
+        resumed = [n for n, keep in zip(resumed, kept_units, strict=True) if keep]
+        restored = [c for c, keep in zip(restored, kept_units, strict=True) if keep]
         units = tuple(unit for unit in units if unit.unit_id not in bad)
         if not units:
             return
-        pipeline = _pipeline(cfg, units, resumed, loaded)
+        pipeline = _pipeline(cfg, units, resumed, loaded, restored)
     if on_pipeline is not None:
         on_pipeline(pipeline)
     # A live stream's frame numbers start again with each attempt: nothing there to skip.
@@ -124,11 +142,11 @@ def group_batches(
                     len(pending[at]) >= batch_frames
                     or time.monotonic() - since[at] >= batch_seconds
                 ):
-                    yield units[at].unit_id, tuple(pending[at])
+                    yield units[at].unit_id, tuple(pending[at]), pipeline.checkpoint(at)
                     pending[at], since[at] = [], time.monotonic()
-        for unit, frames in zip(units, pending, strict=True):
+        for at, (unit, frames) in enumerate(zip(units, pending, strict=True)):
             if frames:
-                yield unit.unit_id, tuple(frames)
+                yield unit.unit_id, tuple(frames), pipeline.checkpoint(at)
         complete = True
     finally:
         if sampler is not None:
@@ -144,6 +162,7 @@ def group_batches(
         unsourced = pipeline.telemetry.per_source().get("", {}).get("events", {})
         for i, (unit, start, outputs) in enumerate(zip(units, resumed, written, strict=True)):
             row = rows.get(unit.name, {})
+            resumed_with = _resumed_figures(restored[i])
             summaries[unit.unit_id] = {
                 "start_frame": start,  # frames before it were committed by other attempts
                 "first_frame": unit.first_frame,  # its range's first
@@ -158,7 +177,9 @@ def group_batches(
                 "backend": summary.backend,
                 "notes": summary.notes,
                 "unsourced_events": unsourced if i == 0 else {},
-                "analytics": summary.analytics.get(unit.name, {}),
+                "events_before": resumed_with["events_before"],
+                # Its figures at its end; where it ran no frame, those it resumed.
+                "analytics": summary.analytics.get(unit.name) or resumed_with["analytics"],
                 "motion": (
                     motion_summary(
                         pipeline.options,
@@ -219,10 +240,17 @@ class KeptDetector:
         self.key, self.backend = "", None
 
 
-def _pipeline(cfg: RunConfig, units: Group, resumed: list[int], loaded: Backend | None) -> Pipeline:
+def _pipeline(
+    cfg: RunConfig,
+    units: Group,
+    resumed: list[int],
+    loaded: Backend | None,
+    restored: list[Checkpoint | None],
+) -> Pipeline:
     """The group's Pipeline, each source from its own frame: where a resumed file (`resumed`)
     or a file read in real time (where its stream has got to, on a retry) starts, else the
-    run's `source.start_frame`; and to its range's end, else the run's `source.end_frame`."""
+    run's `source.start_frame`; and to its range's end, else the run's `source.end_frame`;
+    each source's fusion state from its `restored` checkpoint (None: from nothing)."""
     ranges = [
         (
             max(cfg.source.start_frame, unit.start_frame if unit.paced else resume),
@@ -236,7 +264,7 @@ def _pipeline(cfg: RunConfig, units: Group, resumed: list[int], loaded: Backend 
     names = {unit.name for unit in units}
     analytics = {name: spec for name, spec in cfg.analytics.items() if name in names}
     cfg = replace(cfg, analytics=analytics)
-    return pipeline_for(cfg, specs, loaded=loaded, frame_ranges=ranges)
+    return pipeline_for(cfg, specs, loaded=loaded, frame_ranges=ranges, checkpoints=restored)
 
 
 def _own_audit(audit: dict[str, Any], name: str) -> dict[str, Any]:
@@ -260,10 +288,42 @@ def _unopenable(units: Group, cfg: RunConfig) -> dict[int, str]:
     return bad
 
 
-def _resumes(unit: WorkUnit, every_frame: bool) -> bool:
-    """Whether `unit` is a video file resumed after its first frame, without files that need
-    every frame (an attempt's video has them all: those it runs again too)."""
-    whole = not unit.live and not every_frame
+def _resumed_figures(checkpoint: Checkpoint | None) -> dict[str, Any]:
+    """A unit's summary keys from the checkpoint it resumed (None: from nothing): the zone and
+    line events of the frames before it (earlier attempts', added to its own by the run's
+    summary) and its zones' and lines' figures as it resumed them."""
+    if checkpoint is None:
+        return {"events_before": {}, "analytics": {}}
+    return {"events_before": dict(checkpoint.events), "analytics": dict(checkpoint.analytics)}
+
+
+def _nothing_left(unit: WorkUnit, cfg: RunConfig, again: bool) -> bool:
+    """Whether a retry has no frame left to run: its range ends at its start, or a resumed
+    file's start is past its last frame (the run's `source.end_frame` or `max_frames`, or the
+    count its header gives exactly): its worker was lost after sending that frame, before it
+    said it was done (a Pipeline from there would refuse a start past the end)."""
+    if unit.end_frame is not None and unit.end_frame <= unit.start_frame:
+        return True
+    if not _resumes(unit, again):
+        return False
+    ends = [n for n in (cfg.source.end_frame, cfg.source.max_frames) if n]
+    if ends and unit.start_frame >= min(ends):
+        return True
+    try:
+        source = open_source(unit.spec, 0, replace(cfg.source, workers="thread"))
+    except (SourceError, ConfigError):
+        return False  # the Pipeline says what is wrong, as on a first attempt
+    try:
+        exact = source.frame_count and not source.frame_count_estimated
+        return bool(exact) and unit.start_frame >= source.frame_count
+    finally:
+        source.close()
+
+
+def _resumes(unit: WorkUnit, again: bool) -> bool:
+    """Whether `unit` is a video file resumed after its first frame, not run `again` from its
+    range's first (for files that need every frame, or smoothed depth)."""
+    whole = not unit.live and not again
     return whole and unit.start_frame > 0 and source_kind(unit.spec) == "file"
 
 
@@ -273,6 +333,6 @@ def run_group(units: Group, run: Mapping[str, Any], send: Send, threads: int = 0
     summaries: dict[int, dict[str, Any]] = {}
     failed: dict[int, str] = {}
     batches = group_batches(units, run, threads, summaries=summaries, failed=failed)
-    for unit_id, frames in batches:
-        send(unit_id, frames)
+    for unit_id, frames, checkpoint in batches:
+        send(unit_id, frames, checkpoint)
     return {**summaries, **{uid: {USER_ERROR: error} for uid, error in failed.items()}}

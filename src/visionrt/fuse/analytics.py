@@ -4,7 +4,7 @@ direction, once per crossing. An object's place is its box's bottom centre (wher
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +63,8 @@ class AnalyticsFuser:
         self._sides: dict[str, dict[int, int]] = {line.name: {} for line in analytics.lines}
         self._crossed = {line.name: {"in": 0, "out": 0} for line in analytics.lines}
         self._sizes: set[tuple[int, int]] = set()  # frame sizes checked against them
+        self.counted: dict[str, int] = {}  # the events made so far, by label
+        self.figures: dict[str, Any] = {}  # the latest frame's `fused.analytics`
 
     def fuse(self, fused: Fused) -> None:
         height, width = fused.frame.image.shape[:2]
@@ -72,6 +74,7 @@ class AnalyticsFuser:
         tracks = fused.tracks
         if tracks is None:
             return
+        before = len(fused.events)
         seen = ~tracks.predicted
         xyxy = tracks.detections.xyxy[seen]
         feet = np.stack([(xyxy[:, 0] + xyxy[:, 2]) / 2, xyxy[:, 3]], axis=1)
@@ -87,10 +90,40 @@ class AnalyticsFuser:
         }
         for line in self.lines:
             self._line(line, feet, ids, classes, held, fused.events)
-        fused.analytics = {
+        fused.analytics = self.figures = {
             **({"zones": zones} if zones else {}),
             **({"lines": {k: dict(v) for k, v in self._crossed.items()}} if self.lines else {}),
         }
+        for event in fused.events[before:]:
+            self.counted[event.label] = self.counted.get(event.label, 0) + 1
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Its state after the latest frame (copies): each zone's stays and closed times, each
+        line's sides and totals, the events made so far and the latest figures. `resume` on a
+        fuser of the same zones and lines goes on from there, as if it had not stopped."""
+        return {
+            "zones": {
+                name: (
+                    {t: (p.since, p.total, p.class_id, p.latest) for t, p in zone.inside.items()},
+                    dict(zone.dwell),
+                )
+                for name, zone in self._zones.items()
+            },
+            "sides": {name: dict(sides) for name, sides in self._sides.items()},
+            "crossed": {name: dict(crossed) for name, crossed in self._crossed.items()},
+            "counted": dict(self.counted),
+            "figures": self.figures,  # a new dict each frame: nothing changes it
+        }
+
+    def resume(self, state: Mapping[str, Any]) -> None:
+        """Go on from `checkpoint()`'s state (a resumed source's zones and lines)."""
+        for name, (inside, dwell) in state["zones"].items():
+            self._zones[name] = ZoneState(
+                {t: _Presence(*stay) for t, stay in inside.items()}, dict(dwell)
+            )
+        self._sides.update({name: dict(sides) for name, sides in state["sides"].items()})
+        self._crossed.update({name: dict(crossed) for name, crossed in state["crossed"].items()})
+        self.counted, self.figures = dict(state["counted"]), state["figures"]
 
     def _check_reach(self, width: int, height: int) -> None:
         shapes = [("zones", zone.name, zone.polygon) for zone in self.zones]

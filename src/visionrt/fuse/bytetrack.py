@@ -14,6 +14,8 @@ by name.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -93,6 +95,21 @@ class Tracker:
         """Ids of the tracks kept after the latest call: those seen, and those lost within
         `lost_seconds` (an object the detector missed on a frame or two is still there)."""
         return frozenset(self._tracks.track_id.tolist())
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Its state after the latest call (copies): `resume` on a tracker made with the same
+        options goes on from there, the same tracks and the next ids."""
+        return {
+            "tracks": self._tracks.take(np.arange(len(self._tracks))),
+            "next_id": self._next_id,
+            "time": self._time,
+        }
+
+    def resume(self, state: Mapping[str, Any]) -> None:
+        """Go on from `checkpoint()`'s state (a resumed source's tracker: ids never reused)."""
+        tracks = state["tracks"]
+        self._tracks = tracks.take(np.arange(len(tracks)))
+        self._next_id, self._time = int(state["next_id"]), state["time"]
 
     def update(self, detections: Detections, timestamp: float) -> TrackedDetections:
         """Associate a frame's detections with the tracks; returns the tracks the detector saw."""

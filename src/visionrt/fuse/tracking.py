@@ -3,6 +3,9 @@ detections their track ids (predicted boxes where the detector did not run)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from visionrt.errors import ConfigError
 from visionrt.fuse.base import Fused
 from visionrt.fuse.bytetrack import Tracker
@@ -33,16 +36,28 @@ def make_tracker(
 class TrackFuser:
     """One source's tracker: `update` where the detector ran on the frame, `predict` where it
     did not (detect-every-N); the frame's detections become the tracks', and `held_tracks`
-    says which tracks the tracker still keeps (lost ones included)."""
+    says which tracks the tracker still keeps (lost ones included). `since_detect`: frames
+    fused since the last one the detector ran on (a resumed source's detect-every-N goes on
+    in step)."""
 
     def __init__(self, tracker: Tracker, detector: str) -> None:
         self.tracker, self.detector = tracker, detector
+        self.since_detect = 0
 
     def fuse(self, fused: Fused) -> None:
         timestamp = fused.frame.timestamp
         if self.detector in fused.results:
             tracks = self.tracker.update(fused.detections, timestamp)
+            self.since_detect = 0
         else:
             tracks = self.tracker.predict(timestamp)
+            self.since_detect += 1
         fused.tracks, fused.detections = tracks, tracks.detections
         fused.held_tracks = self.tracker.held()
+
+    def checkpoint(self) -> dict[str, Any]:
+        return {"tracker": self.tracker.checkpoint(), "since_detect": self.since_detect}
+
+    def resume(self, state: Mapping[str, Any]) -> None:
+        self.tracker.resume(state["tracker"])
+        self.since_detect = int(state["since_detect"])

@@ -14,7 +14,7 @@ from visionrt.accuracy.audit_window import AuditEvent
 from visionrt.accuracy.geometry import settle
 from visionrt.backends import Backend, BackendOptions
 from visionrt.errors import ConfigError
-from visionrt.fuse import parse_analytics
+from visionrt.fuse import Checkpoint, parse_analytics, resume_steps, take_checkpoint
 from visionrt.pipeline.audit import build_auditor, finish_audit
 from visionrt.pipeline.build import (
     build_fusers,
@@ -64,7 +64,8 @@ class Pipeline:
     (`options.audit`; `auditor`, `on_audit`, summary `audit`: see accuracy.audit).
     `frame_ranges`: each source's (`start_frame`, `end_frame`), in place of `source_options`'
     (a cluster's retries resume each source of a group where it stopped; a long file's ranges
-    run on several workers).
+    run on several workers); `checkpoints`: each source's fusion state to resume with (None:
+    from nothing), as `checkpoint()` took it after the frame before its start.
     """
 
     def __init__(
@@ -81,9 +82,11 @@ class Pipeline:
         analytics: Mapping[str, Any] | None = None,
         service: bool = False,
         frame_ranges: Sequence[tuple[int, int]] | None = None,
+        checkpoints: Sequence[Checkpoint | None] = (),
     ) -> None:
         if not sources and not service:
             raise ConfigError("no source given")
+        self._resume = list(checkpoints)
         self.analytics = parse_analytics(analytics or {})
         self.options = options or PipelineOptions()
         self.postprocess = postprocess or PostprocessOptions()
@@ -226,6 +229,11 @@ class Pipeline:
         """The stage graph while it runs (None before)."""
         return self._graph
 
+    def checkpoint(self, source_id: int) -> Checkpoint | None:
+        """Source `source_id`'s fusion state after its latest result (None: before the run, or
+        nothing to keep); call it where the results are taken, between two of them."""
+        return take_checkpoint(self._graph.fusers[source_id]) if self._graph else None
+
     def depth_sources(self) -> list[int]:
         """Indices of the sources a depth task runs on (none without one)."""
         return [i for i, lanes in enumerate(self.schedule) if len(lanes) > 1]
@@ -349,13 +357,18 @@ class Pipeline:
             range(first_variant, first_variant + len(self.variants)),
             first_variant + len(self.variants) if self.parts.regions is not None else -1,
         )
+        fusers = build_fusers(self.parts, self.options, self.analytics, self.names, self.note)
+        for source_id, checkpoint in enumerate(self._resume):
+            if checkpoint is not None:
+                resume_steps(fusers[source_id], checkpoint)
+                scheduler.resume(source_id, checkpoint.since_detect)
         graph = self._graph = Graph(
             self.sources,
             self.names,
             self.named,
             self.tasks,
             scheduler,
-            build_fusers(self.parts, self.options, self.analytics, self.names, self.note),
+            fusers,
             self.class_names,
             self.options,
             self.telemetry,

@@ -71,6 +71,12 @@ class Scheduler:
         self.live.append(live)
         self.schedule.append(tuple(lanes))
 
+    def resume(self, source_id: int, since_detect: int) -> None:
+        """Source `source_id` resumes after a frame `since_detect` frames past the last one the
+        detector ran on (a cluster's retry): detect-every-N keeps its step, as in one run."""
+        if self.track and self.detect_every > 1:
+            self._until_detect[source_id] = max(0, self.detect_every - 1 - since_detect)
+
     def decide(
         self,
         source_id: int,
