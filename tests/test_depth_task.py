@@ -14,7 +14,7 @@ import pytest
 from conftest import write_tiny_depth_model
 
 from visionrt.backends import Backend, BackendOptions, load_backend
-from visionrt.errors import ConfigError, ModelLoadError, NonFiniteDepthError, VisionRTError
+from visionrt.errors import ConfigError, NonFiniteDepthError, VisionRTError
 from visionrt.fidelity.depth import depth_fidelity
 from visionrt.hardware import cpu_has_bf16
 from visionrt.models import is_architecture_only
@@ -239,22 +239,37 @@ def test_openvino_bf16_stays_close_to_fp32(
 
 
 @pytest.mark.torch
-def test_torch_runs_the_model_or_names_what_it_cannot_convert(
+def test_torch_runs_the_model_as_onnxruntime_does(
     depth_model: Path, depth_image: np.ndarray, ort_depth: DepthMap
 ) -> None:
     pytest.importorskip("torch", reason="torch is not installed")
-    import onnx
-
-    from visionrt.backends.onnx_to_torch import SUPPORTED_OPS
-
-    ops = {node.op_type for node in onnx.load(str(depth_model)).graph.node}
-    if ops - SUPPORTED_OPS:  # not grown for ViTs on purpose (issue 7): a clear refusal
-        with pytest.raises(ModelLoadError, match="does not support op"):
-            _run_real(depth_model, depth_image, "torch", "fp32")
-        pytest.skip(f"the ONNX→torch converter lacks {sorted(ops - SUPPORTED_OPS)} for the ViT")
     depth = _run_real(depth_model, depth_image, "torch", "fp32")
     difference = np.abs(depth.values - ort_depth.values).max()
     assert difference <= FP32_RELATIVE_TOLERANCE * np.abs(ort_depth.values).max()
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("hw", [(266, 350), (364, 364)])
+def test_the_converter_runs_depth_anything_at_any_size_as_onnxruntime(
+    depth_model: Path, hw: tuple[int, int]
+) -> None:
+    # The export is dynamic in batch, height and width: converted at a size, every Shape of it
+    # (and the position-embedding grid computed from them: Range, Where) is a constant; the
+    # square size takes the interpolation's other branch in the export.
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    import onnx
+    import onnxruntime
+
+    from visionrt.backends.onnx_to_torch import convert_onnx
+
+    pixels = np.random.default_rng(1).standard_normal((1, 3, *hw)).astype(np.float32)
+    session = onnxruntime.InferenceSession(str(depth_model), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"pixel_values": pixels})[0]
+    module = convert_onnx(onnx.load(str(depth_model)), [1, 3, *hw])
+    with torch.inference_mode():
+        (got,) = module(torch.from_numpy(pixels))
+    assert got.shape == expected.shape
+    assert np.abs(got.numpy() - expected).max() <= 1e-4 * np.abs(expected).max()  # seen: 3e-5
 
 
 def test_a_model_with_a_static_size_runs_at_it_without_reshaping(tmp_path: Path) -> None:

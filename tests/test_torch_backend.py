@@ -178,6 +178,36 @@ CASES: dict[str, Callable[[], onnx.ModelProto]] = {
     "ReduceSum": lambda: _with("ReduceSum", [_i64(1)], keepdims=0),
     "ReduceMax": lambda: _unary("ReduceMax", axes=[1], keepdims=1),
     "Shape-folding": _shape_chain,
+    # The ops Depth Anything v2's export adds (a ViT: layer norms, a class token expanded over
+    # the batch, the position-embedding grid computed from the input size).
+    "LayerNormalization": lambda: _model(
+        [_node("LayerNormalization", ["x", "s", "b"], axis=-1, epsilon=1e-6)],
+        [_const("s", RNG.random(6, np.float32) + 0.5), _const("b", RNG.random(6, np.float32))],
+        opset=17,
+    ),
+    "LayerNormalization-axis": lambda: _model(
+        [_node("LayerNormalization", ["x", "s"], axis=2)],
+        [_const("s", RNG.random((6, 6), np.float32) + 0.5)],
+        opset=17,
+    ),
+    "Expand": lambda: _model(
+        [helper.make_node("Expand", ["c", "s"], ["e"]), _node("Add", ["x", "e"])],
+        [_const("c", RNG.random((1, 4, 1, 6), np.float32)), _const("s", _i64(4, 1, 6, 1))],
+    ),
+    "Where": lambda: _model(
+        [helper.make_node("GreaterOrEqual", ["x", "t"], ["m"]), _node("Where", ["m", "x", "z"])],
+        [_const("t", np.float32(0.5)), _const("z", np.float32(-1.0))],
+    ),
+    "Range-folded": lambda: _model(
+        [
+            helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Gather", ["s", "i"], ["n"], axis=0),
+            helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+            helper.make_node("Cast", ["r"], ["f"], to=TensorProto.FLOAT),
+            _node("Add", ["x", "f"]),
+        ],
+        [_const("i", np.int64(3)), _const("zero", np.int64(0)), _const("one", np.int64(1))],
+    ),
 }
 
 

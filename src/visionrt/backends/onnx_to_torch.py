@@ -119,6 +119,38 @@ def fix_input_shape(model: onnx.ModelProto, shape: Sequence[int]) -> onnx.ModelP
     return fixed
 
 
+def _sample(
+    fn: Any, operands: list[tuple[int, str]], consts: dict[str, Tensor], samples: dict[str, Tensor]
+) -> tuple[Tensor, ...]:
+    """A node's outputs as meta tensors, from its operands' (a module's weights made meta too);
+    where an op has no meta kernel, computed for real on zeros of those shapes."""
+
+    def run(device: str) -> Any:
+        def value(name: str) -> Tensor | None:
+            if not name:
+                return None
+            tensor = consts[name] if name in consts else samples[name]
+            if device == "meta":
+                return tensor.to("meta")
+            return torch.zeros(tensor.shape, dtype=tensor.dtype) if tensor.is_meta else tensor
+
+        values = [value(n) for _, n in operands]
+        while values and values[-1] is None:
+            values.pop()
+        if isinstance(fn, nn.Module):
+            state = {k: v.to(device) for k, v in fn.state_dict().items() if v is not None}
+            return torch.func.functional_call(fn, state, tuple(values))
+        return fn(*values)
+
+    with torch.no_grad():
+        try:
+            result = run("meta")
+        except Exception:  # no meta kernel: the real thing, on zeros
+            result = run("cpu")
+    outs = (result,) if isinstance(result, Tensor) else tuple(result)
+    return tuple(out.to("meta") for out in outs)
+
+
 def convert_onnx(model: onnx.ModelProto, input_shape: Sequence[int] | None = None) -> OnnxModule:
     """`model` as an OnnxModule in eval mode with fp32 weights on the CPU; `input_shape` fixes
     the image input's dynamic axes first (`fix_input_shape`).
@@ -148,12 +180,13 @@ def convert_onnx(model: onnx.ModelProto, input_shape: Sequence[int] | None = Non
     }
     consts = {i.name: _tensor(numpy_helper.to_array(i)) for i in graph.initializer}
     inputs = [i.name for i in graph.input if i.name not in consts]
-    # With the input's shape fixed, every value's shape is known by running the graph once on a
-    # sample (zeros) as it is built: ONNX's shape inference loses a ViT's token count at its
-    # data-dependent reshapes, and a Shape node there must still become a constant.
+    # With the input's shape fixed, every value's shape is known by running the graph once as
+    # it is built, on meta tensors (shapes, no data, no arithmetic): ONNX's shape inference loses
+    # a ViT's token count at its data-dependent reshapes, and a Shape node there must still
+    # become a constant.
     samples: dict[str, Tensor] = {}
     if input_shape is not None and inputs:
-        samples[inputs[0]] = torch.zeros(tuple(int(d) for d in input_shape))
+        samples[inputs[0]] = torch.empty(tuple(int(d) for d in input_shape), device="meta")
     batch = shapes[inputs[0]][0] if inputs and shapes.get(inputs[0]) else None
     defined = set(inputs) | set(consts)
     nodes: list[_Node] = []
@@ -211,13 +244,7 @@ def convert_onnx(model: onnx.ModelProto, input_shape: Sequence[int] | None = Non
         args = [next(buffer_index) if n in consts else (n or None) for _, n in operands]
         nodes.append(_Node(proto, fn, args, buffers))
         if samples:
-            values = [consts.get(n, samples.get(n)) if n else None for _, n in operands]
-            while values and values[-1] is None:
-                values.pop()
-            with torch.no_grad():
-                result = fn(*values)
-            outs = (result,) if isinstance(result, Tensor) else result
-            samples.update(zip(proto.output, outs, strict=True))
+            samples.update(zip(proto.output, _sample(fn, operands, consts, samples), strict=True))
     outputs = [o.name for o in graph.output]
     if any(name in consts for name in outputs):
         raise ModelLoadError("a graph output is constant; nothing to run")
