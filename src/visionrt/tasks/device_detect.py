@@ -63,13 +63,14 @@ class DeviceDetect:
             if self.stand_in:  # the call still happens: its delay and fault injection count
                 self.backend.infer_device(self.backend.device_input(len(slots)))
                 return [NO_ROWS] * len(slots)
-            frames = upload(slots, self.device)
-            images = self.backend.device_input(len(slots))
-            letterbox_batch(frames, boxes, images)  # type: ignore[arg-type]
+            # First: a copy from pageable memory waits for the stream's work queued before it.
             geometry = self.backend.device_buffer(
                 "geometry", len(slots), (GEOMETRY,), torch.float32
             )
             geometry.copy_(torch.from_numpy(geometry_rows(boxes)))  # type: ignore[arg-type]
+            frames = upload(slots, self.device)
+            images = self.backend.device_input(len(slots))
+            letterbox_batch(frames, boxes, images)  # type: ignore[arg-type]
             table, raw = self.backend.infer_device(images, then=self.table)
             rows = read_table(table.cpu().numpy(), table.shape[1] - 1)
             if any(r is None for r in rows):
