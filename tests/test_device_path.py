@@ -319,3 +319,13 @@ def test_null_frames_on_cuda_does_the_device_work(small_video: Path, tiny_model:
         assert sum(1 for _ in pipeline) == 40
     finally:
         pipeline.close()
+
+
+def test_model_only_times_a_frames_backend_on_its_device(tiny_model: Path) -> None:
+    from visionrt.bench.measure import measure_model_only
+
+    backend = load_backend("null", tiny_model, BackendOptions(settings={"input": "frames"}))
+    inputs = [np.zeros((1, 3, 64, 64), np.float32)] * 2
+    times = measure_model_only(backend, inputs, runs=3, warmup=1)
+    assert len(times) == 3
+    assert backend._calls == 4  # through infer_device, not the host arrays' infer
