@@ -1,11 +1,12 @@
 """`visionrt demo` (`make demo`): results before the tune on a machine with no plan, one run on a
 plan once there is one, each run's line saying which configuration it used and where its results
-are; what a failing or interrupted step leaves."""
+are; what a failing or interrupted step leaves; the Makefile's recipes."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 from visionrt.cli import demo
 from visionrt.plans import Plan
 
+ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = {"runtime": "onnxruntime", "precision": "fp32", "input_hw": [640, 640]}
 PLANNED = {"runtime": "openvino", "precision": "int8", "input_hw": [512, 640]}
 
@@ -205,3 +207,32 @@ def test_a_bad_budget_is_refused_before_anything_runs(
         f"visionrt: error: --budget-minutes: expected a number of minutes > 0, got {float(budget)}"
     ]
     assert not out.exists()
+
+
+def _make_dry_run(target: str, venv: Path) -> list[str]:
+    """The commands `make TARGET` would run, its set-up done (a fresh venv stamp)."""
+    (venv / "bin").mkdir(parents=True)
+    (venv / ".installed").touch()  # newer than the checkout's pyproject.toml and setup.sh
+    proc = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), target, f"VENV={venv}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [line for line in proc.stdout.splitlines() if not line.startswith("make")]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
+def test_make_demo_is_one_command_and_builds_no_depth_model(tmp_path: Path) -> None:
+    assert _make_dry_run("demo", tmp_path / "venv") == [
+        f"{tmp_path / 'venv'}/bin/visionrt demo --out out/demo"
+    ]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
+def test_make_test_builds_the_depth_model_before_the_tests(tmp_path: Path) -> None:
+    steps = _make_dry_run("test", tmp_path / "venv")
+    depth = next(i for i, s in enumerate(steps) if "scripts/setup_depth.sh" in s)
+    tests = next(i for i, s in enumerate(steps) if "-m pytest" in s)
+    assert depth < tests, steps
