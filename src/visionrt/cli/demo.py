@@ -1,6 +1,6 @@
-"""`visionrt demo`: results a couple of minutes after set-up on a machine with no tuned plan yet —
-the FP32 reference's run first, then `tune`, then the run again on the plan it cached — each run
-followed by one line saying which configuration it used and where its results are."""
+"""`visionrt demo`: results from the first seconds after set-up on a machine with no tuned plan
+yet — the FP32 reference's run first, then `tune`, then the run again on the plan it cached —
+each run followed by one line saying which configuration it used and where its results are."""
 
 from __future__ import annotations
 
