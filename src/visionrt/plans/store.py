@@ -77,6 +77,12 @@ class Plan:
     def fingerprint(self) -> dict[str, Any]:
         return dict(self.tuned.get("fingerprint", {}))
 
+    @property
+    def time_boxed(self) -> bool:
+        """True when the search stopped at its budget: the best measured by then, not
+        necessarily the best there is (`visionrt tune` with a larger budget looks further)."""
+        return bool((self.tuned.get("budget") or {}).get("reached"))
+
     def summary_line(self) -> str:
         """One line: what runs, when it was tuned, what it measured."""
         inference = self.run.get("inference", {})
@@ -95,11 +101,14 @@ class Plan:
         device = inference.get("device", "cpu")
         where = f" on {device}" if device != "cpu" else ""
         batch = f" batch {inference['batch']}" if inference.get("batch", 1) > 1 else ""
+        minutes = (self.tuned.get("budget") or {}).get("minutes")
+        within = f" {minutes:g}-min" if isinstance(minutes, int | float) else ""
+        boxed = f", time-boxed: the search stopped at its{within} budget" if self.time_boxed else ""
         return (
             f"{self.run.get('backend')}{where} {inference.get('precision', 'fp32')}{size_text}"
             f"{batch},"
             f" tuned {str(self.tuned.get('at', '?'))[:10]},"
-            f" {measured.get('fps', 0):.1f} FPS, fidelity {measured.get('fidelity', 0):.3f}"
+            f" {measured.get('fps', 0):.1f} FPS, fidelity {measured.get('fidelity', 0):.3f}{boxed}"
         )
 
     def to_yaml(self) -> str:

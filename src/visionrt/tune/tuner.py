@@ -224,6 +224,8 @@ def tune(
             else {},
             **({"live": _live_record(live)} if live is not None else {}),
             "search_seconds": round(search.seconds, 1),
+            # A search the budget cut short kept the best measured by then (a time-boxed plan).
+            "budget": {"minutes": round(limits.budget_s / 60, 2), "reached": search.out_of_time},
             **({"batch_search": batching.to_json()} if batching else {}),
             "motion": gating.record(),
             "fingerprint": fingerprint,
