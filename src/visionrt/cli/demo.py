@@ -23,13 +23,16 @@ Say = Callable[[str], None]
 PlanReady = Callable[[], Plan | None]  # the plan a plain run would use now, or None
 
 
+# The command line's own entry (cli.main.main), handed over by `register`: importing it here
+# would make cli.main and cli.demo import each other.
+_MAIN: list[Callable[[list[str]], None]] = []
+
+
 def visionrt_command(argv: list[str]) -> int:
     """`visionrt ARGV` in this process, as if typed: its own progress, signal handling and
     one-line errors (the handlers in place before are put back after); its exit code."""
-    from visionrt.cli.main import main
-
     try:
-        main(argv)
+        _MAIN[0](argv)
     except SystemExit as done:
         return done.code if isinstance(done.code, int) else 1
     finally:
@@ -152,5 +155,7 @@ def demo_command(
         raise typer.Exit(code)
 
 
-def register(app: typer.Typer) -> None:
+def register(app: typer.Typer, main: Callable[[list[str]], None]) -> None:
+    """Add `demo` to `app`; `main` runs a whole command line (its steps)."""
+    _MAIN[:] = [main]
     app.command("demo", help=demo_command.__doc__)(demo_command)

@@ -32,8 +32,9 @@ def _register_optional() -> None:
     from visionrt.cli.run import run_command
 
     app.command("run", help=run_command.__doc__)(run_command)
-    for module in (bench, demo, doctor, export, profile, serve, tune):
+    for module in (bench, doctor, export, profile, serve, tune):
         module.register(app)
+    demo.register(app, main)  # the demo runs whole command lines: it is handed this entry
 
 
 def main(argv: list[str] | None = None) -> None:
