@@ -73,11 +73,13 @@ def settle(
     say: Say | None = None,
     frames: int = CHECK_FRAMES,
     seconds: float = CHECK_SECONDS,
+    build: bool = False,
 ) -> PlanUse:
     """The configuration proven for the run's sources (see the module's docstring), as a PlanUse
     with one more note line saying which and why. Checks run only for file sources of a size
     the plan was never measured on; a source whose size is unknown before the run (a camera)
-    runs the safest choice and is said to be unproven."""
+    runs the safest choice and is said to be unproven. An option whose artifact is not cached
+    is passed over (a run builds nothing), unless `build` (`tune`, which exports it)."""
     plan = use.plan
     if use.sections is None or plan is None or plan.tuned.get("task") == "depth":
         return use
@@ -90,7 +92,7 @@ def settle(
         entry = proof(plan, hw)
         if entry is None or entry.get("refuted"):
             past = _refuted_labels(entry)
-            entry = prove(plan, use.sections, hw, spec, conf, say, frames, seconds, past)
+            entry = prove(plan, use.sections, hw, spec, conf, say, frames, seconds, past, build)
             if not entry.get("unchecked"):
                 record(plan, hw, entry)
                 checked = True
@@ -173,6 +175,8 @@ def _note(
 def _tried(option: Mapping[str, Any]) -> str:
     if option.get("refuted"):
         return f"{option['label']} (refuted by an audit)"
+    if option.get("missing"):
+        return f"{option['label']} (not tried: {option['missing']})"
     return f"{option['label']} {float(option.get('fidelity', 0)):.3f}"
 
 

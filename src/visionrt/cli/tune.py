@@ -265,6 +265,7 @@ def _prove_others(model: Path, videos: list[str], err: Console) -> None:
             say=lambda line: err.print(f"  {line}", markup=False, highlight=False),
             frames=TUNE_CHECK_FRAMES,
             seconds=TUNE_CHECK_SECONDS,
+            build=True,  # tune exports what the proof needs; a run takes it from the cache
         )
     for line in settled.note.splitlines():
         err.print(line, markup=False, highlight=False)
