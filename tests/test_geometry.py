@@ -372,7 +372,7 @@ def test_a_runs_check_builds_no_artifact_and_says_what_makes_it(
     assert entry["tried"][0] == {
         "label": "the plan's configuration at 64×64",
         "missing": "no 64×64 openvino-int8 export cached, and a run builds none: `visionrt"
-        " export --to openvino-int8 --imgsz 64x64` or `visionrt tune` makes it",
+        f" export {tiny_model} --to openvino-int8 --imgsz 64x64` or `visionrt tune` makes it",
     }
     assert "the plan's configuration at 64×64 (not tried: no 64×64 openvino-int8" in use.note
     # `tune` builds it (cached by the export) and proves it.

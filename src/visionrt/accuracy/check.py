@@ -16,9 +16,9 @@ import numpy.typing as npt
 
 from visionrt import hardware
 from visionrt.backends import BackendOptions
-from visionrt.errors import VisionRTError
+from visionrt.errors import ModelLoadError, VisionRTError
 from visionrt.fidelity import REFERENCE_BACKEND, fidelity
-from visionrt.models import read_model_spec
+from visionrt.models import demo_model_path, read_model_spec
 from visionrt.plans import Plan
 from visionrt.plans.proof import budget, input_hw, letterbox_facts, sections_for
 from visionrt.plans.resolve import layered
@@ -220,27 +220,45 @@ def _resized(
 
         cached = sized_export(Path(str(plan.run.get("model"))), size, (default_root(),))
         if cached is None:
-            imgsz = f"{size[0]}x{size[1]}"
             return (
-                f"no {size_text(size)} {recipe} export cached, and a run builds none: `visionrt"
-                f" export --to {recipe} --imgsz {imgsz}` or `visionrt tune` makes it"
+                f"no {size_text(size)} {recipe} export cached, and a run builds none:"
+                f" `{_export_command(plan, recipe, size)}` or `visionrt tune` makes it"
             )
         return {"model": str(cached), "inference": {"input_size": None}}
     from visionrt.export import export_model
 
     source = Path(str(plan.tuned.get("source_model")))
     video = Path(str(plan.tuned.get("video") or ""))
+    # Calibrated as the plan's artifact was: on every video tune was given, where it had several.
+    videos = [str(v) for v in plan.tuned.get("videos") or [] if Path(str(v)).is_file()]
     say(f"the plan's {recipe} artifact at {size_text(size)} ({why}): exporting, or reusing it")
     built = export_model(
         source,
         recipe,
-        calibrate=video if video.is_file() else spec,
+        calibrate=videos if len(videos) > 1 else video if video.is_file() else spec,
         frames=CALIBRATION_FRAMES,
         imgsz=None if size == model_hw else size,
         progress=False,
         fidelity_frames=0,
     )
     return {"model": str(built.path), "inference": {"input_size": None}}
+
+
+def _export_command(plan: Plan, recipe: str, size: tuple[int, int]) -> str:
+    """`visionrt export [MODEL] --to RECIPE --imgsz HxW [--calibrate VIDEO …]`: the plan's
+    artifact made at `size`, calibrated as it was where that was on several videos (the model
+    left out where it is the demo's)."""
+    words = ["visionrt export"]
+    source = Path(str(plan.tuned.get("source_model") or ""))
+    try:
+        demo = demo_model_path().resolve()
+    except ModelLoadError:
+        demo = None
+    words += [] if not source.is_file() or source.resolve() == demo else [str(source)]
+    words += [f"--to {recipe}", f"--imgsz {size[0]}x{size[1]}"]
+    videos = [str(v) for v in plan.tuned.get("videos") or []]
+    words += [f"--calibrate {video}" for video in videos] if len(videos) > 1 else []
+    return " ".join(words)
 
 
 def reference_detections(

@@ -8,6 +8,7 @@ import math
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -213,7 +214,7 @@ def tune_command(
             err.print(f"plan {path.name}: {plan.summary_line()} (cached; `visionrt tune` to redo)")
         else:
             outputs = (report, plan_out, json_out)
-            _tune_detector(video, model_path, limits, err, stop, outputs, motion)
+            _tune_detector(video, model_path, limits, err, stop, outputs, motion, videos[1:])
             if len(videos) > 1:
                 _prove_others(model_path, videos, err)
         if depth is not None and limits_for_depth is not None:
@@ -279,6 +280,7 @@ def _tune_detector(
     stop: threading.Event,
     outputs: tuple[Path | None, Path | None, bool],
     motion: bool,
+    calibrate_too: Sequence[str] = (),
 ) -> None:
     report, plan_out, json_out = outputs
     with err.status("tuning") as status:
@@ -308,6 +310,7 @@ def _tune_detector(
             stop=stop,
             motion=motion,
             on_motion=show_motion,
+            calibrate_too=calibrate_too,
         )
     search = outcome.search
     title = (
