@@ -126,8 +126,8 @@ def tune_command(
         list[str] | None,
         typer.Argument(
             help="Videos to tune on (your own; a folder: the videos in it). The search runs on"
-            " the first; the plan is then proven on each other frame size. Default: the demo"
-            " video.",
+            " the first, INT8 calibrates on all; the plan is then proven on each other frame"
+            " size. Default: the demo video.",
             show_default=False,
         ),
     ] = None,
