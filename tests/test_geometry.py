@@ -342,3 +342,44 @@ def test_a_run_whose_audit_fails_refutes_its_plan(
     refuted = proof(Plan.load(path), (96, 128))
     assert refuted is not None
     assert refuted["refuted"]["fidelity"] == 0.0
+
+
+def test_a_runs_check_builds_no_artifact_and_says_what_makes_it(
+    tiny_model: Path, videos: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import visionrt.export
+
+    class Built:
+        path = tiny_model
+
+    exported: list[tuple] = []
+
+    def export_model(*args: object, **kwargs: object) -> Built:
+        exported.append((args, kwargs))
+        return Built()
+
+    monkeypatch.setattr(visionrt.export, "export_model", export_model)
+    # An artifact plan at 32×64: on 96×128 its configuration runs at the model's 64×64, an
+    # export of its recipe at that size, which no cache holds.
+    recipe = {"export": "openvino-int8", "batch": "any"}
+    plan = _plan(tiny_model, tiny_model, input_hw=[32, 64])
+    plan.tuned["artifact"] = recipe
+    use = settle(_use(plan), [str(videos["wide"])], frames=4)
+    assert exported == []  # a run builds nothing
+    entry = proof(plan, (96, 128))
+    assert entry is not None
+    assert entry["run"] == "reference"
+    assert entry["tried"][0] == {
+        "label": "the plan's configuration at 64×64",
+        "missing": "no 64×64 openvino-int8 export cached, and a run builds none: `visionrt"
+        f" export {tiny_model} --to openvino-int8 --imgsz 64x64` or `visionrt tune` makes it",
+    }
+    assert "the plan's configuration at 64×64 (not tried: no 64×64 openvino-int8" in use.note
+    # `tune` builds it (cached by the export) and proves it.
+    fresh = _plan(tiny_model, tiny_model, input_hw=[32, 64])
+    fresh.tuned["artifact"] = recipe
+    settle(_use(fresh), [str(videos["wide"])], frames=4, build=True)
+    assert len(exported) == 1
+    built = proof(fresh, (96, 128))
+    assert built is not None
+    assert built["run"] == {"model": str(tiny_model), "inference": {"input_size": None}}

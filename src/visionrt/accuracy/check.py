@@ -16,9 +16,9 @@ import numpy.typing as npt
 
 from visionrt import hardware
 from visionrt.backends import BackendOptions
-from visionrt.errors import VisionRTError
+from visionrt.errors import ModelLoadError, VisionRTError
 from visionrt.fidelity import REFERENCE_BACKEND, fidelity
-from visionrt.models import read_model_spec
+from visionrt.models import demo_model_path, read_model_spec
 from visionrt.plans import Plan
 from visionrt.plans.proof import budget, input_hw, letterbox_facts, sections_for
 from visionrt.plans.resolve import layered
@@ -53,6 +53,7 @@ class Option:
     run: str | dict[str, Any]
     sections: dict[str, Any] | None
     input_hw: tuple[int, int] | None = None  # None: the reference, at the model's size
+    missing: str = ""  # why it cannot be tried without building an artifact (a run builds none)
 
 
 def first_size(spec: str) -> tuple[int, int] | None:
@@ -92,11 +93,13 @@ def prove(
     frames: int = CHECK_FRAMES,
     seconds: float = CHECK_SECONDS,
     past: Sequence[str] = (),
+    build: bool = False,
 ) -> dict[str, Any]:
     """Score the options on `frames` frames spread over the start of `spec` (of size `hw`)
     against the FP32 reference: the proof for `hw` (`plans.proof.record` keeps it) names the
     first within the plan's budget (the reference when none is) and what the others scored;
-    options labelled in `past` (refuted by a run's audit) are skipped."""
+    options labelled in `past` (refuted by a run's audit) are skipped, and so is one whose
+    artifact is not cached unless `build` (`tune`: a run builds nothing)."""
     started = time.monotonic()
     reference_model = Path(str(plan.tuned.get("source_model") or ""))
     name = Path(spec).name
@@ -108,9 +111,12 @@ def prove(
     images, reference = reference_detections(reference_model, spec, frames, conf, seconds)
     limit, tried = budget(plan), []
     model_hw = read_model_spec(reference_model).input_size
-    for option in options(plan, sections, hw, model_hw, spec, say):
+    for option in options(plan, sections, hw, model_hw, spec, say, build):
         if option.label in past:  # refuted by a run's audit on this size: not again
             tried.append({"label": option.label, "refuted": True})
+            continue
+        if option.missing:
+            tried.append({"label": option.label, "missing": option.missing})
             continue
         score, error = 1.0, ""
         if option.sections is not None:
@@ -144,9 +150,10 @@ def options(
     model_hw: tuple[int, int],
     spec: str,
     say: Say,
+    build: bool = False,
 ) -> Iterator[Option]:
-    """What to try on a geometry, in order (built lazily: an artifact is exported only when
-    the options before it failed)."""
+    """What to try on a geometry, in order (built lazily: an artifact is exported, where
+    `build`, only when the options before it failed; else taken from the export cache)."""
     current = input_hw(plan, sections) or model_hw
     aligned = next(iter(aligned_sizes(hw, model_hw)), model_hw)
     seen = set()
@@ -158,13 +165,12 @@ def options(
             yield Option(f"the plan ({size_text(size)})", "plan", dict(sections), size)
             continue
         at = "the model's own size" if what == "own" else "the size aligned for this source"
-        change = _resized(plan, size, model_hw, spec, say, at)
-        yield Option(
-            f"the plan's configuration at {size_text(size)}",
-            change,
-            sections_for(sections, {"run": change}),
-            size,
-        )
+        label = f"the plan's configuration at {size_text(size)}"
+        change = _resized(plan, size, model_hw, spec, say, at, build)
+        if isinstance(change, str):
+            yield Option(label, "plan", None, size, missing=change)
+            continue
+        yield Option(label, change, sections_for(sections, {"run": change}), size)
     if (sections.get("inference") or {}).get("precision") == "int8":
         yield from _in_float(plan, sections, aligned, model_hw)
     yield Option("the FP32 reference", "reference", None)
@@ -201,27 +207,58 @@ def _resized(
     spec: str,
     say: Say,
     why: str,
-) -> dict[str, Any]:
+    build: bool = False,
+) -> dict[str, Any] | str:
     """The change that runs the plan's configuration at another input size: its artifact
-    recipe exported at that size (cached by `export`), or that input size."""
+    recipe at that size (from the export cache; exported there where `build`), or that input
+    size; without `build`, why none is cached and what makes one."""
     recipe = str((plan.tuned.get("artifact") or {}).get("export") or "")
     if not recipe:
         return {"inference": {"input_size": None if size == model_hw else list(size)}}
+    if not build:
+        from visionrt.export.cache import default_root, sized_export
+
+        cached = sized_export(Path(str(plan.run.get("model"))), size, (default_root(),))
+        if cached is None:
+            return (
+                f"no {size_text(size)} {recipe} export cached, and a run builds none:"
+                f" `{_export_command(plan, recipe, size)}` or `visionrt tune` makes it"
+            )
+        return {"model": str(cached), "inference": {"input_size": None}}
     from visionrt.export import export_model
 
     source = Path(str(plan.tuned.get("source_model")))
     video = Path(str(plan.tuned.get("video") or ""))
+    # Calibrated as the plan's artifact was: on every video tune was given, where it had several.
+    videos = [str(v) for v in plan.tuned.get("videos") or [] if Path(str(v)).is_file()]
     say(f"the plan's {recipe} artifact at {size_text(size)} ({why}): exporting, or reusing it")
     built = export_model(
         source,
         recipe,
-        calibrate=video if video.is_file() else spec,
+        calibrate=videos if len(videos) > 1 else video if video.is_file() else spec,
         frames=CALIBRATION_FRAMES,
         imgsz=None if size == model_hw else size,
         progress=False,
         fidelity_frames=0,
     )
     return {"model": str(built.path), "inference": {"input_size": None}}
+
+
+def _export_command(plan: Plan, recipe: str, size: tuple[int, int]) -> str:
+    """`visionrt export [MODEL] --to RECIPE --imgsz HxW [--calibrate VIDEO …]`: the plan's
+    artifact made at `size`, calibrated as it was where that was on several videos (the model
+    left out where it is the demo's)."""
+    words = ["visionrt export"]
+    source = Path(str(plan.tuned.get("source_model") or ""))
+    try:
+        demo = demo_model_path().resolve()
+    except ModelLoadError:
+        demo = None
+    words += [] if not source.is_file() or source.resolve() == demo else [str(source)]
+    words += [f"--to {recipe}", f"--imgsz {size[0]}x{size[1]}"]
+    videos = [str(v) for v in plan.tuned.get("videos") or []]
+    words += [f"--calibrate {video}" for video in videos] if len(videos) > 1 else []
+    return " ".join(words)
 
 
 def reference_detections(

@@ -10,6 +10,10 @@ run:
    already is aligned), 2. the plan's configuration at the model's own size, 3. for an INT8
    plan, its runtime in float (BF16 where the CPU has it, at the aligned size then the model's
    own; then FP32 at the model's own), 4. the reference.
+
+Each size then runs its own proven configuration (`PlanUse.by_size`; the pipeline loads one
+detector per distinct configuration: `pipeline.sizes`); sources whose size is not known before
+the run (cameras, streams) run the safest of the sizes' choices.
 """
 
 from __future__ import annotations
@@ -69,11 +73,13 @@ def settle(
     say: Say | None = None,
     frames: int = CHECK_FRAMES,
     seconds: float = CHECK_SECONDS,
+    build: bool = False,
 ) -> PlanUse:
     """The configuration proven for the run's sources (see the module's docstring), as a PlanUse
     with one more note line saying which and why. Checks run only for file sources of a size
     the plan was never measured on; a source whose size is unknown before the run (a camera)
-    runs the plan as it is and is said to be unproven."""
+    runs the safest choice and is said to be unproven. An option whose artifact is not cached
+    is passed over (a run builds nothing), unless `build` (`tune`, which exports it)."""
     plan = use.plan
     if use.sections is None or plan is None or plan.tuned.get("task") == "depth":
         return use
@@ -86,20 +92,28 @@ def settle(
         entry = proof(plan, hw)
         if entry is None or entry.get("refuted"):
             past = _refuted_labels(entry)
-            entry = prove(plan, use.sections, hw, spec, conf, say, frames, seconds, past)
+            entry = prove(plan, use.sections, hw, spec, conf, say, frames, seconds, past, build)
             if not entry.get("unchecked"):
                 record(plan, hw, entry)
                 checked = True
         chosen.append((hw, entry))
     if checked and use.path is not None:
         plan.save(use.path)  # the next run on these sizes needs no check
-    note = _note(chosen, unknown, checked, use.path is not None)
-    # One configuration serves the run: with sources of several sizes, the safest choice.
+    # Each size runs what was proven on it; sources whose size is not known before the run (a
+    # camera, or a size the pipeline cannot tell) run the safest of those choices.
     order = {"plan": 0, "reference": 2}
     runs = [entry.get("run", "plan") for _, entry in chosen]
     final = max(runs, key=lambda r: order.get(r, 1) if isinstance(r, str) else 1, default="plan")
+    safest = next((e for _, e in chosen if e.get("run", "plan") == final), {})
+    note = _note(chosen, unknown, checked, use.path is not None, safest.get("label", "the plan"))
     sections = sections_for(use.sections, {"run": final})
-    return replace(use, sections=sections, note="\n".join(filter(None, [use.note, note])))
+    by_size = {}
+    for hw, entry in chosen:
+        own = sections_for(use.sections, entry)
+        if own != sections:
+            by_size[hw] = own
+    note = "\n".join(filter(None, [use.note, note]))
+    return replace(use, sections=sections, note=note, by_size=by_size)
 
 
 def _refuted_labels(entry: Mapping[str, Any] | None) -> list[str]:
@@ -130,6 +144,7 @@ def _note(
     unknown: list[str],
     checked: bool,
     recorded: bool,
+    safest: str = "the plan",
 ) -> str:
     parts = []
     for hw, entry in chosen:
@@ -147,7 +162,7 @@ def _note(
     if unknown:
         parts.append(
             f"{', '.join(Path(u).name for u in unknown)}: size unknown before the run,"
-            " the plan runs unproven there (the audit watches it)"
+            f" {safest} runs unproven there (the audit watches it)"
         )
     if not parts:
         return ""
@@ -160,6 +175,8 @@ def _note(
 def _tried(option: Mapping[str, Any]) -> str:
     if option.get("refuted"):
         return f"{option['label']} (refuted by an audit)"
+    if option.get("missing"):
+        return f"{option['label']} (not tried: {option['missing']})"
     return f"{option['label']} {float(option.get('fidelity', 0)):.3f}"
 
 

@@ -43,10 +43,9 @@ def _table(result: ExportResult) -> Table:
     table.add_row("cache", "reused a cached artifact" if result.cached else f"built: {took}")
     if "calibration" in report:
         calibration = report["calibration"]
-        table.add_row(
-            "calibration",
-            f"{calibration['frames']} frames spread over {Path(calibration['video']).name}",
-        )
+        videos = calibration.get("videos") or [calibration["video"]]
+        names = ", ".join(Path(video).name for video in videos)
+        table.add_row("calibration", f"{calibration['frames']} frames spread over {names}")
     kept = report.get("kept_in_float") or []
     if kept or TARGETS[target].int8:
         shown = ", ".join(kept[:4]) + (f", … ({len(kept)} in all)" if len(kept) > 4 else "")
@@ -114,8 +113,12 @@ def export_command(
         str | None, typer.Argument(help="ONNX model or Ultralytics .pt. Default: the demo model.")
     ] = None,
     calibrate: Annotated[
-        str | None,
-        typer.Option(help="Video for calibration and fidelity. Default: the demo video."),
+        list[str] | None,
+        typer.Option(
+            help="Video for calibration and fidelity (again for more videos: the calibration"
+            " frames are shared among them, fidelity is scored on the first). Default: the demo"
+            " video."
+        ),
     ] = None,
     frames: Annotated[int, typer.Option(help="Calibration frames (INT8 targets).")] = 300,
     imgsz: Annotated[
@@ -156,7 +159,7 @@ def export_command(
     result = export_model(
         model,
         to,
-        calibrate=calibrate,
+        calibrate=calibrate[0] if calibrate and len(calibrate) == 1 else calibrate,
         frames=frames,
         imgsz=size,
         out=out,

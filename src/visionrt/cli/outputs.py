@@ -126,6 +126,10 @@ def describe_run(pipeline: Pipeline, model: str, console: Console) -> None:
         f" ({info.precision}) · input {pipeline.input_hw[0]}x{pipeline.input_hw[1]}"
         f" · {'live' if pipeline.live else 'file'} mode"
     )
+    if pipeline.parts.sized:  # the detectors of other frame sizes, and where they run
+        for row in pipeline.parts.detector_rows(pipeline.names, pipeline.sources):
+            on = ", ".join(row["sources"]) or "no source yet"
+            console.print(f"detector {row['label']} · on {on}", markup=False)
     for task in pipeline.tasks[1:]:
         facts = task.describe()
         on = ", ".join(pipeline.names[i] for i in pipeline.depth_sources())

@@ -16,6 +16,8 @@ from visionrt.config import RunConfig, given_options, load_config
 from visionrt.errors import ConfigError, SourceError
 from visionrt.models import demo_model_path
 from visionrt.paths import DEMO_VIDEO
+from visionrt.pipeline.options import SizedDetector
+from visionrt.pipeline.sizes import size_key
 from visionrt.plans import PlanRequest, PlanUse, use_depth_plan, use_gating, use_plan
 from visionrt.plans.resolve import CHOICES, layered
 from visionrt.plans.store import PIPELINE_KEY
@@ -178,14 +180,34 @@ def configure_with_plan(
     )
     use = _with_geometry(use_plan(request, plan, fingerprint=fingerprint), own)
     cfg, gating_note, regions_note = own, "", ""
-    if use.sections is not None:
+    if use.runs:
         cfg, gating_note = _with_gating(use, given, config, overrides, values)
-        cfg = replace(cfg, model=str(use.sections["model"]))
+        if use.sections is not None:
+            cfg = replace(cfg, model=str(use.sections["model"]))
+        cfg = _with_sizes(cfg, use, (config, overrides, values))
         cfg, regions_note = _with_regions(cfg, use, own.model)
     cfg, depth_note = _with_depth_plan(cfg, given.get("depth") or {}, fingerprint)
     cfg = _with_audit(cfg, use)
     notes = "\n".join(n for n in (use.note, gating_note, regions_note, depth_note) if n)
     return with_defaults(cfg), notes, use
+
+
+def _with_sizes(
+    cfg: RunConfig, use: PlanUse, layers: tuple[Path | None, list[str] | None, dict[str, Any]]
+) -> RunConfig:
+    """The detectors the sources of some frame sizes run instead of the run's own (what the plan
+    proved there: `PlanUse.by_size`), each under the user's settings as the run's own is; the
+    reference runs the model the user named, with the user's settings alone."""
+    if not use.by_size or cfg.sizes:  # a `sizes` section of the user's own wins
+        return cfg
+    sizes = dict(cfg.sizes)
+    for size, sections in use.by_size.items():
+        if sections is None:
+            mine = with_defaults(load_config(*layers))
+        else:
+            mine = replace(load_config(*layers, base=sections), model=str(sections["model"]))
+        sizes[size_key(size)] = SizedDetector(mine.model, mine.backend, mine.inference)
+    return replace(cfg, sizes=sizes)
 
 
 def _with_gating(
@@ -198,15 +220,15 @@ def _with_gating(
     """The user's settings over the plan's sections, and over the plan's motion gating unless
     the user chose the mode (`plans.use_gating`); a gating section that does not compose with
     the user's options is set aside with the reason, never an error."""
-    assert use.sections is not None
+    sections = use.sections or {}  # {}: the sources of some sizes only run the plan's
     gating = use_gating(use.plan, given.get(PIPELINE_KEY) or {})
     if not gating.section:
-        return load_config(config, overrides, values, base=use.sections), gating.note
+        return load_config(config, overrides, values, base=sections), gating.note
     try:
-        layers = {**use.sections, PIPELINE_KEY: gating.section}
+        layers = {**sections, PIPELINE_KEY: gating.section}
         return load_config(config, overrides, values, base=layers), gating.note
     except ConfigError as err:
-        cfg = load_config(config, overrides, values, base=use.sections)
+        cfg = load_config(config, overrides, values, base=sections)
         return cfg, f"plan's motion gating set aside: {err}"
 
 
@@ -236,7 +258,7 @@ def _with_geometry(use: PlanUse, own: RunConfig) -> PlanUse:
 def _with_audit(cfg: RunConfig, use: PlanUse) -> RunConfig:
     """The live audit's reference and budget from the detector plan that runs (the model it was
     tuned from, the fidelity it was tuned to), where the user set none."""
-    if use.sections is None:
+    if not use.runs:
         return cfg
     from visionrt.pipeline.audit import planned_audit
 

@@ -8,6 +8,7 @@ import math
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -125,8 +126,8 @@ def tune_command(
         list[str] | None,
         typer.Argument(
             help="Videos to tune on (your own; a folder: the videos in it). The search runs on"
-            " the first; the plan is then proven on each other frame size. Default: the demo"
-            " video.",
+            " the first, INT8 calibrates on all; the plan is then proven on each other frame"
+            " size. Default: the demo video.",
             show_default=False,
         ),
     ] = None,
@@ -213,7 +214,7 @@ def tune_command(
             err.print(f"plan {path.name}: {plan.summary_line()} (cached; `visionrt tune` to redo)")
         else:
             outputs = (report, plan_out, json_out)
-            _tune_detector(video, model_path, limits, err, stop, outputs, motion)
+            _tune_detector(video, model_path, limits, err, stop, outputs, motion, videos[1:])
             if len(videos) > 1:
                 _prove_others(model_path, videos, err)
         if depth is not None and limits_for_depth is not None:
@@ -265,6 +266,7 @@ def _prove_others(model: Path, videos: list[str], err: Console) -> None:
             say=lambda line: err.print(f"  {line}", markup=False, highlight=False),
             frames=TUNE_CHECK_FRAMES,
             seconds=TUNE_CHECK_SECONDS,
+            build=True,  # tune exports what the proof needs; a run takes it from the cache
         )
     for line in settled.note.splitlines():
         err.print(line, markup=False, highlight=False)
@@ -278,6 +280,7 @@ def _tune_detector(
     stop: threading.Event,
     outputs: tuple[Path | None, Path | None, bool],
     motion: bool,
+    calibrate_too: Sequence[str] = (),
 ) -> None:
     report, plan_out, json_out = outputs
     with err.status("tuning") as status:
@@ -307,6 +310,7 @@ def _tune_detector(
             stop=stop,
             motion=motion,
             on_motion=show_motion,
+            calibrate_too=calibrate_too,
         )
     search = outcome.search
     title = (

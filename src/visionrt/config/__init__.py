@@ -15,7 +15,7 @@ from visionrt.backends import Backend, BackendOptions
 from visionrt.config.values import coerce
 from visionrt.errors import ConfigError
 from visionrt.fuse.shapes import parse_analytics
-from visionrt.pipeline.options import DepthOptions, PipelineOptions
+from visionrt.pipeline.options import DepthOptions, PipelineOptions, SizedDetector
 from visionrt.postprocess import PostprocessOptions
 from visionrt.serve.options import ServeOptions
 from visionrt.sources import SourceOptions
@@ -145,6 +145,10 @@ class RunConfig:
     # Zones and lines per source name (fuse.analytics): {cam: {zones: {door: [[x, y], ...]},
     # lines: {gate: [[x1, y1], [x2, y2]]}}}; they need pipeline.track.
     analytics: dict[str, Any] = field(default_factory=dict)
+    # Per source frame size "HEIGHTxWIDTH": the detector (model, backend, inference) the sources
+    # of that size run instead of the run's own; a plan fills it with what it proved on each
+    # size (accuracy.geometry), where that differs from what runs on the others.
+    sizes: dict[str, SizedDetector] = field(default_factory=dict)
     serve: ServeOptions = field(default_factory=ServeOptions)  # `visionrt serve` only
     cluster: ClusterOptions = field(default_factory=ClusterOptions)  # `run --ray`
 
@@ -167,6 +171,7 @@ def pipeline_for(
     source's first and end frame, `checkpoints` its fusion state to resume with (see
     Pipeline)."""
     from visionrt.pipeline import Pipeline
+    from visionrt.pipeline.sizes import parse_size_key
 
     return Pipeline(
         list(cfg.sources if sources is None else sources),
@@ -182,6 +187,7 @@ def pipeline_for(
         service=service,
         frame_ranges=frame_ranges,
         checkpoints=checkpoints,
+        sizes={parse_size_key(key): detector for key, detector in cfg.sizes.items()},
     )
 
 
@@ -208,6 +214,8 @@ def _build(cls: type[Any], values: dict[str, Any], prefix: str) -> Any:
             if not isinstance(value, dict):
                 raise ConfigError(f"{prefix}{name}: expected a section of options, got {value!r}")
             kwargs[name] = _build(hint, value, f"{prefix}{name}.")  # type: ignore[arg-type]
+        elif cls is RunConfig and name == "sizes":
+            kwargs[name] = _sizes(value)
         elif cls is RunConfig and name == "analytics":
             parse_analytics(value)  # its one-line errors, before anything loads
             kwargs[name] = value
@@ -222,6 +230,21 @@ def _build(cls: type[Any], values: dict[str, Any], prefix: str) -> Any:
         else:
             kwargs[name] = coerce(f"{prefix}{name}", value, hint)
     return cls(**kwargs)
+
+
+def _sizes(value: Any) -> dict[str, SizedDetector]:
+    """The `sizes` section: per frame size "HEIGHTxWIDTH", a detector with its model."""
+    from visionrt.pipeline.sizes import parse_size_key, size_key
+
+    if not isinstance(value, dict):
+        raise ConfigError(f"sizes: expected a section of frame sizes, e.g. 480x640, got {value!r}")
+    sizes = {}
+    for key, detector in value.items():
+        size = size_key(parse_size_key(key))
+        if not isinstance(detector, dict) or not detector.get("model"):
+            raise ConfigError(f"sizes.{key}: expected a section with a model, got {detector!r}")
+        sizes[size] = _build(SizedDetector, detector, f"sizes.{key}.")
+    return sizes
 
 
 def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:

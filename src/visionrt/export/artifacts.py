@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,7 +76,7 @@ def _build(
     source: Path,
     folder: Path,
     imgsz: tuple[int, int] | None,
-    video: Path,
+    videos: Sequence[Path],
     frames: int,
     progress: _Progress,
 ) -> dict[str, Any]:
@@ -89,13 +90,14 @@ def _build(
     source = _any_batch(target, source, spec, folder / "anybatch.onnx", built)
     calibration: CalibrationSet | None = None
     if target.int8:
-        from visionrt.export.calibration import calibration_frames
+        from visionrt.export.calibration import calibration_over
 
         with progress.bar():
             on_frame = progress.task("calibration frames", frames)
-            calibration = calibration_frames(video, frames, spec.input_size, on_frame)
+            calibration = calibration_over(videos, frames, spec.input_size, on_frame)
         built["calibration"] = {
-            "video": str(video),
+            "video": str(videos[0]),
+            **({"videos": [str(v) for v in videos]} if len(videos) > 1 else {}),
             "frames": len(calibration),
             "indices": calibration.indices,
         }
@@ -176,7 +178,7 @@ def _fidelity(
 def export_model(
     model: str | Path | None,
     target: str,
-    calibrate: str | Path | None = None,
+    calibrate: str | Path | Sequence[str | Path] | None = None,
     frames: int = 300,
     imgsz: tuple[int, int] | None = None,
     out: str | Path | None = None,
@@ -187,8 +189,9 @@ def export_model(
 ) -> ExportResult:
     """Export `model` (default: the demo model) to `target`, or reuse the cached artifact.
 
-    INT8 targets calibrate on `frames` frames spread over `calibrate` (default: the demo video),
-    letterboxed as the pipeline does. Artifacts live in `out` (default
+    INT8 targets calibrate on `frames` frames spread over `calibrate` (default: the demo video;
+    several videos share the frames evenly: cameras of several sizes), letterboxed as the
+    pipeline does; fidelity is measured on the first. Artifacts live in `out` (default
     ~/.cache/visionrt/artifacts) under a folder named by model hash, target, runtime version and
     settings, next to a report.json. With `fidelity_frames` > 0 the artifact is scored against
     the ONNX Runtime FP32 reference on that many frames of the video (kept in the report).
@@ -213,9 +216,14 @@ def export_model(
         raise ConfigError(f"--imgsz: expected height and width multiples of 32, got {list(imgsz)}")
     if frames < 1:
         raise ConfigError(f"--frames: expected >= 1, got {frames}")
-    video = Path(calibrate) if calibrate else DEMO_VIDEO
-    if (spec.int8 or fidelity_frames > 0) and not video.is_file():
-        raise SourceNotFoundError(f"calibration video not found: {video}")
+    given = calibrate if isinstance(calibrate, list | tuple) else [calibrate or DEMO_VIDEO]
+    videos = [Path(v) for v in given]
+    if not videos:
+        raise ConfigError("calibrate: expected a video, got an empty list")
+    video = videos[0]
+    for each in videos if spec.int8 or fidelity_frames > 0 else []:
+        if not each.is_file():
+            raise SourceNotFoundError(f"calibration video not found: {each}")
     depth = model_path.suffix == ".onnx" and is_depth_model(model_path)
     input_hw: tuple[int, int] | None = None
     if depth:
@@ -226,6 +234,8 @@ def export_model(
             )
         if imgsz is not None:
             raise ConfigError("--imgsz reshapes detectors; size a depth model with --depth-size")
+        if len(videos) > 1:
+            raise ConfigError("--calibrate: a depth model calibrates on one video, got several")
         input_hw = depth_export_size(model_path, depth_size, video if video.is_file() else None)
     elif depth_size is not None:
         raise ConfigError(f"--depth-size: {model_path.name} is not a depth model")
@@ -234,7 +244,10 @@ def export_model(
     settings: dict[str, Any] = {"recipe": spec.recipe, "imgsz": list(imgsz) if imgsz else None}
     if input_hw is not None:
         settings["depth_input_hw"] = list(input_hw)
-    if spec.int8:
+    if spec.int8 and len(videos) > 1:
+        fingerprints = [cache.video_fingerprint(v) for v in videos]
+        settings["calibration"] = {"videos": fingerprints, "frames": frames}
+    elif spec.int8:
         settings["calibration"] = {"video": cache.video_fingerprint(video), "frames": frames}
     if target == "tensorrt":
         from visionrt.export.tensorrt import gpu_name
@@ -259,7 +272,7 @@ def export_model(
             if input_hw is not None:
                 built = _build_depth(spec, source, scratch, input_hw, video, frames, show)
             else:
-                built = _build(spec, source, scratch, imgsz, video, frames, show)
+                built = _build(spec, source, scratch, imgsz, videos, frames, show)
             report = {
                 "model": str(model_path),
                 "model_sha256": model_hash,

@@ -1,8 +1,9 @@
-"""Calibration data: frames spread over the user's video, letterboxed as the pipeline does."""
+"""Calibration data: frames spread over the user's video (or videos), letterboxed as the pipeline
+does."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,36 @@ def calibration_frames(
         source.close()
     if not images:
         raise SourceError(f"calibration video {video} gave no frames")
+    return CalibrationSet(images, indices, input_hw)
+
+
+def calibration_over(
+    videos: Sequence[str | Path],
+    count: int,
+    input_hw: tuple[int, int],
+    on_progress: ProgressFn | None = None,
+) -> CalibrationSet:
+    """`count` frames shared evenly among `videos` (cameras of several sizes: one artifact
+    calibrated on all of them), each's spread over it as `calibration_frames` does; `indices`
+    are each frame's index in its own video, in the videos' order."""
+    if count < len(videos):
+        raise ConfigError(
+            f"--frames: expected at least one calibration frame per video ({len(videos)}),"
+            f" got {count}"
+        )
+    shares = [count // len(videos) + (i < count % len(videos)) for i in range(len(videos))]
+    images: list[npt.NDArray[np.uint8]] = []
+    indices: list[int] = []
+    for video, share in zip(videos, shares, strict=True):
+        done = len(images)
+
+        def progress(got: int, _wanted: int, done: int = done) -> None:
+            if on_progress is not None:
+                on_progress(done + got, count)
+
+        found = calibration_frames(video, share, input_hw, progress)
+        images += found.images
+        indices += found.indices
     return CalibrationSet(images, indices, input_hw)
 
 

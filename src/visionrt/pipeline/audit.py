@@ -177,13 +177,14 @@ def _plain(task: Task) -> bool:
 
 def _detector_is(pipeline: Pipeline, model: str | Path, reference: Path) -> bool:
     """The run delivers what the reference sees: the same file in ONNX Runtime FP32 at its own
-    input size, no tiles, tracking or latency ladder."""
+    input size on every source (no detectors of other frame sizes), no tiles, tracking or
+    latency ladder."""
     options, task = pipeline.options, pipeline.task
     return (
         _same(model, reference)
         and _plain(task)
         and task.input_hw == task.spec.input_size
-        and not (options.track or options.tile or options.slo_ms)
+        and not (options.track or options.tile or options.slo_ms or pipeline.parts.sized)
     )
 
 

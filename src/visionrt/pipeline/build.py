@@ -1,6 +1,7 @@
-"""The parts of a run, made from its configuration: the detector (whole frames or tiles), the depth
-task and the sources it runs on, the latency ladder's variants and controller, and each source's
-fusers. `Pipeline` and `Graph` take these parts; they decide no policy themselves."""
+"""The parts of a run, made from its configuration: the detector (whole frames or tiles) and those
+the sources of some frame sizes run instead (`sizes`), the depth task and the sources it runs on,
+the latency ladder's variants and controller, and each source's fusers. `Pipeline` and `Graph`
+take these parts; they decide no policy themselves."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from visionrt.fuse import (
 from visionrt.pipeline.audit import planned_audit
 from visionrt.pipeline.degrade import Change, Degrader, build_ladder
 from visionrt.pipeline.gating import Gating
-from visionrt.pipeline.options import DepthOptions, PipelineOptions
+from visionrt.pipeline.options import DepthOptions, PipelineOptions, SizedDetector
+from visionrt.pipeline.sizes import Size, build_sized, detector_rows, detectors_note, frame_size
 from visionrt.pipeline.variants import degrade_variants
 from visionrt.plans import plan_depth
 from visionrt.postprocess import PostprocessOptions
@@ -43,9 +45,12 @@ log = logging.getLogger("visionrt")
 
 @dataclass
 class Parts:
-    """`tasks[0]` is the detector; `schedule[i]` the task indices run on source i's frames;
-    `variants` the latency ladder's detectors, run by `degrader`'s rungs; `postprocess` the
-    detector's options as run (tracking lowers its threshold); `notes` what the user is told."""
+    """`tasks[0]` is the detector; `sized` the detectors the sources of some frame sizes run
+    instead (their lanes follow the tasks': `sized_lanes` by size); `schedule[i]` the lanes run
+    on source i's frames, its detector's first; `variants` the latency ladder's detectors, run
+    by `degrader`'s rungs; `postprocess` the detector's options as run (tracking lowers its
+    threshold); `models` the detectors' files (the run's own, then `sized`'); `notes` what the
+    user is told."""
 
     detector: DetectTask | TiledDetectTask
     tasks: list[Task]
@@ -59,11 +64,32 @@ class Parts:
     notes: list[str] = field(default_factory=list)
     regions: RegionDetectTask | None = None  # motion regions' detector, and where it looks
     planner: RegionPlanner | None = None
+    sized: list[Task] = field(default_factory=list)
+    sized_lanes: dict[Size, int] = field(default_factory=dict)
+    models: list[str] = field(default_factory=list)
+
+    @property
+    def lanes(self) -> list[Task]:
+        """The tasks with a lane before the ladder's variants: the tasks, then `sized`."""
+        return [*self.tasks, *self.sized]
 
     @property
     def extra(self) -> list[Task]:
-        """The detectors besides the tasks: the ladder's variants, the region detector."""
-        return [*self.variants, *([self.regions] if self.regions is not None else [])]
+        """The detectors besides the tasks: those of other sizes, the ladder's variants, the
+        region detector."""
+        regions = [self.regions] if self.regions is not None else []
+        return [*self.sized, *self.variants, *regions]
+
+    def detector_lane(self, size: Size | None) -> int:
+        """The lane of the detector a source of this frame size runs (0: the run's own)."""
+        return self.sized_lanes.get(size, 0) if size is not None else 0
+
+    def detector_rows(self, names: Sequence[str], sources: Sequence[Source]) -> list[dict]:
+        """Each detector with the sources it runs (`sizes.detector_rows`)."""
+        first = len(self.tasks)
+        routes = [0 if s[0] < first else s[0] - first + 1 for s in self.schedule]
+        detectors = list(zip([self.detector, *self.sized], self.models, strict=True))
+        return detector_rows(detectors, routes, names, sources)
 
     def close(self) -> None:
         for task in [*self.tasks, *self.extra]:
@@ -81,27 +107,34 @@ def build_parts(
     depth: DepthOptions | None,
     plan_depth_too: bool,
     on_degrade: Callable[[Change], None],
+    sizes: Mapping[Size, SizedDetector] | None = None,
 ) -> Parts:
     """Load the run's tasks. A depth model takes its cached plan (`tune --depth`) when
-    `plan_depth_too` and the caller chose none of its runtime options."""
+    `plan_depth_too` and the caller chose none of its runtime options. The sources of a frame
+    size in `sizes` run that detector instead of the run's own (`pipeline.sizes`)."""
     # Tracking: the user's threshold starts tracks; ByteTrack's second stage also needs the
     # detector's boxes down to TRACK_LOW, which only ever extend tracks already there.
     high, low = postprocess.conf, min(TRACK_LOW, postprocess.conf)
     if options.track:
         postprocess = replace(postprocess, conf=low)
-    detector: DetectTask | TiledDetectTask = (
-        TiledDetectTask.for_sources(
-            model,
-            backend,
-            backend_options,
-            postprocess,
-            options.tiling(),
-            [s.size for s in sources if getattr(s, "size", None)],
-        )
-        if options.tile
-        else DetectTask(model, backend, backend_options, postprocess)
-    )
+
+    def make(chosen: SizedDetector, on: Sequence[Source], loaded: Backend | None = None) -> Task:
+        runtime = loaded if loaded is not None else chosen.backend
+        if options.tile:
+            known = [size for s in on if (size := frame_size(s))]
+            tiling = options.tiling()
+            return TiledDetectTask.for_sources(
+                chosen.model, runtime, chosen.inference, postprocess, tiling, known
+            )
+        return DetectTask(chosen.model, runtime, chosen.inference, postprocess)
+
+    own = SizedDetector(str(model), backend if isinstance(backend, str) else "",
+                        backend_options or BackendOptions())  # fmt: skip
+    loaded = None if isinstance(backend, str) else backend
+    detector = make(own, sources, loaded)
+    assert isinstance(detector, DetectTask | TiledDetectTask)
     parts = Parts(detector, [detector], [[0] for _ in sources], postprocess, high, low)
+    parts.models.append(str(model))
     try:
         if depth is not None and depth.model:
             if plan_depth_too:
@@ -109,6 +142,8 @@ def build_parts(
             _add_depth(parts, depth, sources, names)
         elif depth is not None and depth.on:
             raise ConfigError("--depth-on names sources for a depth model: give --depth MODEL")
+        if sizes:
+            _add_sized(parts, sources, names, sizes, own, make)
         if options.slo_ms:
             live = any(s.live for s in sources)
             _add_degrade(parts, model, backend, backend_options, options, live, on_degrade)
@@ -118,6 +153,29 @@ def build_parts(
         parts.close()
         raise
     return parts
+
+
+def _add_sized(
+    parts: Parts,
+    sources: Sequence[Source],
+    names: Sequence[str],
+    sizes: Mapping[Size, SizedDetector],
+    own: SizedDetector,
+    make: Callable[[SizedDetector, Sequence[Source]], Task],
+) -> None:
+    """The detectors of the sizes whose sources run another than the run's own, each source's
+    schedule starting with its detector's lane, and the line saying which runs where."""
+    made, index = build_sized(sources, sizes, own, make)
+    first = len(parts.tasks)
+    parts.sized = [task for task, _ in made]
+    parts.models.extend(chosen.model for _, chosen in made)
+    parts.sized_lanes = {size: first + i for size, i in index.items()}
+    for source_id, source in enumerate(sources):
+        parts.schedule[source_id][0] = parts.detector_lane(frame_size(source))
+    if made:
+        note = detectors_note(parts.detector_rows(names, sources))
+        parts.notes.append(note)
+        log.info("%s", note)
 
 
 def build_fusers(

@@ -27,11 +27,13 @@ from visionrt.pipeline.degrade import Change
 from visionrt.pipeline.flow import Flow
 from visionrt.pipeline.gating import motion_summary
 from visionrt.pipeline.graph import Graph
-from visionrt.pipeline.options import DepthOptions, PipelineOptions
+from visionrt.pipeline.options import DepthOptions, PipelineOptions, SizedDetector
 from visionrt.pipeline.output import SinkThread, close_sinks
 from visionrt.pipeline.planned import plan_options
+from visionrt.pipeline.report import describe_parts, source_rows
 from visionrt.pipeline.roster import Roster
 from visionrt.pipeline.schedule import Scheduler
+from visionrt.pipeline.sizes import Size, planned_sizes
 from visionrt.plans import Plan, plan_detector
 from visionrt.postprocess import PostprocessOptions
 from visionrt.sinks import Sink
@@ -65,7 +67,9 @@ class Pipeline:
     `frame_ranges`: each source's (`start_frame`, `end_frame`), in place of `source_options`'
     (a cluster's retries resume each source of a group where it stopped; a long file's ranges
     run on several workers); `checkpoints`: each source's fusion state to resume with (None:
-    from nothing), as `checkpoint()` took it after the frame before its start.
+    from nothing), as `checkpoint()` took it after the frame before its start. `sizes`: the
+    detector the sources of a frame size (height, width) run instead of `model` (default: what
+    the plan proved on each size; `pipeline.sizes`).
     """
 
     def __init__(
@@ -83,6 +87,7 @@ class Pipeline:
         service: bool = False,
         frame_ranges: Sequence[tuple[int, int]] | None = None,
         checkpoints: Sequence[Checkpoint | None] = (),
+        sizes: Mapping[Size, SizedDetector] | None = None,
     ) -> None:
         if not sources and not service:
             raise ConfigError("no source given")
@@ -105,7 +110,7 @@ class Pipeline:
         # A service's sources change while it runs (`add_source`, `remove_source`).
         self.roster = Roster(self, source_options) if service else None
         self.notes: list[str] = []
-        given, asked = options is not None, model
+        given, asked, own = options is not None, model, (backend, backend_options)
         model, backend, backend_options, use = plan_detector(
             plan,
             model,
@@ -118,8 +123,10 @@ class Pipeline:
         # The plan whose configuration runs (None: the model as given), and how it was taken
         # (the CLI, which settles the plan itself, sets `plan_use`: the audit's verdict on a
         # source's size goes back into the cached plan).
-        self.plan: Plan | None = use.plan if use.sections is not None else None
+        self.plan: Plan | None = use.plan if use.runs else None
         self.plan_use = use
+        if sizes is None:
+            sizes = planned_sizes(use, asked, *own)
         self.options, notes = plan_options(self.options, self.plan, given, model, asked)
         self.notes.extend(notes)
         if use.note:
@@ -140,6 +147,7 @@ class Pipeline:
             depth,
             plan is not False,
             self._degraded,
+            sizes,
         )
         self.parts, self.task, self.tasks = parts, parts.detector, parts.tasks
         self.postprocess, self.schedule = parts.postprocess, parts.schedule
@@ -298,20 +306,10 @@ class Pipeline:
 
     def summary(self) -> RunSummary:
         summary = self.telemetry.summary()
-        summary.backend = self.task.describe()
-        for task in self.tasks[1:]:
-            summary.backend[task.name] = task.describe()
-        if self.parts.regions is not None:  # what the motion windows ran
-            summary.backend["regions"] = self.parts.regions.describe()
-        # One row per name: counts are kept by name, and a service's camera removed and added
-        # again under its name is one camera (its latest source's report, `instances` of it).
-        counts, rows = self.telemetry.per_source(), {}
-        for s, name in zip(self.sources, self.names, strict=True):
-            instances = rows[name]["instances"] + 1 if name in rows else 1
-            rows[name] = {**s.report(), "name": name, "spec": s.name, **counts.get(name, {})}
-            if self.roster is not None:
-                rows[name]["instances"] = instances
-        summary.sources = list(rows.values())
+        summary.backend = describe_parts(self.parts, self.names, self.sources)
+        summary.sources = source_rows(
+            self.parts, self.names, self.sources, self.telemetry.per_source(), bool(self.roster)
+        )
         if self.degrader is not None:
             summary.slo = self.degrader.report()
         if self.auditor is not None:
@@ -348,7 +346,7 @@ class Pipeline:
 
     # -- the run ---------------------------------------------------------------------------
     def _results(self) -> Iterator[FrameResult]:
-        first_variant = len(self.tasks)
+        first_variant = len(self.parts.lanes)
         scheduler = Scheduler(
             self.schedule,
             self.options,
@@ -366,7 +364,7 @@ class Pipeline:
             self.sources,
             self.names,
             self.named,
-            self.tasks,
+            self.parts.lanes,
             scheduler,
             fusers,
             self.class_names,

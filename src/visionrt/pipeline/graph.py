@@ -64,10 +64,19 @@ class Lane:
         self.stage = {s: prefix + s for s in ("preprocess", "prepared", "infer", "postprocess")}
 
 
+def _numbered(tasks: Sequence[Task], index: int) -> str | None:
+    """The stage prefix of a task whose name an earlier lane's task has ("detect2_"), so that
+    each lane's stages have names of their own; None: the lane's own (Lane)."""
+    name = tasks[index].name
+    earlier = sum(task.name == name for task in tasks[:index])
+    return f"{name}{earlier + 1}_" if earlier else None
+
+
 class Graph:
-    """Runs the stages for one pass over `sources`: `tasks` (the first the detector) and the
-    latency ladder's `variants` each get a lane, numbered in that order; `scheduler` says which
-    lanes run on each frame; `fusers[i]` are source i's fusion steps; `class_names` name the
+    """Runs the stages for one pass over `sources`: `tasks` (the first the detector; others of
+    its name are detectors too, their results the frame's detections) and the latency ladder's
+    `variants` each get a lane, numbered in that order; `scheduler` says which lanes run on each
+    frame; `fusers[i]` are source i's fusion steps; `class_names` name the
     detector's classes in results; `gating` measures each frame's motion for the scheduler
     (None: off) and `regions` is the region detector its windows run on (regions mode).
 
@@ -98,7 +107,9 @@ class Graph:
         self.fusers = [list(steps) for steps in fusers]
         self._on_error = on_error
         any_live = any(s.live for s in sources) or service
-        self.lanes = [Lane(i, t, any_live, options, flow) for i, t in enumerate(tasks)]
+        self.lanes = [
+            Lane(i, t, any_live, options, flow, _numbered(tasks, i)) for i, t in enumerate(tasks)
+        ]
         # The ladder's detector variants: lanes of their own, idle until a rung uses them.
         self.lanes += [
             Lane(len(tasks) + j, t, any_live, options, flow, prefix=f"variant{j + 1}_")

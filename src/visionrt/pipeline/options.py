@@ -1,5 +1,6 @@
 """The pipeline's own options (queue depth, live-mode staleness, warm-up, helper threads, tracking,
-latency target, tiling) and those of a depth model run beside the detector."""
+latency target, tiling), those of a depth model run beside the detector, and the detector run on
+the sources of one frame size instead of the run's own."""
 
 from __future__ import annotations
 
@@ -228,3 +229,14 @@ class DepthOptions:
             raise ConfigError(
                 f"depth.audit_max_abs_rel: expected > 0, got {self.audit_max_abs_rel}"
             )
+
+
+@dataclass(frozen=True, slots=True)
+class SizedDetector:
+    """The detector the sources of one frame size run instead of the run's own: what a plan
+    proved there (`accuracy.geometry`: another artifact, input size or precision). The run
+    config's `sizes` section holds one per size, keyed "HEIGHTxWIDTH"."""
+
+    model: str
+    backend: str = ""
+    inference: BackendOptions = field(default_factory=BackendOptions)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from visionrt.errors import ConfigError
 from visionrt.fuse import parse_analytics
 from visionrt.pipeline.build import check_analytics, source_fusers
+from visionrt.pipeline.sizes import frame_size
 from visionrt.sources import Source, SourceOptions
 from visionrt.sources.registry import LIVE_KINDS, open_source, source_kind
 
@@ -95,7 +96,7 @@ class Roster:
         if workers == "auto":  # each camera or stream in a worker process of its own
             workers = "process" if source_kind(spec) in LIVE_KINDS else "thread"
         source = open_source(spec, source_id, replace(self.options, workers=workers))
-        lanes = [0, *(depth_lanes if depth else [])]
+        lanes = [pipeline.parts.detector_lane(frame_size(source)), *(depth_lanes if depth else [])]
         try:
             if on_open is not None:
                 on_open(source)

@@ -34,8 +34,9 @@ class Decision:
 
 
 class Scheduler:
-    """`schedule[i]` lists the lanes run on source i's frames, its first the detector;
-    `variants[j]` is the lane of the latency ladder's detector variant j + 1; `region_lane` the
+    """`schedule[i]` lists the lanes run on source i's frames, its first the detector (lane 0,
+    the run's own, or the one its frame size runs); `variants[j]` is the lane of the latency
+    ladder's variant j + 1 of the run's own detector; `region_lane` the
     region detector's (motion regions). Call `decide` once per frame, in order per source, from
     one thread; `observe` each delivered frame's latency."""
 
@@ -102,7 +103,9 @@ class Scheduler:
         if motion != "off" and not refresh and not moved:
             return Decision(reused=True)
         lanes = self.schedule[source_id]
-        if rung is not None and rung.variant:
+        # The variants are the run's own detector's (lane 0): a source whose frame size runs
+        # another detector keeps it on those rungs (frames are still thinned, gated).
+        if rung is not None and rung.variant and lanes[0] == 0:
             lanes = (self.variants[rung.variant - 1], *lanes[1:])
         if self.track and every > 1:
             if self._until_detect[source_id] > 0:  # tracking alone on this frame

@@ -5,7 +5,7 @@ always with one line saying which and why. The CLI, `profile` and the Python API
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +38,20 @@ class PlanRequest:
 class PlanUse:
     """`sections` (model, backend, inference) to layer under the run's own settings, with the
     model replaced by the plan's artifact; None: the run goes on without a plan. `note` is the
-    line to show ("" when there is nothing to say)."""
+    line to show ("" when there is nothing to say). `by_size`: the sections proven on a source
+    frame size (height, width) where they differ from `sections` (None: the reference), which
+    the sources of that size run instead (`accuracy.geometry.settle` fills it)."""
 
     sections: dict[str, Any] | None
     note: str
     plan: Plan | None = None
     path: Path | None = None  # the cached plan file (None: the user's --plan file, not ours)
+    by_size: dict[tuple[int, int], dict[str, Any] | None] = field(default_factory=dict)
+
+    @property
+    def runs(self) -> bool:
+        """Some configuration of the plan runs (on every source, or on those of some size)."""
+        return self.sections is not None or any(s is not None for s in self.by_size.values())
 
 
 def chosen_settings(backend: str, options: BackendOptions) -> tuple[str, ...]:
@@ -214,14 +222,20 @@ def plan_detector(
         use = settle(use)
     if use.sections is None:
         return model, backend, options, use
-    planned = layered(BackendOptions(), use.sections.get("inference") or {})
-    planned = replace(
+    planned = planned_options(use.sections, given)
+    return str(use.sections["model"]), str(use.sections["backend"]), planned, use
+
+
+def planned_options(sections: Mapping[str, Any], given: BackendOptions) -> BackendOptions:
+    """A plan's inference section under the caller's batch, threads and cache folder (the
+    Python API's options, which compose with a plan)."""
+    planned = layered(BackendOptions(), sections.get("inference") or {})
+    return replace(
         planned,
         batch=given.batch if given.batch != 1 else planned.batch,
         threads=given.threads or planned.threads,
         cache_dir=given.cache_dir or planned.cache_dir,
     )
-    return str(use.sections["model"]), str(use.sections["backend"]), planned, use
 
 
 def use_depth_plan(

@@ -4,7 +4,7 @@ the pipeline over the first frames, and score its detections against the FP32 re
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,9 @@ def backend_options(inference: dict[str, Any]) -> BackendOptions:
 
 class VideoEvaluator:
     """Runs candidates on `video`. The reference candidate must be evaluated first: its
-    detections on the first `fidelity_frames` frames are what the others are scored against."""
+    detections on the first `fidelity_frames` frames are what the others are scored against.
+    INT8 artifacts calibrate on `video` and the `calibrate_too` videos (cameras of other frame
+    sizes the plan must hold on)."""
 
     def __init__(
         self,
@@ -44,8 +46,12 @@ class VideoEvaluator:
         calibration_frames: int = 150,
         conf: float = 0.25,
         progress: bool = False,
+        calibrate_too: Sequence[str | Path] = (),
     ) -> None:
         self.video, self.model = str(video), Path(model)
+        # Video files only (export calibrates on files); each once.
+        others = [str(v) for v in calibrate_too if Path(v).is_file()]
+        self.calibration = list(dict.fromkeys([self.video, *others]))
         self.fidelity_frames, self.calibration_frames = fidelity_frames, calibration_frames
         self.conf, self.progress = conf, progress
         self.reference: list[Detections] | None = None
@@ -66,7 +72,7 @@ class VideoEvaluator:
             result = export_model(
                 self.model,
                 candidate.export,
-                calibrate=self.video,
+                calibrate=self.calibration if len(self.calibration) > 1 else self.video,
                 frames=self.calibration_frames,
                 imgsz=candidate.input_size,
                 progress=self.progress,

@@ -7,7 +7,7 @@ import importlib.util
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -160,8 +160,11 @@ def tune(
     stop: threading.Event | None = None,
     motion: bool = True,
     on_motion: Say | None = None,
+    calibrate_too: Sequence[str | Path] = (),
 ) -> TuneOutcome:
     """Find the best configuration for `model` on `video` within `limits`; save the plan.
+    INT8 artifacts calibrate on `video` and `calibrate_too` (the other videos `tune` was given:
+    cameras of other frame sizes), which the plan records (`tuned.videos`).
     With `motion`, then learn whether motion gating pays with it on this video (`tune.motion`;
     `on_motion` hears each step); the plan's `pipeline` section keeps the mode that does.
 
@@ -177,7 +180,13 @@ def tune(
     spec = read_model_spec(model)
     source_hw = _source_hw(str(video))
     space = candidates(this_machine(), spec.input_size, source_hw, limits.objective)
-    evaluator = VideoEvaluator(video, model, fidelity_frames=min(60, rounds[0]), progress=progress)
+    evaluator = VideoEvaluator(
+        video,
+        model,
+        fidelity_frames=min(60, rounds[0]),
+        progress=progress,
+        calibrate_too=calibrate_too,
+    )
     if stop is not None:
         evaluator.stop = stop
     search = successive_halving(space, evaluator, limits, rounds, on_trial=on_trial)
@@ -215,6 +224,7 @@ def tune(
             "source_sha256": file_sha256(model),
             "artifact": evaluator.artifact_facts(best.candidate),
             "video": str(video),
+            **({"videos": evaluator.calibration} if len(evaluator.calibration) > 1 else {}),
             "objective": limits.objective,
             "limits": {"min_fidelity": limits.min_fidelity, "max_p99_ms": limits.max_p99_ms},
             "input_hw": list(best.candidate.input_size or spec.input_size),

@@ -1,0 +1,50 @@
+"""What a run's summary says of its parts and sources: what each model ran (and, where sources of
+several frame sizes run detectors of their own, which source ran which), and one row per source
+name with its counts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from visionrt.pipeline.build import Parts
+from visionrt.sources import Source
+
+
+def describe_parts(parts: Parts, names: Sequence[str], sources: Sequence[Source]) -> dict[str, Any]:
+    """The detector's description, with each other task's under its name, the detectors by
+    frame size (`detectors`: each with the sources it ran) and what motion windows ran."""
+    described = parts.detector.describe()
+    for task in parts.tasks[1:]:
+        described[task.name] = task.describe()
+    if parts.sized:
+        described["detectors"] = parts.detector_rows(names, sources)
+    if parts.regions is not None:
+        described["regions"] = parts.regions.describe()
+    return described
+
+
+def source_rows(
+    parts: Parts,
+    names: Sequence[str],
+    sources: Sequence[Source],
+    counts: Mapping[str, Mapping[str, Any]],
+    service: bool,
+) -> list[dict[str, Any]]:
+    """One row per name: counts are kept by name, and a service's camera removed and added
+    again under its name is one camera (its latest source's report, `instances` of it). With
+    detectors by frame size, each row names the one its source ran (`detector`)."""
+    ran: dict[str, str] = {}
+    if parts.sized:
+        rows = parts.detector_rows(names, sources)
+        ran = {name: row["label"] for row in rows for name in row["sources"]}
+    by_name: dict[str, dict[str, Any]] = {}
+    for source, name in zip(sources, names, strict=True):
+        instances = by_name[name]["instances"] + 1 if name in by_name else 1
+        row = {**source.report(), "name": name, "spec": source.name, **counts.get(name, {})}
+        if name in ran:
+            row["detector"] = ran[name]
+        if service:
+            row["instances"] = instances
+        by_name[name] = row
+    return list(by_name.values())
