@@ -131,12 +131,27 @@ def test_the_demo_command_runs_the_reference_tunes_and_runs_the_plan(
     tmp_path: Path, small_video: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    """The real commands, in this process, with a tune cut to its first measurement by a budget
-    of 0.6 s: the plan it caches is time-boxed, and the second run uses it and says so."""
+    """The real commands, in this process, with a tune cut to its first measurement: the
+    search's clock passes the budget once the first candidate has been measured (a wall-clock
+    budget would leave this to the machine's speed), so the plan it caches is time-boxed, and
+    the second run uses it and says so."""
     from conftest import run_cli
 
     from visionrt.plans import cached_plan
+    from visionrt.tune import search as search_module
+    from visionrt.tune import tuner
 
+    real = search_module.successive_halving
+
+    def cut_after_first(*args: object, **kwargs: object) -> search_module.SearchResult:
+        ticks = iter([0.0, 0.0])  # the start, the check before the first candidate
+
+        def clock() -> float:
+            return next(ticks, 1e9)  # every later check: far past any budget
+
+        return real(*args, clock=clock, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tuner, "successive_halving", cut_after_first)
     monkeypatch.setenv("VISIONRT_PLANS", str(tmp_path / "plans"))
     out = tmp_path / "demo"
     argv = ["demo", str(small_video), "-m", str(tiny_model), "-o", str(out)]

@@ -117,7 +117,7 @@ RUN_CASES = [
     ("VIDEO -m MODEL --set postprocess.classes=[99]", 2, "class 99 is not in this model"),
     ("VIDEO -m MODEL --depth DEPTH --depth-on ,", 2, "got an empty name in ','"),
     # 10: the sections a config may have include `tasks`.
-    ("VIDEO -m MODEL --set nope.key=1", 2, "postprocess, serve, source, sources, tasks"),
+    ("VIDEO -m MODEL --set nope.key=1", 2, "postprocess, serve, sizes, source, sources, tasks"),
     # 4: a latency-ladder model that is not a detector, checked before the ladder builds on it.
     ("VIDEO -m MODEL --realtime --slo-ms 100 --set pipeline.slo_model=DEPTH", 2,
      "pipeline.slo_model: depth.onnx is not a detector"),
