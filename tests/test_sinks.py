@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import until
 
 from visionrt.errors import SinkError
 from visionrt.sinks import JsonlSink, NullSink, Sink, VideoSink, partial_path
@@ -283,10 +284,11 @@ def test_telemetry_lines_carry_rates_latency_and_queues(tmp_path: Path) -> None:
     telemetry.register_gauge("broken", lambda: 1 / 0)  # a gauge that fails reads as null
     telemetry.start()
     path = tmp_path / "t.jsonl"
+    for _ in range(10):
+        telemetry.frame_out(0.004)
     with TelemetryWriter(telemetry, path, interval=0.05):
-        for _ in range(10):
-            telemetry.frame_out(0.004)
-        time.sleep(0.12)
+        # A line of its own, then the last one at the end: none since.
+        until(lambda: path.read_text().count("\n") >= 1, "wrote a line")
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert lines[0]["latency_ms"]["p50"] == pytest.approx(4.0)
     assert lines[0]["fps"] > 0
