@@ -328,16 +328,13 @@ def test_a_slow_sink_backs_up_its_own_queue_and_loses_nothing(
 ) -> None:
     """Sinks write on a thread of their own: while one is held, results wait in the `fused`
     queue (its room filled, visible to `queue_depths`), then every frame is written in order."""
-    import threading
-    import time
-
     from visionrt.sinks import Sink
 
     gate, written, threads = threading.Event(), [], set()
 
     class Held(Sink):
         def write(self, result) -> None:
-            gate.wait(30)
+            gate.wait(HANG_SECONDS)
             threads.add(threading.current_thread().name)
             written.append(result.frame.index)
 
@@ -349,12 +346,12 @@ def test_a_slow_sink_backs_up_its_own_queue_and_loses_nothing(
     summaries: list[RunSummary] = []
     runner = threading.Thread(target=lambda: summaries.append(pipeline.run([Held()])))
     runner.start()
-    deadline, full = time.monotonic() + 30, False
+    deadline, full = time.monotonic() + HANG_SECONDS, False
     while not full and time.monotonic() < deadline and runner.is_alive():
         full = pipeline.queue_depths().get("fused") == 2
         time.sleep(0.01)
     gate.set()
-    runner.join(30)
+    runner.join(HANG_SECONDS)
     pipeline.close()
     assert full, "the sink queue never filled while its sink was held"
     assert summaries[0].frames_out == 40
@@ -366,14 +363,14 @@ def test_a_slow_sink_backs_up_its_own_queue_and_loses_nothing(
 def test_a_sink_that_fails_ends_the_run_with_its_error(small_video: Path, tiny_model: Path) -> None:
     """The sink thread's error is the run's, raised by `run` after the sinks are finalized,
     even when it fails while the consumer waits for room in the sink queue."""
-    import time
 
     from visionrt.errors import SinkError
     from visionrt.sinks import Sink
 
     class Broken(Sink):
         def write(self, result) -> None:
-            deadline = time.monotonic() + 30  # fail once the consumer waits on a full queue
+            # Fail once the consumer waits on a full queue.
+            deadline = time.monotonic() + HANG_SECONDS
             while pipeline.queue_depths().get("fused") != 1 and time.monotonic() < deadline:
                 time.sleep(0.01)
             raise OSError("disk full")
