@@ -163,7 +163,7 @@ def test_mqtt_broker_down_queues_a_bounded_number_and_counts_the_rest(
     # at all can be sent.
     publishing = threading.Thread(target=lambda: [publisher.publish(e) for e in during])
     publishing.start()
-    publishing.join(timeout=60)
+    publishing.join(timeout=HANG_SECONDS)
     assert not publishing.is_alive(), "publish() blocked while the broker was down"
     wait_until(lambda: publisher.stats()[transport.name]["dropped"] == 900, what="900 dropped")
     stats = publisher.stats()[transport.name]

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import until
+from conftest import HANG_SECONDS, until
 
 from visionrt.errors import SinkError
 from visionrt.sinks import JsonlSink, NullSink, Sink, VideoSink, partial_path
@@ -247,7 +247,8 @@ def test_jsonl_lines_survive_sigkill(tmp_path: Path) -> None:
     )
     final = tmp_path / "out.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-c", script, str(final), str(Path(__file__).parent)], timeout=60
+        [sys.executable, "-c", script, str(final), str(Path(__file__).parent)],
+        timeout=HANG_SECONDS,
     )
     assert proc.returncode == -signal.SIGKILL
     lines = partial_path(final).read_text().splitlines()
