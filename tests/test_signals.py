@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import HANG_SECONDS
 
 
 @pytest.fixture
@@ -80,10 +81,6 @@ def _catches(pid: int, sig: signal.Signals) -> bool:
         return False
     mask = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
     return bool(int(mask, 16) >> (sig - 1) & 1)
-
-
-# Only a guard against a hang: nothing here is expected to take more than a few seconds.
-HANG_SECONDS = 120
 
 
 def _until(condition: Any, what: str, proc: subprocess.Popen[str]) -> None:
