@@ -17,8 +17,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+from conftest import HANG_SECONDS
+
 _NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-TIMEOUT_S = 60.0
+TIMEOUT_S = HANG_SECONDS  # only a guard against a hang
 
 
 def find_chromium() -> str | None:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import tempfile
+import threading
+import time
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -15,6 +18,8 @@ import pytest
 from visionrt.errors import ModelLoadError
 from visionrt.models import demo_model_path, depth_model_path
 from visionrt.paths import DEMO_VIDEO
+
+T = TypeVar("T")
 
 # A plan tuned on this machine would change what a plain `visionrt run` does: tests see none
 # unless they make one.
@@ -426,3 +431,39 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
         code = exit_info.code
         return (code if isinstance(code, int) else 1), capsys.readouterr().err
     return 0, capsys.readouterr().err
+
+
+# Seconds after which a wait in a test gives up: only a guard that turns a hang into a failure,
+# never a measure of speed (a loaded 2-core machine may take many times a quiet one's time).
+HANG_SECONDS = 600.0
+
+
+def finishes(work: Callable[[], T], what: str = "it", seconds: float = HANG_SECONDS) -> T:
+    """`work()` on a thread of its own: its value, or its exception raised here; fails when it
+    has not returned after `seconds` (a hang, as when a run waits for something that never
+    comes), rather than hanging the test session."""
+    outcome: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, work()))
+        except BaseException as err:
+            outcome.append((False, err))
+
+    thread = threading.Thread(target=run, name=f"finishes: {what}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"{what} never ended (gave up after {seconds:.0f} s)"
+    done, value = outcome[0]
+    if not done:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
+def until(condition: Callable[[], object], what: str, seconds: float = HANG_SECONDS) -> None:
+    """Wait until `condition()` holds: an event the test waits for, polled; fails only after
+    `seconds` (a guard against a hang)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"never {what} (gave up after {seconds:.0f} s)"
+        time.sleep(0.01)

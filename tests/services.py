@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import HANG_SECONDS
 
 HOST = "127.0.0.1"
 
@@ -28,9 +29,9 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def wait_until(condition: Any, timeout: float = 15.0, what: str = "condition") -> None:
-    """Poll `condition()` until true; fail naming `what` after `timeout` seconds (generous: the
-    wait ends as soon as it holds, so only a broken feature pays it)."""
+def wait_until(condition: Any, timeout: float = HANG_SECONDS, what: str = "condition") -> None:
+    """Poll `condition()` until true; fail naming `what` after `timeout` seconds (only a guard
+    against a hang: the wait ends as soon as it holds, so only a broken feature pays it)."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -69,7 +70,7 @@ class Mosquitto:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
-    def start(self, timeout: float = 10.0) -> None:
+    def start(self, timeout: float = HANG_SECONDS) -> None:
         with self.log.open("ab") as log:
             self._process = subprocess.Popen(
                 [self.binary, "-c", str(self.config)], stdout=log, stderr=subprocess.STDOUT

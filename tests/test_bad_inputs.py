@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import write_tiny_detector, write_video
+from conftest import HANG_SECONDS, write_tiny_detector, write_video
 
 from visionrt.cli.main import main
 
@@ -294,7 +294,7 @@ def test_a_stage_failing_mid_run_ends_quickly_with_outputs_finalized(
     result: dict[str, tuple[int, str]] = {}
     worker = threading.Thread(target=lambda: result.setdefault("run", _run(args, capsys)))
     worker.start()
-    worker.join(timeout=20)
+    worker.join(timeout=HANG_SECONDS)
     assert not worker.is_alive(), "a failing stage hung the run"
     code, stderr = result["run"]
     assert code == 1

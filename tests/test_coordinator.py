@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import write_video
+from conftest import HANG_SECONDS, finishes, write_video
 
 from visionrt import Pipeline
 from visionrt.distributed.coordinator import Coordinator, RunStop
@@ -44,15 +44,43 @@ def lines(unit: WorkUnit, start: int, stop: int) -> tuple[tuple[int, str], ...]:
     return tuple((f, f"{unit.name}:{f}") for f in range(start, stop))
 
 
+class CoordinatorClock:
+    """The coordinator's `time`: `monotonic()` reads a clock that moves only when the test says
+    (a Scripted executor's pause per report), so rates, gaps and waits come out the same on any
+    machine."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> CoordinatorClock:
+    import visionrt.distributed.coordinator as coordinator_module
+
+    fake = CoordinatorClock()
+    monkeypatch.setattr(coordinator_module, "time", fake)
+    return fake
+
+
 class Scripted:
     """Workers `names`; `act(worker, unit)` returns the reports starting `unit` produces (and
-    may take workers away); reports come back one per `reports` call (after `pause` s), in
-    order."""
+    may take workers away); reports come back one per `reports` call (after `pause` s: on
+    `clock` when given, else slept), in order."""
 
     def __init__(
-        self, names: set[str], act: Callable[[str, WorkUnit], list[Report]], pause: float = 0.0
+        self,
+        names: set[str],
+        act: Callable[[str, WorkUnit], list[Report]],
+        pause: float = 0.0,
+        clock: CoordinatorClock | None = None,
     ) -> None:
-        self.alive, self.act, self.pause = set(names), act, pause
+        self.alive, self.act, self.pause, self.clock = set(names), act, pause, clock
         self.pending: list[Report] = []
         self.started: list[tuple[str, WorkUnit]] = []
 
@@ -65,7 +93,10 @@ class Scripted:
             self.pending.extend(self.act(worker, unit))
 
     def reports(self, timeout: float) -> list[Report]:
-        time.sleep(self.pause)
+        if self.clock is not None:
+            self.clock.now += self.pause
+        else:
+            time.sleep(self.pause)
         return [self.pending.pop(0)] if self.pending else []
 
     def stop(self, worker: str) -> bool:
@@ -477,7 +508,9 @@ def test_a_group_failing_on_a_users_file_runs_its_units_alone_and_fails_only_tha
     assert [u.alone for _, u in executor.started] == [False] * 3 + [True] * 3
 
 
-def test_live_streams_are_spread_by_cost_and_a_lost_ones_gap_is_counted() -> None:
+def test_live_streams_are_spread_by_cost_and_a_lost_ones_gap_is_counted(
+    clock: CoordinatorClock,
+) -> None:
     """Four live streams on two workers: the 4K one alone, the three small ones together.
     The worker with the three dies; they restart on its replacement, numbered after the gap
     (estimated from each stream's rate and how long nobody read it) that counts as lost."""
@@ -502,7 +535,7 @@ def test_live_streams_are_spread_by_cost_and_a_lost_ones_gap_is_counted() -> Non
                 executor.alive.discard(worker)
                 executor.alive.add("w3")
             return reports
-        time.sleep(0.1)  # the replacement takes its time to open the stream again
+        clock.now += 0.1  # the replacement takes its time to open the stream again
         # A live retry numbers its frames from 0 again.
         reports = [
             Batch(worker, unit.unit_id, unit.attempt, lines(unit, 0, 5)),
@@ -512,7 +545,7 @@ def test_live_streams_are_spread_by_cost_and_a_lost_ones_gap_is_counted() -> Non
             reports.append(Done(big_worker[0], 1, 1))
         return reports
 
-    executor = Scripted({"w1", "w2"}, act, pause=0.02)
+    executor = Scripted({"w1", "w2"}, act, pause=0.02, clock=clock)
     got: dict[str, list[int]] = {}
     report = Coordinator(streams, executor, lambda n, f, _: got.setdefault(n, []).append(f)).run()
     first = [sorted(n for n, attempt in units if attempt == 1) for units in placed.values()]
@@ -527,7 +560,9 @@ def test_live_streams_are_spread_by_cost_and_a_lost_ones_gap_is_counted() -> Non
     assert report.sources["big"].lost == 0
 
 
-def test_a_lost_stream_with_no_idle_worker_is_taken_in_by_a_busy_worker_of_streams() -> None:
+def test_a_lost_stream_with_no_idle_worker_is_taken_in_by_a_busy_worker_of_streams(
+    clock: CoordinatorClock,
+) -> None:
     """Two workers with a live stream each; w2 dies and no replacement comes. After
     `regroup_after` the coordinator tells w1 (all live streams: it never comes free) to end its
     group, then starts both streams on it in one group; each stream's frames go on after its
@@ -554,7 +589,7 @@ def test_a_lost_stream_with_no_idle_worker_is_taken_in_by_a_busy_worker_of_strea
 
     class Regrouping(Scripted):
         def __init__(self) -> None:
-            super().__init__({"w1", "w2"}, act, pause=0.02)
+            super().__init__({"w1", "w2"}, act, pause=0.02, clock=clock)
             self.stops: list[str] = []
 
         def stop(self, worker: str) -> bool:
@@ -595,7 +630,7 @@ def test_a_lost_stream_with_no_idle_worker_is_taken_in_by_a_busy_worker_of_strea
     coordinator._assign()
     assert coordinator.running == {"w1": {0: WorkUnit(0, "f", "f.mp4", end_frame=40)}}
     coordinator.queue.append(WorkUnit(1, "cam", "rtsp://cam", live=True))
-    coordinator._waiting[1] = time.monotonic() - 60.0  # long overdue
+    coordinator._waiting[1] = clock.now - 60.0  # long overdue
     coordinator._regroup()
     assert files.stops == []
 
@@ -852,7 +887,9 @@ def test_a_workers_next_group_takes_its_detector_still_loaded(
 
 
 @pytest.mark.parametrize("frames", [0, 12])
-def test_a_file_read_in_real_time_resumes_where_its_stream_has_got_to(frames: int) -> None:
+def test_a_file_read_in_real_time_resumes_where_its_stream_has_got_to(
+    frames: int, clock: CoordinatorClock
+) -> None:
     """A camera's stand-in (a file with --realtime) on a lost worker: its retry starts at the
     frame the stream has reached since (not at the file's start, which would show its frames
     again), at its last frame at most, keeps the file's numbers, and what it passed over
@@ -870,7 +907,7 @@ def test_a_file_read_in_real_time_resumes_where_its_stream_has_got_to(frames: in
         start = unit.start_frame
         return [Batch(worker, 0, unit.attempt, lines(unit, start, start + 5)), Done(worker, 0, 2)]
 
-    executor = Scripted({"w1"}, act, pause=0.05)  # 2 frames a report: ~40 frames a second
+    executor = Scripted({"w1"}, act, pause=0.05, clock=clock)  # 2 frames a report: 40 a second
     written, report = run([cam], executor)
     retry = executor.started[-1][1]
     assert retry.attempt == 2
@@ -1010,7 +1047,8 @@ def test_a_second_stop_or_a_worker_that_does_not_stop_ends_the_run_with_what_was
             self.stops.append(worker)
             return True  # and never sends Done
 
-    for twice, grace in ((True, 60.0), (False, 0.3)):
+    # Twice: a grace longer than the hang guard, which only a run that waits for it would reach.
+    for twice, grace in ((True, 2 * HANG_SECONDS), (False, 0.3)):
         monkeypatch.setattr(coordinator_module, "INTERRUPT_GRACE", grace)
         executor = Deaf({"w1"})
         if twice:
@@ -1018,10 +1056,9 @@ def test_a_second_stop_or_a_worker_that_does_not_stop_ends_the_run_with_what_was
             executor.stop_run.ask()
             assert executor.stop_run.aborted.is_set()
         got: list[int] = []
-        began = time.monotonic()
         work = [WorkUnit(0, "f", "f.mp4", end_frame=100)]
-        report = Coordinator(work, executor, _frames_into(got), stop=executor.stop_run).run()
-        assert time.monotonic() - began < grace + 5.0
+        coordinator = Coordinator(work, executor, _frames_into(got), stop=executor.stop_run)
+        report = finishes(coordinator.run, "the stopped run")
         assert got == ([] if twice else list(range(8)))
         assert report.failed == {}
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import HANG_SECONDS
 
 torch = pytest.importorskip("torch")
 
@@ -245,16 +246,16 @@ def test_the_runner_gives_each_concurrent_batch_its_own_context() -> None:
     def batch() -> None:
         with runner.scope():
             seen.append(runner.input(4).data_ptr())
-            inside.wait(timeout=10)
-            release.wait(timeout=10)
+            inside.wait(timeout=HANG_SECONDS)
+            release.wait(timeout=HANG_SECONDS)
 
     threads = [threading.Thread(target=batch) for _ in range(2)]
     for thread in threads:
         thread.start()
-    inside.wait(timeout=10)  # both hold a context at once: two were made
+    inside.wait(timeout=HANG_SECONDS)  # both hold a context at once: two were made
     release.set()
     for thread in threads:
-        thread.join(timeout=10)
+        thread.join(timeout=HANG_SECONDS)
     assert len(set(seen)) == 2
 
 

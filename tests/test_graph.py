@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import write_video
+from conftest import HANG_SECONDS, write_video
 
 from visionrt import BackendOptions, Pipeline, PipelineOptions, SourceOptions
 from visionrt.errors import ConfigError
@@ -112,7 +112,7 @@ def test_file_mode_put_waits_for_room_and_nothing_is_lost(
     producer = threading.Thread(target=produce)
     producer.start()
     # The first wait is the producer's, on the third item: nothing has been taken yet.
-    assert watched.waiting.wait(timeout=30), "the producer never waited for room"
+    assert watched.waiting.wait(timeout=HANG_SECONDS), "the producer never waited for room"
     assert put == [0, 1]  # blocked on the full inbox
     taken: list[str] = []
     while batch := box.take(3):

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import HANG_SECONDS, run_cli
 
 from visionrt.errors import SinkError
 from visionrt.sinks.lock import OutputLock
@@ -89,20 +89,24 @@ def test_a_second_run_into_the_same_folder_is_refused(tiny_model: Path, tmp_path
         [*command, "synthetic:64x48:100000"], stderr=subprocess.PIPE, text=True, env=env
     )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + HANG_SECONDS
         while not (out / "summary.partial.json").exists() and not list(out.glob("*.partial.*")):
             assert first.poll() is None, first.stderr.read() if first.stderr else ""
             assert time.monotonic() < deadline, "the first run never started writing"
             time.sleep(0.1)
         second = subprocess.run(
-            [*command, "synthetic:64x48:10"], capture_output=True, text=True, env=env, timeout=60
+            [*command, "synthetic:64x48:10"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=HANG_SECONDS,
         )
         assert second.returncode == 6, second.stderr
         assert f"output folder {out} is in use by visionrt run (pid {first.pid}" in (second.stderr)
         assert len(second.stderr.strip().splitlines()) == 1
     finally:
         first.send_signal(signal.SIGINT)
-        _, err = first.communicate(timeout=60)
+        _, err = first.communicate(timeout=HANG_SECONDS)
     assert first.returncode == 130, err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["interrupted"]

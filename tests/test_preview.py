@@ -4,6 +4,7 @@ parts; and the web page, driven by headless Chromium against fake endpoints."""
 from __future__ import annotations
 
 import re
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -15,8 +16,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from browser import dump_dom, find_chromium, live_view, screenshot, serve_in_thread
+from conftest import HANG_SECONDS, until
 
 from visionrt.errors import ConfigError
+from visionrt.serve import preview as preview_module
 from visionrt.serve.preview import BOUNDARY, Preview, PreviewHub, mjpeg_chunks
 from visionrt.types import Detections, Frame, FrameResult
 
@@ -58,7 +61,7 @@ def decode(jpeg: bytes) -> npt.NDArray[np.uint8]:
     return image
 
 
-def drained(hub: PreviewHub, names: tuple[str, ...], timeout: float = 5.0) -> dict:
+def drained(hub: PreviewHub, names: tuple[str, ...], timeout: float = HANG_SECONDS) -> dict:
     """The hub's stats once every taken frame was encoded, replaced or failed."""
     deadline = time.monotonic() + timeout
     while True:
@@ -70,6 +73,30 @@ def drained(hub: PreviewHub, names: tuple[str, ...], timeout: float = 5.0) -> di
         if done or time.monotonic() > deadline:
             return stats
         time.sleep(0.01)
+
+
+class SteppingClock(FakeClock):
+    """A clock that moves on by `step` seconds each time it is read: frames `step` apart."""
+
+    def __init__(self, step: float) -> None:
+        super().__init__()
+        self.step = step
+
+    def __call__(self) -> float:
+        now = self.now
+        self.now += self.step
+        return now
+
+
+def waiting(thread: threading.Thread) -> bool:
+    """Whether `thread` is blocked in a `threading.Condition.wait` now (the hub's, here): from
+    then on a notify reaches it."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code is threading.Condition.wait.__code__:
+            return True
+        frame = frame.f_back
+    return False
 
 
 @pytest.fixture
@@ -123,21 +150,46 @@ def test_burst_gives_few_encodes(hub: PreviewHub, clock: FakeClock) -> None:
     assert stats["skipped"] >= 98
 
 
-def test_offer_is_cheap_with_the_real_clock() -> None:
+def test_an_offer_the_rate_cap_skips_copies_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`offer` runs on the sink thread for every frame: one the rate cap skips costs two clock
+    readings, no copy of its image; the hub's own thread draws and encodes. 512 frames of 1080p
+    1/32 s apart at 4 previews a second: 64 taken, 64 images copied, none encoded by the caller."""
+    copies: list[str] = []
+    encoders: set[str] = set()
+
+    class CountingNumpy:
+        def __getattr__(self, name: str) -> object:
+            return getattr(np, name)
+
+        def array(self, *args: object, **kwargs: object) -> np.ndarray:
+            copies.append(threading.current_thread().name)
+            return np.array(*args, **kwargs)  # type: ignore[call-overload]
+
+    encode = PreviewHub._encode
+
+    def spied(self: PreviewHub, item: object) -> bytes:
+        encoders.add(threading.current_thread().name)
+        return encode(self, item)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(preview_module, "np", CountingNumpy())
+    monkeypatch.setattr(PreviewHub, "_encode", spied)
     image = np.zeros((1080, 1920, 3), np.uint8)
-    with PreviewHub() as hub:
-        started = time.perf_counter()
-        for index in range(500):
+    with PreviewHub(rate=4.0, clock=SteppingClock(1 / 32)) as hub:
+        for index in range(512):
             hub.offer(make_result("cam0", index, image))
-        elapsed = time.perf_counter() - started
-    # Generous for loaded CI machines: most offers only compare two clock readings.
-    assert elapsed < 1.0, f"500 offers took {elapsed:.3f} s"
+        stats = drained(hub, ("cam0",))["cam0"]
+    assert (stats["offered"], stats["skipped"]) == (512, 448)
+    assert stats["encoded"] + stats["replaced"] == 64
+    me = threading.current_thread().name
+    assert copies.count(me) == 64
+    assert me not in encoders
+    assert encoders == {"visionrt-preview"}
 
 
 def test_preview_is_downsized_and_annotated(hub: PreviewHub) -> None:
     image = np.full((720, 1280, 3), 100, np.uint8)
     hub.offer(make_result("cam0", 7, image, [(200, 200, 600, 500)]))
-    preview = hub.wait("cam0", 0, timeout=5.0)
+    preview = hub.wait("cam0", 0, timeout=HANG_SECONDS)
     assert isinstance(preview, Preview)
     assert (preview.frame, preview.seq) == (7, 1)
     assert preview.timestamp == pytest.approx(7 / 25)
@@ -152,7 +204,7 @@ def test_preview_is_downsized_and_annotated(hub: PreviewHub) -> None:
 
 def test_small_frames_keep_their_size(hub: PreviewHub) -> None:
     hub.offer(make_result("cam0", 0, np.full((120, 160, 3), 100, np.uint8)))
-    preview = hub.wait("cam0", 0, timeout=5.0)
+    preview = hub.wait("cam0", 0, timeout=HANG_SECONDS)
     assert preview is not None
     assert decode(preview.jpeg).shape == (120, 160, 3)
 
@@ -161,7 +213,7 @@ def test_image_is_copied_before_offer_returns(hub: PreviewHub) -> None:
     image = np.full((480, 640, 3), 50, np.uint8)
     hub.offer(make_result("cam0", 0, image))
     image[:] = 255  # the pipeline reusing the buffer
-    preview = hub.wait("cam0", 0, timeout=5.0)
+    preview = hub.wait("cam0", 0, timeout=HANG_SECONDS)
     assert preview is not None
     assert abs(float(decode(preview.jpeg).mean()) - 50) < 3
 
@@ -170,9 +222,9 @@ def test_sources_have_their_own_previews_and_seqs(hub: PreviewHub, clock: FakeCl
     for step in range(3):
         clock.now = step * 1.0
         hub.offer(make_result("cam0", 10 + step))
-        hub.wait("cam0", step, timeout=5.0)
+        hub.wait("cam0", step, timeout=HANG_SECONDS)
     hub.offer(make_result("cam1", 99))
-    cam1 = hub.wait("cam1", 0, timeout=5.0)
+    cam1 = hub.wait("cam1", 0, timeout=HANG_SECONDS)
     cam0 = hub.latest("cam0")
     assert cam0 is not None
     assert cam1 is not None
@@ -183,11 +235,13 @@ def test_sources_have_their_own_previews_and_seqs(hub: PreviewHub, clock: FakeCl
 
 def test_wait_wakes_on_a_new_preview(hub: PreviewHub, clock: FakeClock) -> None:
     got: list[Preview | None] = []
-    waiter = threading.Thread(target=lambda: got.append(hub.wait("cam0", 0, timeout=10.0)))
+    waiter = threading.Thread(
+        target=lambda: got.append(hub.wait("cam0", 0, timeout=HANG_SECONDS)), daemon=True
+    )
     waiter.start()
-    time.sleep(0.05)
+    until(lambda: waiting(waiter), "waited")
     hub.offer(make_result("cam0", 5))
-    waiter.join(timeout=5.0)
+    waiter.join(HANG_SECONDS)
     assert len(got) == 1
     assert got[0] is not None
     assert got[0].frame == 5
@@ -197,19 +251,21 @@ def test_wait_wakes_on_a_new_preview(hub: PreviewHub, clock: FakeClock) -> None:
 @pytest.mark.parametrize("end", ["remove", "close"])
 def test_waiters_return_none_when_the_source_ends(hub: PreviewHub, end: str) -> None:
     hub.offer(make_result("cam0", 0))
-    assert hub.wait("cam0", 0, timeout=5.0) is not None
+    assert hub.wait("cam0", 0, timeout=HANG_SECONDS) is not None
     got: list[Preview | None] = []
-    waiter = threading.Thread(target=lambda: got.append(hub.wait("cam0", 1, timeout=30.0)))
-    started = time.monotonic()
+    # Its own timeout outlasts the guard's: only the source's end can let it return in time.
+    waiter = threading.Thread(
+        target=lambda: got.append(hub.wait("cam0", 1, timeout=2 * HANG_SECONDS)), daemon=True
+    )
     waiter.start()
-    time.sleep(0.05)
+    until(lambda: waiting(waiter), "waited")
     if end == "remove":
         hub.remove("cam0")
     else:
         hub.close()
-    waiter.join(timeout=5.0)
+    waiter.join(HANG_SECONDS)
+    assert not waiter.is_alive(), "the waiter waited out its timeout"
     assert got == [None]
-    assert time.monotonic() - started < 5.0
     assert hub.latest("cam0") is None or end == "close"
     if end == "remove":
         assert "cam0" not in hub.stats()
@@ -222,7 +278,7 @@ def test_a_failed_encode_is_counted_and_the_thread_lives_on(
     assert drained(hub, ("cam0",))["cam0"]["errors"] == 1
     clock.now = 1.0
     hub.offer(make_result("cam0", 1))
-    preview = hub.wait("cam0", 0, timeout=5.0)
+    preview = hub.wait("cam0", 0, timeout=HANG_SECONDS)
     assert preview is not None
     assert preview.frame == 1
 
@@ -242,7 +298,7 @@ def parse_part(chunk: bytes) -> bytes:
 
 def test_mjpeg_chunks_follow_previews_and_end_on_remove(hub: PreviewHub, clock: FakeClock) -> None:
     hub.offer(make_result("cam0", 0))
-    hub.wait("cam0", 0, timeout=5.0)
+    hub.wait("cam0", 0, timeout=HANG_SECONDS)
     chunks = mjpeg_chunks(hub, "cam0", poll=0.05)
     assert decode(parse_part(next(chunks))).shape == (480, 640, 3)
     clock.now = 1.0

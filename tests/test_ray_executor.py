@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import write_video
+from conftest import HANG_SECONDS, write_video
 
 from visionrt.distributed.units import Batch, Done, Failed, Lost, Report, WorkUnit
 from visionrt.pipeline import Pipeline
@@ -51,15 +51,29 @@ def videos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def collect(executor: RayExecutor, units: int, timeout: float = 30.0) -> list[Report]:
-    """Reports until `units` units ended (Done or Failed) or a worker was Lost."""
+def collect(executor: RayExecutor, units: int, timeout: float = HANG_SECONDS) -> list[Report]:
+    """Reports until `units` units ended (Done or Failed) or a worker was Lost (`timeout` only
+    guards against a hang)."""
     out: list[Report] = []
     deadline = time.monotonic() + timeout
     while sum(isinstance(r, Done | Failed) for r in out) < units:
-        assert time.monotonic() < deadline, f"no end after {timeout} s: {out[-3:]}"
+        assert time.monotonic() < deadline, f"no end after {timeout:.0f} s: {out[-3:]}"
         out.extend(executor.reports(1.0))
         if any(isinstance(r, Lost) for r in out):
             break
+    return out
+
+
+def ready(executor: RayExecutor, workers: int = 2) -> list[Report]:
+    """Wait until `workers` workers are ready: a replacement for one an earlier test killed
+    may still be starting (seconds on a loaded machine). The reports that came meanwhile."""
+    out: list[Report] = []
+    deadline = time.monotonic() + HANG_SECONDS
+    while len(executor.workers()) < workers:
+        assert time.monotonic() < deadline, (
+            f"{len(executor.workers())} workers ready, not {workers}"
+        )
+        out.extend(executor.reports(1.0))
     return out
 
 
@@ -174,17 +188,14 @@ def test_killed_actor_is_lost_and_its_unit_resumes_on_a_new_worker(
     # Not asking for more reports leaves the actor blocked a few batches ahead (Ray's
     # generator backpressure), so it is still mid-file when it is killed.
     os.kill(executor.info(victim)["pid"], signal.SIGKILL)
-    reports = collect(executor, 1, timeout=20)
+    reports = collect(executor, 1)
     assert reports[-1] == Lost(victim)
     survivors = executor.workers()
     assert victim not in survivors
     sent = lines(first + reports, 9)
     assert [index for index, _ in sent] == list(range(len(sent)))
     assert len(sent) < 600
-    deadline = time.monotonic() + 20
-    while len(executor.workers()) < 2:  # its replacement, under a new id
-        assert time.monotonic() < deadline, "no replacement worker"
-        assert executor.reports(1.0) == []
+    assert ready(executor) == []  # its replacement, under a new id
     (replacement,) = executor.workers() - survivors
     executor.start(replacement, (unit.retried(resume_at=len(sent)),))
     reports = collect(executor, 1)
@@ -226,6 +237,7 @@ def test_a_run_whose_actor_is_killed_mid_file_completes_every_frame_once(
                 actor.kill()
 
     # The module's workers run its settings: this run's (decoding in processes) for a while.
+    ready(executor)
     saved = executor.run, {name: state.settings for name, state in executor._workers.items()}
     executor.run = worker_settings(cfg)
     for state in executor._workers.values():
@@ -246,7 +258,7 @@ def test_a_run_whose_actor_is_killed_mid_file_completes_every_frame_once(
         assert [r["frame"] for r in lines if r["source"] == source] == list(range(count))
     assert not list((tmp_path / "out").glob("*.partial*"))
     assert orphans, "the actor decoded in processes of its own"
-    _, alive = psutil.wait_procs(orphans, timeout=10)
+    _, alive = psutil.wait_procs(orphans, timeout=HANG_SECONDS)
     assert alive == [], f"decode processes outlived their actor: {alive}"
 
 
@@ -281,6 +293,7 @@ def test_a_tracked_file_whose_actor_is_killed_keeps_its_track_ids_and_line_count
                 killed.append(worker)
                 psutil.Process(executor.info(worker)["pid"]).kill()
 
+    ready(executor)
     saved = executor.run, {name: state.settings for name, state in executor._workers.items()}
     executor.run = worker_settings(cfg)
     for state in executor._workers.values():
@@ -288,10 +301,7 @@ def test_a_tracked_file_whose_actor_is_killed_keeps_its_track_ids_and_line_count
     executor._replacements += 1  # the module's later tests find two workers, as before it
     try:
         summary, report = run_on_cluster(cfg, executor, kill_once)
-        deadline = time.monotonic() + 20
-        while len(executor.workers()) < 2:  # its replacement is up (and gets saved settings)
-            assert time.monotonic() < deadline, "no replacement worker"
-            executor.reports(1.0)
+        ready(executor)  # its replacement is up (and gets the saved settings)
     finally:
         executor.run = saved[0]
         for name, state in executor._workers.items():
@@ -345,6 +355,8 @@ def test_a_split_file_whose_range_worker_is_killed_completes_every_frame_once(
                 killed.append(worker)
                 psutil.Process(executor.info(worker)["pid"]).kill()
 
+    # Two ready workers make two ranges; an earlier test's kill may still be being replaced.
+    ready(executor)
     summary, report = run_on_cluster(cfg, executor, kill_once, say=said.append)
     assert said == ["long: 2 frame ranges from frames [0, 300]"]
     assert killed, "no worker was killed"
@@ -383,7 +395,7 @@ def test_run_ray_writes_what_a_plain_run_writes(
         done = subprocess.run(
             [sys.executable, "-m", "visionrt.cli.main", "run", *sources, *common, *extra,
              "--out", str(tmp_path / out)],
-            capture_output=True, text=True, timeout=240, env=env,
+            capture_output=True, text=True, timeout=HANG_SECONDS, env=env,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
     plain = (tmp_path / "plain" / "detections.jsonl").read_text().splitlines()
@@ -449,7 +461,7 @@ def _cluster_run(sources: list[str], model: Path, out: Path, *extra: str) -> Any
     return subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def _follow(process: Any, until: Any, timeout: float = 120.0) -> list[Any]:
+def _follow(process: Any, until: Any, timeout: float = HANG_SECONDS) -> list[Any]:
     """The processes `process` started (Ray's too), gathered until `until()` holds."""
     import psutil
 
@@ -467,7 +479,7 @@ def _follow(process: Any, until: Any, timeout: float = 120.0) -> list[Any]:
 def _none_left(started: list[Any]) -> None:
     import psutil
 
-    _gone, alive = psutil.wait_procs(started, timeout=10)
+    _gone, alive = psutil.wait_procs(started, timeout=HANG_SECONDS)
     assert not alive, [p.name() for p in alive]
 
 
@@ -488,7 +500,7 @@ def test_ctrl_c_ends_a_cluster_run_with_its_outputs_finalized(
 
     started = _follow(run, enough)
     run.send_signal(signal.SIGINT)
-    _, stderr = run.communicate(timeout=60)
+    _, stderr = run.communicate(timeout=HANG_SECONDS)
     assert run.returncode == 130, stderr
     said = stderr.strip().splitlines()[-1]
     assert said.startswith("visionrt: error: interrupted: outputs finalized with"), stderr
@@ -527,7 +539,7 @@ def test_sigterm_while_ray_starts_leaves_nothing_running(
 
     started = _follow(run, ray_starting)
     run.send_signal(signal.SIGTERM)
-    _, stderr = run.communicate(timeout=60)
+    _, stderr = run.communicate(timeout=HANG_SECONDS)
     assert run.returncode == 130, stderr
     said = stderr.strip().splitlines()[-1]
     assert said == "visionrt: error: interrupted (SIGTERM) while starting: nothing processed"

@@ -23,7 +23,7 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
-from conftest import write_video
+from conftest import HANG_SECONDS, write_video
 from services import (  # noqa: F401 (fixtures, found by pytest by name)
     Mosquitto,
     free_port,
@@ -43,7 +43,7 @@ from visionrt.sources import SourceOptions
 from visionrt.telemetry import RunSummary
 from visionrt.telemetry.metrics import MetricsServer
 
-WAIT = 30.0  # seconds: generous, a wait ends as soon as its condition holds
+WAIT = HANG_SECONDS  # only a guard: a wait ends as soon as its condition holds
 # Requests go straight to the local server, whatever proxy the environment names.
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -343,7 +343,7 @@ def test_listening_beyond_this_machine_needs_a_token(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "visionrt.cli.main", "serve", "--host", "0.0.0.0",
          "--set", f"model={tmp_path / 'no-such-model.onnx'}", "--out", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=60, env=env, check=False,
+        capture_output=True, text=True, timeout=HANG_SECONDS, env=env, check=False,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
@@ -629,7 +629,7 @@ def test_the_cli_serves_until_sigterm_and_accounts_for_every_frame(
 
         wait_until(lambda: frames("cam2") > 5 and frames("cam") > 5, WAIT, "both cameras' frames")
         proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=60)
+        code = proc.wait(timeout=HANG_SECONDS)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import HANG_SECONDS, until
 
 from visionrt.errors import SinkError
 from visionrt.sinks import JsonlSink, NullSink, Sink, VideoSink, partial_path
@@ -246,7 +247,8 @@ def test_jsonl_lines_survive_sigkill(tmp_path: Path) -> None:
     )
     final = tmp_path / "out.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-c", script, str(final), str(Path(__file__).parent)], timeout=60
+        [sys.executable, "-c", script, str(final), str(Path(__file__).parent)],
+        timeout=HANG_SECONDS,
     )
     assert proc.returncode == -signal.SIGKILL
     lines = partial_path(final).read_text().splitlines()
@@ -283,10 +285,11 @@ def test_telemetry_lines_carry_rates_latency_and_queues(tmp_path: Path) -> None:
     telemetry.register_gauge("broken", lambda: 1 / 0)  # a gauge that fails reads as null
     telemetry.start()
     path = tmp_path / "t.jsonl"
+    for _ in range(10):
+        telemetry.frame_out(0.004)
     with TelemetryWriter(telemetry, path, interval=0.05):
-        for _ in range(10):
-            telemetry.frame_out(0.004)
-        time.sleep(0.12)
+        # A line of its own, then the last one at the end: none since.
+        until(lambda: path.read_text().count("\n") >= 1, "wrote a line")
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert lines[0]["latency_ms"]["p50"] == pytest.approx(4.0)
     assert lines[0]["fps"] > 0

@@ -9,14 +9,13 @@ import json
 import os
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import write_video
+from conftest import HANG_SECONDS, write_video
 
 from visionrt import Pipeline, PipelineOptions, SourceOptions
 from visionrt.cli.main import main
@@ -85,8 +84,9 @@ def served(tmp_path: Path) -> Iterator[Any]:
         server.close()
 
 
-def _run_in_thread(pipeline: Pipeline, seconds: float = 30.0) -> RunSummary:
-    """The run's summary; fails instead of hanging when the run does not end."""
+def _run_in_thread(pipeline: Pipeline, seconds: float = HANG_SECONDS) -> RunSummary:
+    """The run's summary; fails instead of hanging when the run does not end (`seconds` only
+    guards against a hang)."""
     result: dict[str, RunSummary] = {}
     worker = threading.Thread(target=lambda: result.setdefault("s", pipeline.run()), daemon=True)
     worker.start()
@@ -94,7 +94,7 @@ def _run_in_thread(pipeline: Pipeline, seconds: float = 30.0) -> RunSummary:
     if worker.is_alive():
         pipeline.stop()
         worker.join(5)
-        pytest.fail(f"the run did not end in {seconds} s")
+        pytest.fail(f"the run did not end (gave up after {seconds:.0f} s)")
     pipeline.close()
     return result["s"]
 
@@ -124,21 +124,29 @@ def test_the_gap_after_a_stall_runs_from_the_last_frame_to_the_next(served: Any)
 # -- 2. a telemetry file that fails stops the run --------------------------------------------
 
 
-def test_a_failing_telemetry_file_stops_the_run_within_a_second(
-    tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_a_failing_telemetry_file_stops_the_run_at_once(
+    tiny_model: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full on this system")
     # Far more frames than a second holds: before the fix the run went on to its end.
     args = ["run", "synthetic:64x48:1000000", "-m", str(tiny_model), "--backend", "null", "-q"]
     args += ["--out", str(tmp_path), "--telemetry", "/dev/full", "--no-video"]
-    started = time.perf_counter()
+    fail, out_at_failure = Pipeline.fail, []
+
+    def failed(self: Pipeline, err: BaseException) -> None:  # the telemetry writer's on_error
+        out_at_failure.append(self.telemetry.frames_out)
+        fail(self, err)
+
+    monkeypatch.setattr(Pipeline, "fail", failed)
     try:
         main(args)
         code = 0
     except SystemExit as exit_:
         code = int(exit_.code or 0)
-    elapsed = time.perf_counter() - started
     stderr = capsys.readouterr().err
     errors = [line for line in stderr.splitlines() if line.startswith("visionrt: error:")]
     assert "Traceback" not in stderr
@@ -146,10 +154,11 @@ def test_a_failing_telemetry_file_stops_the_run_within_a_second(
     assert code == 6  # SinkError
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["error"] == "cannot write telemetry /dev/full: No space left on device"
-    assert 0 < summary["frames_out"] < 1_000_000
-    # The first line is written after 1 s; the run stops within a second of that failing.
-    assert summary["seconds"] < 2.5
-    assert elapsed < 10  # model load and interpreter work included
+    # The first line is written after 1 s; the run stops as that fails: a result already on
+    # its way out may still come (the stages are aborted, not drained).
+    assert len(out_at_failure) == 1
+    assert out_at_failure[0] <= summary["frames_out"] <= out_at_failure[0] + 1
+    assert summary["frames_out"] < 1_000_000
     (jsonl,) = tmp_path.glob("*.jsonl")  # finalized: no `.partial` name left
     assert ".partial" not in jsonl.name
     lines = jsonl.read_text().splitlines()

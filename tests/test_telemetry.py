@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import HANG_SECONDS
 
 from visionrt.errors import SinkError
 from visionrt.telemetry import STAGES, Telemetry
@@ -66,7 +67,7 @@ def test_writer_writes_a_line_per_interval(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     with TelemetryWriter(telemetry, path, interval=0.01):
         for _ in range(3):  # three interval lines while open, however loaded the machine
-            assert taken.acquire(timeout=30), "the writer wrote no line in its interval"
+            assert taken.acquire(timeout=HANG_SECONDS), "the writer wrote no line in its interval"
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     # One line per snapshot: those of the intervals, and the last one written on close.
     assert len(lines) == len(snapshots) >= 4

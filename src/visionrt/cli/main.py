@@ -59,10 +59,21 @@ def main(argv: list[str] | None = None) -> None:
         _fail(STARTUP.message() if STARTUP.received else "interrupted", 130)
     finally:
         STARTUP.restore(previous)  # in-process callers (tests) get their own handlers back
+        _forget_interrupts_handled()
     if code == 130:  # typer's answer to Ctrl-C outside the run
         _fail(STARTUP.message() if STARTUP.received else "interrupted", 130)
     if isinstance(code, int) and code:
         sys.exit(code)
+
+
+def _forget_interrupts_handled() -> None:
+    """Keep the exit code chosen when a Ctrl-C was handled. CPython marks a KeyboardInterrupt
+    that left code compiled from a string (`exec`/`eval` of a str: dataclasses, namedtuple and
+    typing make their functions so, while the commands import) as unhandled even when it was
+    caught later, and then ends the process by SIGINT after its exit code was chosen (-2 rather
+    than 130: Py_RunMain's exit_sigint). The mark is cleared as such code starts: running some
+    clears it. One that escapes `main` is marked again by the interpreter's top level."""
+    exec("")
 
 
 def _usage_message(err: typer.TyperException) -> str:

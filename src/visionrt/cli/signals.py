@@ -4,7 +4,6 @@ traceback or a silent SIGTERM death; a signal some library swallowed is still ho
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import sys
@@ -70,6 +69,10 @@ class StartupSignals:
     def exit_now(code: int) -> None:
         """Leave without finalizing the interpreter: the worker processes the abandoned start-up
         made are ended first (normally done at exit), the output streams flushed."""
+        # Imported here: this module is imported before the handlers go in, and every import
+        # before them widens the moment in which a Ctrl-C is a traceback.
+        import multiprocessing
+
         for child in multiprocessing.active_children():
             child.terminate()
         for child in multiprocessing.active_children():
