@@ -512,7 +512,7 @@ def test_gpu_runtimes_need_a_gpu_the_driver_sees(
 ) -> None:
     import onnxruntime as ort
 
-    from visionrt.tune import tuner
+    from visionrt.backends import gpus as tuner
 
     monkeypatch.setattr(tuner, "NVIDIA_GPUS", tmp_path / "absent")
     assert tuner.gpu_runtimes() == frozenset()  # no driver: nothing imported, nothing offered

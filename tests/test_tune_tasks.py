@@ -170,3 +170,81 @@ def test_a_fixed_size_depth_artifact_is_set_aside_for_another_size(
     copy = tmp_path / "renamed.onnx"
     shutil.copy(tiny_depth_model, copy)
     assert use_depth_plan(copy, (), 266, tmp_path).sections is not None  # by content
+
+
+def test_tune_depth_searches_the_sizes_and_run_takes_the_chosen_one(
+    tiny_depth_model: Path, small_video: Path, tiny_model: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Issue #34: with no --depth-size, `tune --depth` measures each size against FP32 at the
+    largest (a smaller size's loss is in its score), the plan keeps the fastest within the
+    budget with its size, and `run --depth` runs at that size unless one is given; the audit's
+    reference runs at the size the plan was scored against. A candidate out at one size is not
+    tried at the next."""
+    from visionrt.errors import ModelLoadError
+    from visionrt.tune import depth as depth_tuning
+
+    root = tmp_path / "plans"
+    monkeypatch.setenv("VISIONRT_PLANS", str(root))
+    space = [DepthCandidate("onnxruntime", "fp32", reference=True),
+             DepthCandidate("openvino", "fp32"), DepthCandidate("nope", "fp32")]  # fmt: skip
+    monkeypatch.setattr(depth_tuning, "depth_candidates", lambda *a: space)
+    timed: list[tuple[str, tuple[int, int]]] = []
+
+    def time_model(model: Path, candidate: DepthCandidate, hw: tuple[int, int]) -> list[float]:
+        if candidate.backend == "nope":
+            raise ModelLoadError("no such runtime")
+        timed.append((candidate.backend, hw))
+        return [hw[0] * hw[1] / 100] * 8  # the smaller, the faster
+
+    monkeypatch.setattr(depth_tuning, "_time_model", time_model)
+    plan, path, trials = tune_depth(
+        small_video, tiny_depth_model, None, DepthLimits(max_abs_rel=0.5, min_delta1=0.5),
+        frames=3, sizes=(28, 42, 14),
+    )  # fmt: skip
+    assert [t.candidate.label for t in trials] == [
+        "onnxruntime fp32 @42", "openvino fp32 @42", "nope fp32 @42",
+        "onnxruntime fp32 @28", "openvino fp32 @28",
+        "onnxruntime fp32 @14", "openvino fp32 @14",
+    ]  # fmt: skip
+    assert trials[2].why_out == "no such runtime"
+    by_label = {t.candidate.label: t for t in trials}
+    # Scored against FP32 at 42: at 42 OpenVINO is ONNX Runtime's twin, at 14 the size shows.
+    assert by_label["openvino fp32 @42"].abs_rel < 1e-4
+    assert by_label["onnxruntime fp32 @14"].abs_rel > by_label["openvino fp32 @42"].abs_rel
+    assert plan.tuned["short_side"] == 14
+    assert plan.tuned["sizes_searched"] == [42, 28, 14]
+    assert plan.tuned["input_hw"][0] == 14
+    assert "against FP32 at 42 (sizes 42, 28, 14 searched)" in plan.summary_line()
+    values = {"model": str(tiny_model), "depth": {"model": str(tiny_depth_model)}}
+    config, note = configure_run(None, False, None, None, values)
+    assert (config.depth.short_side, config.depth.audit_short_side) == (14, 42), note
+    assert f"depth plan {path.name}:" in note
+    given = {**values, "depth": {**values["depth"], "short_side": 42}}
+    config, note = configure_run(None, False, None, None, given)
+    assert config.depth.short_side == 42
+    assert "tuned at short side 14" in note
+    # A tight budget keeps the size the reference was scored at.
+    plan, _, trials = tune_depth(
+        small_video, tiny_depth_model, None, DepthLimits(max_abs_rel=1e-3), frames=3,
+        sizes=(42, 14), plans_root=tmp_path,
+    )  # fmt: skip
+    assert plan.tuned["short_side"] == 42
+    assert [t.why_out.split(" ")[0] for t in trials[-2:]] == ["AbsRel", "AbsRel"]
+
+
+def test_depth_candidates_on_a_gpu_are_torch_on_cuda() -> None:
+    """Issue #34: `tune --depth` on a GPU machine measures torch there (fp32, fp16 with CUDA
+    graphs) beside the CPU's runtimes, and its plan's inference section says so."""
+    machine = Machine(frozenset({"onnxruntime"}), gpu=frozenset({("torch", "cuda")}))
+    found = depth_candidates(machine)
+    assert [c.label for c in found] == [
+        "onnxruntime fp32", "torch cuda fp32", "torch cuda fp16 graphs",
+    ]  # fmt: skip
+    fp16 = found[2]
+    assert fp16.options((266, 350)).settings == {"cuda_graphs": "true"}
+    assert fp16.options().device == "cuda"
+    assert fp16.inference() == {
+        "precision": "fp16", "device": "cuda", "settings": {"cuda_graphs": "true"},
+    }  # fmt: skip
+    assert found[0].inference() == {"precision": "fp32"}

@@ -179,7 +179,11 @@ def run_command(
         str | None, Opt(help="Sources the depth model runs on, by name: rgb,cam2. Default: all.")
     ] = None,
     depth_size: Annotated[
-        int | None, Opt(help="Depth input short side, a multiple of 14 (266, 364, 518).")
+        int | None,
+        Opt(
+            help="Depth input short side, a multiple of 14 (266, 364, 518). Default: the depth"
+            " plan's (`tune --depth` measures the sizes), else 518."
+        ),
     ] = None,
     depth_smoothing: Annotated[
         float | None,

@@ -282,6 +282,7 @@ def _with_depth_plan(
         model=str(use.sections["model"]),
         backend=str(use.sections["backend"]),
         inference=layered(cfg.depth.inference, use.sections.get("inference") or {}),
+        short_side=int(use.sections["short_side"]),
     )
     from visionrt.pipeline.audit import planned_audit  # its reference and budget
 

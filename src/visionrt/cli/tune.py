@@ -157,8 +157,13 @@ def tune_command(
         Opt(help="Also plan this depth model (Depth Anything v2 ONNX), as `run --depth` uses it."),
     ] = None,
     depth_size: Annotated[
-        int, Opt(help="With --depth: the depth input's short side the runs use (266, 364, 518).")
-    ] = 518,
+        int | None,
+        Opt(
+            help="With --depth: measure this short side only (default: 518, 364 and 266, each"
+            " scored against FP32 at 518; the plan keeps the fastest within the budget and"
+            " `run --depth` runs at it unless --depth-size is given)."
+        ),
+    ] = None,
     max_abs_rel: Annotated[
         float, Opt(help="With --depth: most depth AbsRel against FP32 (after alignment).")
     ] = 0.02,

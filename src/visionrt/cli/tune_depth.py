@@ -13,18 +13,18 @@ from rich.table import Table
 
 from visionrt.errors import ConfigError
 from visionrt.plans import cached_plan
-from visionrt.tune.depth import DepthLimits, DepthTrial, tune_depth
+from visionrt.tune.depth import DEPTH_SIZES, DepthLimits, DepthTrial, tune_depth
 
 
 def depth_limits(
-    depth: str | None, short_side: int, max_abs_rel: float, min_delta1: float
+    depth: str | None, short_side: int | None, max_abs_rel: float, min_delta1: float
 ) -> DepthLimits | None:
     """The depth budget, checked before any work (None without --depth)."""
     if depth is None:
         return None
     if not Path(depth).is_file():
         raise ConfigError(f"--depth: model file not found: {depth}")
-    if short_side < 14 or short_side % 14:
+    if short_side is not None and (short_side < 14 or short_side % 14):
         raise ConfigError(
             f"--depth-size: expected a multiple of 14 (266, 364, 518), got {short_side}"
         )
@@ -38,14 +38,14 @@ def depth_limits(
 def tune_depth_model(
     video: str,
     model: Path,
-    short_side: int,
+    short_side: int | None,
     limits: DepthLimits,
     if_missing: bool,
     err: Console,
     stop: threading.Event,
 ) -> None:
     found = cached_plan(model)
-    if if_missing and found is not None and found[0].tuned.get("short_side") == short_side:
+    if if_missing and found is not None and _answers(found[0].tuned, short_side):
         plan, path = found
         err.print(f"depth plan {path.name}: {plan.summary_line()} (cached)")
         return
@@ -56,7 +56,12 @@ def tune_depth_model(
         )
         err.print(f"  depth {trial.candidate.label}: {verdict}")
 
-    with err.status("tuning the depth model"):
+    sizes = (
+        f"short side {short_side}"
+        if short_side
+        else "short sides " + ", ".join(str(side) for side in DEPTH_SIZES)
+    )
+    with err.status(f"tuning the depth model ({sizes})"):
         plan, path, trials = tune_depth(video, model, short_side, limits, on_trial=show, stop=stop)
     size = plan.tuned["input_hw"]
     table = Table(title=f"visionrt tune --depth · {model.name} · {size[0]}×{size[1]}")
@@ -84,3 +89,13 @@ def tune_depth_model(
         )
     err.print(f"depth plan: {plan.summary_line()}")
     err.print(f"cached as {path}: `visionrt run --depth {model}` now uses it")
+
+
+def _answers(tuned: dict[str, object], short_side: int | None) -> bool:
+    """Whether a cached depth plan answers this tune: its size was asked, or, with no size
+    asked, it searched the sizes."""
+    if tuned.get("task") != "depth":
+        return False
+    if short_side is None:
+        return len(tuned.get("sizes_searched") or []) > 1  # type: ignore[arg-type]
+    return tuned.get("short_side") == short_side

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError, ModelLoadError, SourceError
@@ -23,10 +24,9 @@ from visionrt.export.calibration import (
 from visionrt.fidelity.depth import depth_fidelity
 from visionrt.models import is_architecture_only, model_metadata
 from visionrt.postprocess.depth import depth_plane
-from visionrt.preprocess.depth import PATCH, depth_input_size, depth_into
+from visionrt.preprocess.depth import DEFAULT_SHORT_SIDE, PATCH, depth_input_size, depth_into
 from visionrt.sources import SourceOptions, open_source
 
-DEFAULT_SHORT_SIDE = 518
 # Targets with a depth recipe (TensorRT would need an optimization profile for the dynamic
 # size). ONNX Runtime's INT8 quantizes a copy fixed at the export size: its symbolic shape
 # inference does not complete on the dynamic-size ViT.
@@ -68,7 +68,7 @@ def is_depth_model(path: Path) -> bool:
     return made[-2:] == given[2:] and (len(made) == 3 or (len(made) == 4 and made[1] == "1"))
 
 
-def _static_hw(path: Path) -> tuple[int, int] | None:
+def static_depth_hw(path: Path) -> tuple[int, int] | None:
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False).graph
@@ -99,7 +99,7 @@ def depth_export_size(
     model's own static size; else `size` as (h, w); else `size` (default 518) as the short side
     with the long side keeping `video`'s aspect (square without a video), as DepthTask sizes a
     run on that video."""
-    static = _static_hw(model)
+    static = static_depth_hw(model)
     if static is not None:
         if size is not None and size != static and size != min(static):
             raise ConfigError(
@@ -262,53 +262,96 @@ class DepthFidelityReport:
         return text + (" · architecture-only (random weights)" if self.architecture_only else "")
 
 
+@dataclass(frozen=True, slots=True)
+class ReferenceMaps:
+    """The FP32 reference's raw maps of the first frames of a video, at `input_hw`: computed
+    once, scored against by every candidate (a search recomputing them per candidate spent
+    most of its time there)."""
+
+    planes: tuple[npt.NDArray[np.float32], ...]
+    input_hw: tuple[int, int]
+    metric: bool
+    architecture_only: bool
+
+
+def reference_depth_maps(
+    video: Path, reference: Path, frames: int, input_hw: tuple[int, int]
+) -> ReferenceMaps:
+    """`reference` in ONNX Runtime FP32 on the first `frames` frames of `video` at
+    `input_hw`."""
+    from visionrt.tasks.depth import DepthTask
+
+    task = DepthTask(reference, REFERENCE_BACKEND, BackendOptions(input_size=input_hw))
+    planes = []
+    source = open_source(str(video), 0, SourceOptions(mode="file", max_frames=frames))
+    try:
+        buffer = task.new_buffer()
+        for frame in source.frames():
+            depth_into(frame.image, buffer[0], input_hw)
+            plane = depth_plane(task.backend.infer({task.input_name: buffer})[0])
+            planes.append(np.array(plane, np.float32))
+    finally:
+        source.close()
+        task.close()
+    if not planes:
+        raise SourceError(f"fidelity video {video} gave no frames")
+    return ReferenceMaps(
+        tuple(planes),
+        input_hw,
+        model_metadata(reference).get("depth", "").startswith("metric"),
+        is_architecture_only(reference),
+    )
+
+
 def compare_depth_to_reference(
     video: Path,
-    reference: Path,
+    reference: Path | ReferenceMaps,
     candidate: Path,
     backend: str,
     options: BackendOptions,
     frames: int,
     input_hw: tuple[int, int],
 ) -> DepthFidelityReport:
-    """Run the reference model in ONNX Runtime FP32 and `candidate` on `backend` on the same
-    inputs (the first `frames` frames of `video`, preprocessed once at `input_hw`) and score
-    the candidate's raw maps, at the model's resolution, against the reference's.
+    """Score `candidate` on `backend` at `input_hw` against the reference model in ONNX
+    Runtime FP32 (a model, run here at the same size, or its maps already computed, possibly
+    at a larger size) on the first `frames` frames of `video`, each preprocessed the depth
+    way. Raw maps at the model's resolution; a candidate run smaller than the reference is
+    resized to the reference's (bilinear, as a run maps depth to the frame), so what a
+    smaller depth size loses is in the score.
 
     Raw backend outputs, not DepthTask.infer: its NaN guard would recompute a bad frame in FP32
     and hide exactly what this check is for."""
-    from dataclasses import replace
+    import cv2
 
     from visionrt.tasks.depth import DepthTask
 
-    metric = model_metadata(reference).get("depth", "").startswith("metric")
-    sized = BackendOptions(input_size=input_hw)
-    tasks = [
-        DepthTask(reference, REFERENCE_BACKEND, sized),
-        DepthTask(candidate, backend, replace(options, input_size=input_hw)),
-    ]
-    if tasks[1].input_hw != input_hw:
-        for task in tasks:
-            task.close()
+    if not isinstance(reference, ReferenceMaps):
+        reference = reference_depth_maps(video, reference, frames, input_hw)
+    task = DepthTask(candidate, backend, replace(options, input_size=input_hw))
+    if task.input_hw != input_hw:
+        task.close()
         raise ModelLoadError(
-            f"{candidate.name} runs at {list(tasks[1].input_hw)}, not {list(input_hw)}"
+            f"{candidate.name} runs at {list(task.input_hw)}, not {list(input_hw)}"
         )
     scores: list[Any] = []
     nonfinite = 0
     source = open_source(str(video), 0, SourceOptions(mode="file", max_frames=frames))
     try:
-        buffer = tasks[0].new_buffer()
-        for frame in source.frames():
+        buffer = task.new_buffer()
+        for frame, want in zip(source.frames(), reference.planes, strict=False):
             depth_into(frame.image, buffer[0], input_hw)
-            want, got = (
-                depth_plane(task.backend.infer({task.input_name: buffer})[0]) for task in tasks
-            )
+            got = depth_plane(task.backend.infer({task.input_name: buffer})[0])
+            if got.shape != want.shape:
+                got = cv2.resize(
+                    np.ascontiguousarray(got, np.float32),
+                    (want.shape[1], want.shape[0]),
+                    interpolation=cv2.INTER_LINEAR,
+                )
             nonfinite += int(not np.isfinite(got).all())
-            scores.append(depth_fidelity(got, want, inverse=not metric))
+            scores.append(depth_fidelity(got, want, inverse=not reference.metric))
     finally:
         source.close()
-        for task in tasks:
-            task.close()
+        task.close()
     if not scores:
         raise SourceError(f"fidelity video {video} gave no frames")
     abs_rel = [s.abs_rel for s in scores]
@@ -321,5 +364,5 @@ def compare_depth_to_reference(
         frames=len(scores),
         input_hw=input_hw,
         nonfinite_frames=nonfinite,
-        architecture_only=is_architecture_only(reference),
+        architecture_only=reference.architecture_only,
     )

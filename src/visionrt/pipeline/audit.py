@@ -48,6 +48,10 @@ def planned_audit(options: Options, plan: Plan | None) -> Options:
     for name, key in (("audit_min_fidelity", "min_fidelity"), ("audit_max_abs_rel", "max_abs_rel")):
         if hasattr(options, name) and getattr(options, name) is None and key in limits:
             changes[name] = float(limits[key])
+    # A depth plan that chose a smaller size than it scored against: audit against that one.
+    searched = plan.tuned.get("sizes_searched") or []
+    if hasattr(options, "audit_short_side") and options.audit_short_side is None and searched:
+        changes["audit_short_side"] = int(searched[0])
     return replace(options, **changes) if changes else options  # type: ignore[type-var]
 
 
@@ -190,7 +194,8 @@ def _detector_is(pipeline: Pipeline, model: str | Path, reference: Path) -> bool
 
 def _depth_is(pipeline: Pipeline, depth: DepthOptions, reference: Path) -> bool:
     task = pipeline.tasks[1]
-    return _same(depth.model, reference) and _plain(task) and not depth.smoothing
+    resized = depth.audit_short_side not in (None, depth.input_short_side)
+    return _same(depth.model, reference) and _plain(task) and not (depth.smoothing or resized)
 
 
 def _detect_builder(pipeline: Pipeline, reference: Path) -> Callable[[], Task]:
@@ -217,7 +222,7 @@ def _depth_builder(pipeline: Pipeline, depth: DepthOptions, reference: Path) -> 
         reference,
         REFERENCE_BACKEND,
         REFERENCE_OPTIONS,
-        short_side=depth.short_side,
+        short_side=depth.audit_short_side or depth.input_short_side,
         on_nonfinite="fail",  # FP32 already: NaN is the model's, and the sample is skipped
         source_hw=size,
     )

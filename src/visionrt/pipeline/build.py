@@ -256,8 +256,11 @@ def _planned_depth(depth: DepthOptions, notes: list[str]) -> DepthOptions:
     if use.note:
         notes.append(use.note)
         log.info("%s", use.note)
-    depth = replace(depth, model=model, backend=backend, inference=inference)
-    return planned_audit(depth, use.plan if use.sections is not None else None)
+    if use.sections is None:
+        return depth
+    side = int(use.sections["short_side"])
+    depth = replace(depth, model=model, backend=backend, inference=inference, short_side=side)
+    return planned_audit(depth, use.plan)
 
 
 def _add_depth(
@@ -275,7 +278,7 @@ def _add_depth(
         depth.model,
         depth.backend,
         depth.inference,
-        short_side=depth.short_side,
+        short_side=depth.input_short_side,
         on_nonfinite=depth.on_nonfinite,
         source_hw=getattr(sources[on[0]], "size", None) if on else None,
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError
 from visionrt.fuse.tracking import TRACKERS
+from visionrt.preprocess.depth import DEFAULT_SHORT_SIDE
 from visionrt.preprocess.motion import MotionOptions
 from visionrt.preprocess.tile import TileOptions
 from visionrt.tasks.depth import MAX_SHORT_SIDE
@@ -183,7 +184,8 @@ class PipelineOptions:
 class DepthOptions:
     """A depth model beside the detector (`model` "": none), on the sources named in `on`
     (empty: every source). `short_side` is its input's short side in pixels (a multiple of 14:
-    266, 364 or 518); `on_nonfinite` is what a NaN/Inf depth map does: "recompute" the frame in
+    266, 364 or 518; None: the depth plan's, else DEFAULT_SHORT_SIDE — `input_short_side`);
+    `on_nonfinite` is what a NaN/Inf depth map does: "recompute" the frame in
     FP32, or "fail" the run; `smoothing` is the EMA weight of a source's previous depth map (0:
     off; for live depth that flickers). The run configuration's `depth` section is this, plus
     its outputs (config.DepthConfig)."""
@@ -192,28 +194,25 @@ class DepthOptions:
     on: tuple[str, ...] = ()
     backend: str = ""
     inference: BackendOptions = field(default_factory=BackendOptions)
-    short_side: int = 518
+    short_side: int | None = None
     on_nonfinite: str = "recompute"
     smoothing: float = 0.0
     # The live audit's FP32 depth reference ("": the depth plan's source model) and its AbsRel
     # budget (None: the depth plan's, else 0.02); how often is PipelineOptions.audit.
     audit_reference: str | Path = ""
     audit_max_abs_rel: float | None = None
+    # The short side the audit's reference runs at (None: the run's): the depth plan's
+    # reference size, so that a smaller planned size is audited for what it loses.
+    audit_short_side: int | None = None
+
+    @property
+    def input_short_side(self) -> int:
+        return self.short_side or DEFAULT_SHORT_SIDE
 
     def __post_init__(self) -> None:
-        if self.short_side < 14 or self.short_side % 14:
-            raise ConfigError(
-                f"depth.short_side: expected a multiple of 14 (266, 364, 518), got"
-                f" {self.short_side}"
-            )
-        # The ViT's memory grows with the 4th power of the side: 3.8 GB at 1036 on the CPU,
-        # ~190 GB at 2800 (measured and extrapolated in visionrt.tasks.depth).
-        if self.short_side > MAX_SHORT_SIDE:
-            raise ConfigError(
-                f"depth.short_side (--depth-size): expected at most {MAX_SHORT_SIDE} (the"
-                f" model's memory grows with the 4th power of the side: ~4 GB at"
-                f" {MAX_SHORT_SIDE}), got {self.short_side}"
-            )
+        for side in (self.short_side, self.audit_short_side):
+            if side is not None:
+                _check_side(side)
         if not all(name.strip() for name in self.on):
             raise ConfigError(
                 f"depth.on (--depth-on): expected source names separated by commas, e.g."
@@ -229,6 +228,22 @@ class DepthOptions:
             raise ConfigError(
                 f"depth.audit_max_abs_rel: expected > 0, got {self.audit_max_abs_rel}"
             )
+
+
+def _check_side(side: int) -> None:
+    """A depth input's short side: a multiple of the ViT's patch, at most MAX_SHORT_SIDE."""
+    if side < 14 or side % 14:
+        raise ConfigError(
+            f"depth.short_side: expected a multiple of 14 (266, 364, 518), got {side}"
+        )
+    # The ViT's memory grows with the 4th power of the side: 3.8 GB at 1036 on the CPU,
+    # ~190 GB at 2800 (measured and extrapolated in visionrt.tasks.depth).
+    if side > MAX_SHORT_SIDE:
+        raise ConfigError(
+            f"depth.short_side (--depth-size): expected at most {MAX_SHORT_SIDE} (the"
+            f" model's memory grows with the 4th power of the side: ~4 GB at"
+            f" {MAX_SHORT_SIDE}), got {side}"
+        )
 
 
 @dataclass(frozen=True, slots=True)

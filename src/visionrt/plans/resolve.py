@@ -13,7 +13,9 @@ from visionrt.backends import Backend, BackendOptions
 from visionrt.errors import ModelLoadError
 from visionrt.models import demo_model_path
 from visionrt.paths import file_sha256
+from visionrt.plans.gpu import GpuReference, gpu_reference
 from visionrt.plans.store import LIVE_KEY, RUN_KEYS, Plan, cached_plan, fingerprint_differences
+from visionrt.preprocess.depth import DEFAULT_SHORT_SIDE
 
 # Inference settings that choose a configuration: given any of them, the user's choice wins over
 # a cached plan. `threads` and `batch` do not: they compose with whatever the plan runs.
@@ -96,10 +98,14 @@ def use_plan(
         if found is None:
             if request.chosen:
                 return PlanUse(None, "")
+            # A cluster node's GPU is its own worker's to find (fingerprint: not this machine).
+            gpu = gpu_reference(model) if fingerprint is None else GpuReference(None, "")
+            where = f" {gpu.where}" if gpu.where else ""
             return PlanUse(
-                None,
-                f"no tuned plan for {model.name} on {_machine(fingerprint)}: running {REFERENCE};"
-                " `visionrt tune` finds the fastest configuration here (minutes, once)",
+                gpu.sections,
+                f"no tuned plan for {model.name} on {_machine(fingerprint)}: running"
+                f" {REFERENCE}{where}; `visionrt tune` finds the fastest configuration here"
+                " (minutes, once)",
             )
         plan, path = found
         where, warnings = f"plan {path.name}", ""
@@ -241,32 +247,40 @@ def planned_options(sections: Mapping[str, Any], given: BackendOptions) -> Backe
 def use_depth_plan(
     model: Path,
     chosen: tuple[str, ...],
-    short_side: int,
+    short_side: int | None,
     root: Path | None = None,
     fingerprint: dict[str, Any] | None = None,
 ) -> PlanUse:
     """The depth model's cached plan (`tune --depth`) on this machine (or the one `fingerprint`
     describes), unless the user chose its backend or precision, or asks a size its fixed-size
-    artifact cannot run."""
+    artifact cannot run. `short_side` None: the user gave no size, and the plan's (its
+    sections' `short_side`) runs; with no plan, DEFAULT_SHORT_SIDE."""
     if model.suffix != ".onnx" or not model.is_file():
         return PlanUse(None, "")
     found = cached_plan(model, root, fingerprint)
     if found is None or found[0].tuned.get("task") != "depth":
         if chosen:
             return PlanUse(None, "")
+        side = short_side or DEFAULT_SHORT_SIDE
+        gpu = gpu_reference(model) if fingerprint is None else GpuReference(None, "")
+        where = (
+            gpu.where
+            if gpu.sections is not None
+            else "on ONNX Runtime" + (f" ({gpu.where})" if gpu.where else "")
+        )
         return PlanUse(
-            None,
+            None if gpu.sections is None else {**gpu.sections, "short_side": side},
             f"no tuned depth plan for {model.name} on {_machine(fingerprint)}: running it FP32"
-            " on ONNX"
-            f" Runtime; `visionrt tune --depth {model.name} --depth-size {short_side}` plans it",
+            f" {where} at short side {side}; `visionrt tune --depth {model.name}` plans its"
+            " runtime and size",
         )
     plan, path = found
     where = f"depth plan {path.name}"
     if chosen:
         return PlanUse(None, f"{where} not used: depth.{', depth.'.join(chosen)} given", plan)
     fixed = (plan.tuned.get("artifact") or {}).get("fixed_hw")
-    tuned_side = plan.tuned.get("short_side")
-    if fixed and tuned_side != short_side:
+    tuned_side = int(plan.tuned.get("short_side") or DEFAULT_SHORT_SIDE)
+    if fixed and short_side is not None and tuned_side != short_side:
         return PlanUse(
             None,
             f"{where} set aside: its artifact is fixed at {fixed[0]}×{fixed[1]} (short side"
@@ -275,16 +289,17 @@ def use_depth_plan(
             plan,
         )
     sections = {key: plan.run[key] for key in RUN_KEYS if key in plan.run}
-    tuned_at = "" if tuned_side == short_side else f" (tuned at short side {tuned_side})"
+    sections["short_side"] = tuned_side if short_side is None else short_side
+    tuned_at = "" if short_side in (None, tuned_side) else f" (tuned at short side {tuned_side})"
     return PlanUse(sections, f"{where}: {plan.summary_line()}{tuned_at}", plan)
 
 
 def plan_depth(
-    model: str | Path, backend: str, options: BackendOptions, short_side: int
+    model: str | Path, backend: str, options: BackendOptions, short_side: int | None
 ) -> tuple[str | Path, str, BackendOptions, PlanUse]:
     """For the Python API: a depth model's model, backend and options — its plan's
     (`use_depth_plan`) under the caller's threads and batch, or the caller's — and the
-    decision."""
+    decision; the short side the run uses is in the decision's sections (`short_side`)."""
     use = use_depth_plan(Path(model), chosen_settings(backend, options), short_side)
     if use.sections is None:
         return model, backend, options, use

@@ -94,7 +94,7 @@ class Plan:
                 f"{self.run.get('backend')} {inference.get('precision', 'fp32')}"
                 f" {size[0]}×{size[1]}, tuned {str(self.tuned.get('at', '?'))[:10]},"
                 f" {measured.get('ms', 0):.1f} ms model-only, AbsRel"
-                f" {measured.get('abs_rel', 0):.3f}{caveat}"
+                f" {measured.get('abs_rel', 0):.3f}{_against(self.tuned)}{caveat}"
             )
         size = inference.get("input_size") or self.tuned.get("input_hw")
         size_text = f" {size[0]}×{size[1]}" if size else ""
@@ -183,3 +183,11 @@ def fingerprint_differences(plan: Plan, fingerprint: dict[str, Any] | None = Non
         for key in now
         if then.get(key) != now[key]
     ]
+
+
+def _against(tuned: dict[str, Any]) -> str:
+    """Against what a depth plan's AbsRel is, when its search compared sizes."""
+    searched = tuned.get("sizes_searched") or []
+    if len(searched) < 2:
+        return ""
+    return f" against FP32 at {searched[0]} (sizes {', '.join(map(str, searched))} searched)"

@@ -11,7 +11,9 @@ from visionrt.errors import ConfigError
 from visionrt.types import DepthGeometry
 
 PATCH = 14
-SHORT_SIDES = (266, 364, 518)  # the sizes documented and benchmarked; any multiple of 14 runs
+# The sizes documented, benchmarked and tuned (`tune --depth`); any multiple of 14 runs.
+SHORT_SIDES = (266, 364, 518)
+DEFAULT_SHORT_SIDE = 518  # Depth Anything's own: a run's with no size given and no depth plan
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # RGB
 IMAGENET_STD = (0.229, 0.224, 0.225)
 # (x / 255 - mean) / std as one multiply and one subtract per channel.
@@ -24,7 +26,7 @@ def _round_to(value: float, multiple: int) -> int:
 
 
 def depth_input_size(
-    source_hw: tuple[int, int], short_side: int = 518, multiple: int = PATCH
+    source_hw: tuple[int, int], short_side: int = DEFAULT_SHORT_SIDE, multiple: int = PATCH
 ) -> tuple[int, int]:
     """(height, width) for a `source_hw` frame: the short side becomes `short_side`, the long
     side keeps the aspect ratio, both rounded to the nearest multiple of `multiple` (as Depth

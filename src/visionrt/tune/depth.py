@@ -1,6 +1,7 @@
-"""`tune --depth`: the fastest configuration of a depth model on this machine within a depth
-fidelity budget (AbsRel and δ<1.25 against ONNX Runtime FP32 after per-frame scale-and-shift
-alignment), on the user's video at the run's depth size, cached as the depth model's plan."""
+"""`tune --depth`: the fastest configuration of a depth model on this machine — runtime,
+precision and input size — within a depth fidelity budget (AbsRel and δ<1.25 against ONNX
+Runtime FP32 at the largest size searched, after per-frame scale-and-shift alignment), on the
+user's video, cached as the depth model's plan (`run --depth` takes its size unless given)."""
 
 from __future__ import annotations
 
@@ -8,23 +9,34 @@ import datetime
 import statistics
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from visionrt.backends import BackendOptions
 from visionrt.errors import Interrupted, VisionRTError
 from visionrt.export import export_model
-from visionrt.export.depth import compare_depth_to_reference, depth_export_size
+from visionrt.export.depth import (
+    ReferenceMaps,
+    compare_depth_to_reference,
+    depth_export_size,
+    reference_depth_maps,
+    static_depth_hw,
+)
 from visionrt.models import is_architecture_only
 from visionrt.paths import file_sha256
 from visionrt.plans import Plan, machine_fingerprint, plan_path
+from visionrt.preprocess.depth import SHORT_SIDES
 from visionrt.tune.candidates import Machine
 from visionrt.tune.search import INTERRUPTED
 
 TIMED_CALLS = 8  # model-only runs per candidate after 2 of warm-up: depth calls are long
+# The short sides searched when none is given, the first the reference's: Depth Anything's own
+# size and two smaller ones (the ViT's cost falls with the square of the side).
+DEPTH_SIZES = tuple(sorted(SHORT_SIDES, reverse=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +62,33 @@ class DepthCandidate:
     precision: str
     export: str = ""  # the artifact target it runs ("": the ONNX model itself)
     reference: bool = False
+    short_side: int = 0  # the input's short side (0: not set yet)
+    device: str = "cpu"
+    cuda_graphs: bool = False  # torch on CUDA: one graph per input shape
 
     @property
     def label(self) -> str:
-        return f"{self.backend} {self.precision}" + (f" ({self.export})" if self.export else "")
+        where = f" {self.device}" if self.device != "cpu" else ""
+        graphs = " graphs" if self.cuda_graphs else ""
+        size = f" @{self.short_side}" if self.short_side else ""
+        export = f" ({self.export})" if self.export else ""
+        return f"{self.backend}{where} {self.precision}{graphs}{export}{size}"
+
+    def options(self, input_hw: tuple[int, int] | None = None) -> BackendOptions:
+        """The backend options it runs with (`input_hw`: the ONNX model sized here)."""
+        settings = {"cuda_graphs": "true"} if self.cuda_graphs else {}
+        return BackendOptions(
+            precision=self.precision, device=self.device, input_size=input_hw, settings=settings
+        )
+
+    def inference(self) -> dict[str, Any]:
+        """Its plan's inference section."""
+        section: dict[str, Any] = {"precision": self.precision}
+        if self.device != "cpu":
+            section["device"] = self.device
+        if self.cuda_graphs:
+            section["settings"] = {"cuda_graphs": "true"}
+        return section
 
 
 @dataclass(slots=True)
@@ -68,9 +103,13 @@ class DepthTrial:
 
 
 def depth_candidates(machine: Machine) -> list[DepthCandidate]:
-    """Reference first; OpenVINO FP32 (and BF16 where the CPU has it) on the ONNX model; INT8
-    artifacts calibrated on the video where the CPU has VNNI."""
+    """Reference first; torch on an NVIDIA GPU (fp32, and fp16 with CUDA graphs: LayerNorm
+    and softmax accumulate in fp32) where there is one; OpenVINO FP32 (and BF16 where the CPU
+    has it) on the ONNX model; INT8 artifacts calibrated on the video where the CPU has VNNI."""
     found = [DepthCandidate("onnxruntime", "fp32", reference=True)]
+    if ("torch", "cuda") in machine.gpu:
+        found.append(DepthCandidate("torch", "fp32", device="cuda"))
+        found.append(DepthCandidate("torch", "fp16", device="cuda", cuda_graphs=True))
     if "openvino" in machine.runtimes:
         found.append(DepthCandidate("openvino", "fp32"))
         if machine.bf16:
@@ -86,8 +125,7 @@ def _time_model(model: Path, candidate: DepthCandidate, input_hw: tuple[int, int
     from visionrt.tasks.depth import DepthTask
 
     # An artifact is fixed at the size it was made at; the ONNX model is sized here.
-    size = None if candidate.export else input_hw
-    options = BackendOptions(precision=candidate.precision, input_size=size)
+    options = candidate.options(None if candidate.export else input_hw)
     task = DepthTask(model, candidate.backend, options)
     try:
         blank = np.random.default_rng(0).standard_normal(task.new_buffer().shape)
@@ -107,67 +145,124 @@ def _time_model(model: Path, candidate: DepthCandidate, input_hw: tuple[int, int
 def tune_depth(
     video: str | Path,
     model: Path,
-    short_side: int,
+    short_side: int | None = None,
     limits: DepthLimits | None = None,
     frames: int = 30,
     calibration_frames: int = 32,
     plans_root: Path | None = None,
     on_trial: Callable[[DepthTrial], None] | None = None,
     stop: threading.Event | None = None,
+    sizes: Sequence[int] = DEPTH_SIZES,
 ) -> tuple[Plan, Path, list[DepthTrial]]:
-    """Measure each candidate (model-only ms; fidelity on `frames` frames of `video`), choose
-    the fastest within `limits` (the reference when none is), and cache it as the depth model's
-    plan for this machine."""
+    """Measure each candidate at each short side (`short_side` alone when given, else
+    `sizes`, largest first; a model exported at a fixed size: that size): model-only ms, and
+    fidelity on `frames` frames of `video` against the FP32 reference at the largest size.
+    Choose the fastest within `limits` (the reference when none is) and cache it, with its
+    size, as the depth model's plan for this machine. At a smaller size only the candidates
+    that held the budget at the size above it are tried: the size's loss adds to theirs."""
     from visionrt.tune.tuner import this_machine
 
     limits = limits or DepthLimits()
     video = Path(video)
-    input_hw = depth_export_size(model, short_side, video)
+    searched = _sizes(model, video, short_side, sizes)
+    reference_hw = depth_export_size(model, searched[0], video)
+    maps: ReferenceMaps | None = None
     trials: list[DepthTrial] = []
-    for candidate in depth_candidates(this_machine()):
-        if stop is not None and stop.is_set():
-            raise Interrupted(INTERRUPTED)
-        trial = DepthTrial(candidate)
-        try:
-            trial.model = model
-            if candidate.export:
-                built = export_model(
-                    model,
-                    candidate.export,
-                    calibrate=video,
-                    frames=calibration_frames,
-                    progress=False,
-                    fidelity_frames=0,
-                    depth_size=input_hw,
-                )
-                trial.model = built.path
-            times = _time_model(trial.model, candidate, input_hw)
-            trial.ms, trial.spread = statistics.median(times), (min(times), max(times))
-            if not candidate.reference:
-                options = BackendOptions(precision=candidate.precision)
-                report = compare_depth_to_reference(
-                    video, model, trial.model, candidate.backend, options, frames, input_hw
-                )
-                trial.abs_rel, trial.delta1 = report.abs_rel, report.delta1
-                trial.why_out = limits.why(report.abs_rel, report.delta1, report.nonfinite_frames)
-        except (VisionRTError, RuntimeError, MemoryError) as err:
+    space = depth_candidates(this_machine())
+    for number, side in enumerate(searched):
+        input_hw = depth_export_size(model, side, video)
+        if number:
+            above = searched[number - 1]
+            held = {
+                _kind(t.candidate)
+                for t in trials
+                if t.candidate.short_side == above and not t.why_out and t.ms
+            }
+            space = [c for c in space if _kind(c) in held or c.reference]
+            # Below the reference's size the FP32 model is a candidate like any other.
+            space = [replace(c, reference=False) for c in space]
+        for candidate in space:
             if stop is not None and stop.is_set():
-                raise Interrupted(INTERRUPTED) from err
-            trial.why_out = (str(err).splitlines() or [type(err).__name__])[0]
-        trials.append(trial)
-        if on_trial is not None:
-            on_trial(trial)
+                raise Interrupted(INTERRUPTED)
+            trial = DepthTrial(replace(candidate, short_side=side))
+            if maps is None and not candidate.reference:
+                maps = reference_depth_maps(video, model, frames, reference_hw)
+            _measure(trial, model, video, input_hw, maps, frames, calibration_frames, limits, stop)
+            trials.append(trial)
+            if on_trial is not None:
+                on_trial(trial)
     feasible = [t for t in trials if not t.why_out and t.ms]
     best = min(feasible, key=lambda t: t.ms) if feasible else trials[0]
-    plan = _depth_plan(model, video, short_side, input_hw, best, trials, limits)
+    chosen_hw = depth_export_size(model, best.candidate.short_side, video)
+    plan = _depth_plan(model, video, searched, chosen_hw, best, trials, limits)
     path = plan.save(plan_path(model, plan.fingerprint, plans_root))
     return plan, path, trials
+
+
+def _sizes(
+    model: Path, video: Path, short_side: int | None, sizes: Sequence[int]
+) -> tuple[int, ...]:
+    """The short sides searched, largest first: the one asked, else `sizes`; a model whose
+    export fixed its size, that size alone."""
+    if short_side is not None:
+        return (short_side,)
+    fixed = static_depth_hw(model)
+    if fixed is not None:
+        return (min(fixed),)
+    return tuple(sorted(set(sizes), reverse=True))
+
+
+def _kind(candidate: DepthCandidate) -> tuple[str, str, str]:
+    return candidate.backend, candidate.precision, candidate.export
+
+
+def _measure(
+    trial: DepthTrial,
+    model: Path,
+    video: Path,
+    input_hw: tuple[int, int],
+    maps: ReferenceMaps | None,
+    frames: int,
+    calibration_frames: int,
+    limits: DepthLimits,
+    stop: threading.Event | None,
+) -> None:
+    """Time `trial`'s candidate at `input_hw` and score it against `maps` (not the
+    reference itself); its error or its miss of the budget goes in `why_out`."""
+    candidate = trial.candidate
+    try:
+        trial.model = model
+        if candidate.export:
+            built = export_model(
+                model,
+                candidate.export,
+                calibrate=video,
+                frames=calibration_frames,
+                progress=False,
+                fidelity_frames=0,
+                depth_size=input_hw,
+            )
+            trial.model = built.path
+        times = _time_model(trial.model, candidate, input_hw)
+        trial.ms, trial.spread = statistics.median(times), (min(times), max(times))
+        if not candidate.reference:
+            assert maps is not None
+            options = candidate.options()
+            report = compare_depth_to_reference(
+                video, maps, trial.model, candidate.backend, options, frames, input_hw
+            )
+            trial.abs_rel, trial.delta1 = report.abs_rel, report.delta1
+            trial.why_out = limits.why(report.abs_rel, report.delta1, report.nonfinite_frames)
+    except (VisionRTError, RuntimeError, MemoryError) as err:
+        if stop is not None and stop.is_set():
+            raise Interrupted(INTERRUPTED) from err
+        trial.why_out = (str(err).splitlines() or [type(err).__name__])[0]
 
 
 def _depth_plan(
     model: Path,
     video: Path,
-    short_side: int,
+    searched: Sequence[int],
     input_hw: tuple[int, int],
     best: DepthTrial,
     trials: list[DepthTrial],
@@ -175,7 +270,7 @@ def _depth_plan(
 ) -> Plan:
     reference = trials[0]
     candidate = best.candidate
-    inference = {"precision": candidate.precision}
+    inference = candidate.inference()
     return Plan(
         run={
             "model": str(best.model or model),
@@ -194,8 +289,10 @@ def _depth_plan(
                 "fixed_hw": list(input_hw) if candidate.export else None,
             },
             "video": str(video),
-            "short_side": short_side,
+            "short_side": candidate.short_side,
             "input_hw": list(input_hw),
+            # Fidelity is against FP32 at the first; the plan's size is the one chosen.
+            "sizes_searched": list(searched),
             "limits": {"max_abs_rel": limits.max_abs_rel, "min_delta1": limits.min_delta1},
             "architecture_only": is_architecture_only(model),
             "measured": {
@@ -207,6 +304,7 @@ def _depth_plan(
             "trials": [
                 {
                     "label": t.candidate.label,
+                    "short_side": t.candidate.short_side,
                     "ms": round(t.ms, 2),
                     "ms_range": [round(t.spread[0], 2), round(t.spread[1], 2)],
                     "abs_rel": round(t.abs_rel, 4),

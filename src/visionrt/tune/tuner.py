@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from visionrt import hardware
+from visionrt.backends.gpus import gpu_runtimes
 from visionrt.backends.registry import find_row, unavailable_reason
 from visionrt.errors import ConfigError, ModelLoadError
 from visionrt.models import read_model_spec
@@ -32,8 +33,6 @@ from visionrt.tune.search import (
     Trial,
     successive_halving,
 )
-
-NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")  # one folder per GPU the driver sees
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,30 +55,6 @@ def this_machine() -> Machine:
         int8_export="openvino" in runtimes and importlib.util.find_spec("nncf") is not None,
         gpu=gpu_runtimes(),
     )
-
-
-def gpu_runtimes() -> frozenset[tuple[str, str]]:
-    """(backend, device) pairs that can run on an NVIDIA GPU here; nothing is imported on a
-    machine whose driver shows no GPU."""
-    if not (NVIDIA_GPUS.is_dir() and any(NVIDIA_GPUS.iterdir())):
-        return frozenset()
-    pairs: set[tuple[str, str]] = set()
-    if unavailable_reason(find_row("torch")) is None:
-        import torch
-
-        if torch.cuda.is_available():
-            pairs.add(("torch", "cuda"))
-    if unavailable_reason(find_row("onnxruntime")) is None:
-        import onnxruntime as ort
-
-        providers = ort.get_available_providers()
-        if "CUDAExecutionProvider" in providers:
-            pairs.add(("onnxruntime", "cuda"))
-        if "TensorrtExecutionProvider" in providers:
-            pairs.add(("onnxruntime", "tensorrt"))
-    if unavailable_reason(find_row("tensorrt")) is None:
-        pairs.add(("tensorrt", "cuda"))
-    return frozenset(pairs)
 
 
 # End-to-end runs of batch 1 and of the batch the model-only search found, alternating, that

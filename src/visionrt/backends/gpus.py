@@ -1,0 +1,44 @@
+"""Which runtimes can run on an NVIDIA GPU here: (backend, device) pairs, found without
+importing any runtime on a machine whose driver shows no GPU (the seam tests fake)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from visionrt.backends.registry import find_row, unavailable_reason
+
+NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")  # one folder per GPU the driver sees
+
+
+def gpu_runtimes() -> frozenset[tuple[str, str]]:
+    """(backend, device) pairs that can run on an NVIDIA GPU here: ("torch", "cuda"),
+    ("onnxruntime", "cuda"), ("onnxruntime", "tensorrt"), ("tensorrt", "cuda")."""
+    if not (NVIDIA_GPUS.is_dir() and any(NVIDIA_GPUS.iterdir())):
+        return frozenset()
+    pairs: set[tuple[str, str]] = set()
+    if unavailable_reason(find_row("torch")) is None:
+        import torch
+
+        if torch.cuda.is_available():
+            pairs.add(("torch", "cuda"))
+    if unavailable_reason(find_row("onnxruntime")) is None:
+        import onnxruntime as ort
+
+        providers = ort.get_available_providers()
+        if "CUDAExecutionProvider" in providers:
+            pairs.add(("onnxruntime", "cuda"))
+        if "TensorrtExecutionProvider" in providers:
+            pairs.add(("onnxruntime", "tensorrt"))
+    if unavailable_reason(find_row("tensorrt")) is None:
+        pairs.add(("tensorrt", "cuda"))
+    return frozenset(pairs)
+
+
+def torch_cannot_convert(model: Path) -> list[str]:
+    """The ops of ONNX `model` the torch backend's converter lacks (empty: it converts)."""
+    import onnx
+
+    from visionrt.backends.onnx_ops import SUPPORTED_OPS
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    return sorted({n.op_type for n in graph.node if n.domain in ("", "ai.onnx")} - SUPPORTED_OPS)

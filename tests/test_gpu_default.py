@@ -1,0 +1,81 @@
+"""Issue #34, item 3: with a CUDA GPU visible and no plan, backend, device or precision given,
+`run` runs the detector and the depth model in torch fp32 on it (the FP32 reference there) and
+says so in one line; a flag naming the CPU wins; a model the converter cannot take stays on
+the CPU and the line says why. The GPU is faked: CI has none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from visionrt.cli.run_config import configure_run
+from visionrt.plans import gpu as gpu_default
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("VISIONRT_PLANS", str(tmp_path / "plans"))  # no plan cached
+    monkeypatch.setattr(gpu_default, "gpu_runtimes", lambda: frozenset({("torch", "cuda")}))
+    monkeypatch.setattr(gpu_default, "_gpu_name", lambda: "Fake H100")
+
+
+def _unconvertible(path: Path) -> Path:
+    """An ONNX model whose one op the torch converter lacks."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Det", ["x"], ["y"])
+    graph = helper.make_graph(
+        [node], "det",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_a_plain_run_takes_the_gpu(fake_gpu: None, tiny_model: Path, tiny_depth: Path) -> None:
+    values = {"model": str(tiny_model), "depth": {"model": str(tiny_depth)}}
+    config, note = configure_run(None, False, None, None, values)
+    assert (config.backend, config.inference.device) == ("torch", "cuda"), note
+    assert config.inference.precision == "fp32"
+    assert (config.depth.backend, config.depth.inference.device) == ("torch", "cuda")
+    lines = note.splitlines()
+    assert lines[0].startswith(f"no tuned plan for {tiny_model.name} on this machine")
+    assert "running the FP32 reference on the GPU (Fake H100, torch fp32)" in lines[0]
+    assert "running it FP32 on the GPU (Fake H100, torch fp32) at short side 518" in lines[1]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"inference": {"device": "cpu"}},
+        {"backend": "onnxruntime"},
+        {"inference": {"precision": "fp32"}},
+    ],
+    ids=["device", "backend", "precision"],
+)
+def test_a_flag_naming_the_configuration_wins(
+    fake_gpu: None, tiny_model: Path, flags: dict[str, object]
+) -> None:
+    config, note = configure_run(None, False, None, None, {"model": str(tiny_model), **flags})
+    assert config.backend != "torch" and config.inference.device == "cpu"
+    assert "GPU" not in note
+
+
+def test_a_model_the_converter_cannot_take_stays_on_the_cpu(fake_gpu: None, tmp_path: Path) -> None:
+    model = _unconvertible(tmp_path / "det.onnx")
+    config, note = configure_run(None, False, None, None, {"model": str(model)})
+    assert config.backend in ("", "onnxruntime") and config.inference.device == "cpu"
+    assert "on the CPU: the torch backend cannot convert det.onnx for the GPU (lacks Det)" in note
+
+
+def test_no_gpu_no_change(
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VISIONRT_PLANS", str(tmp_path / "plans"))
+    monkeypatch.setattr(gpu_default, "gpu_runtimes", frozenset)
+    config, note = configure_run(None, False, None, None, {"model": str(tiny_model)})
+    assert config.inference.device == "cpu"
+    assert "running the FP32 reference; `visionrt tune`" in note
