@@ -206,6 +206,112 @@ def tune() -> dict[str, Any]:
     return {"rc": proc.returncode, "stdout": tail[-40:], "stderr": proc.stderr.splitlines()[-8:]}
 
 
+DEPTH_BUILD = Path("/tmp/gpu_check_depth_build.log")
+
+
+def build_depth() -> subprocess.Popen[bytes] | None:
+    """Start building the architecture-only DAv2-S ONNX in the background (about a minute on
+    16 cores; transformers and onnxscript are there): the depth steps wait for it."""
+    from visionrt.models import depth_model_target
+
+    if Path(depth_model_target()).is_file():
+        return None
+    log = DEPTH_BUILD.open("wb")
+    command = [PY, str(ROOT / "scripts" / "build_depth_model.py")]
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env(), cwd=ROOT)
+
+
+def _depth_model() -> Path:
+    from visionrt.models import depth_model_target
+
+    target = Path(depth_model_target())
+    deadline = time.monotonic() + 240
+    while not target.is_file() and time.monotonic() < deadline:
+        time.sleep(2)
+    if not target.is_file():
+        raise SystemExit(f"depth model not built: {DEPTH_BUILD.read_text()[-800:]}")
+    return target
+
+
+def depth() -> dict[str, Any]:
+    """DAv2-S through the torch backend on CUDA (fp32; fp16 with CUDA graphs) model-only at
+    518 and 266 (host input, map back: what DepthTask pays), and fp16's AbsRel against ONNX
+    Runtime's CPU FP32 on the same frames."""
+    import numpy as np
+
+    from visionrt.backends import BackendOptions
+    from visionrt.export.depth import compare_depth_to_reference, depth_export_size
+    from visionrt.tasks.depth import DepthTask
+
+    model = _depth_model()
+    result: dict[str, Any] = {}
+    for side in (518, 266):
+        hw = depth_export_size(model, side, VIDEO)
+        for label, precision, graphs in (("fp32", "fp32", "false"), ("fp16", "fp16", "true")):
+            options = BackendOptions(
+                device="cuda", precision=precision, input_size=hw,
+                settings={"cuda_graphs": graphs},
+            )  # fmt: skip
+            try:
+                task = DepthTask(model, "torch", options)
+                blank = np.random.default_rng(0).standard_normal(task.new_buffer().shape)
+                feed = {task.input_name: blank.astype(np.float32)}
+                for _ in range(3):
+                    task.backend.infer(feed)
+                times = []
+                for _ in range(20):
+                    start = time.perf_counter()
+                    task.backend.infer(feed)
+                    times.append((time.perf_counter() - start) * 1e3)
+                task.close()
+                entry: dict[str, Any] = {"ms": statistics.median(times), "hw": list(hw)}
+                entry["spread_ms"] = [min(times), max(times)]
+                if precision == "fp16":
+                    report = compare_depth_to_reference(
+                        VIDEO, model, model, "torch", options, 10, hw
+                    )
+                    entry["abs_rel"], entry["delta1"] = report.abs_rel, report.delta1
+            except Exception as err:  # one line per failure, the other figures still come
+                entry = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+            result[f"{label}_{side}"] = entry
+            print(label, side, json.dumps(entry), flush=True)
+    return result
+
+
+def seed() -> dict[str, Any]:
+    """The seed scenario (rgb detect + depth, slam1/slam2 detect): as typed with no plan (the
+    GPU by default: torch fp32 for both at depth 518), and with fp16 + CUDA graphs for both."""
+    model = _depth_model()
+    base = [*CLI, "run", f"rgb={VIDEO}", f"slam1={VIDEO}", f"slam2={VIDEO}", "--depth",
+            str(model), "--depth-on", "rgb", "--no-video", "--no-jsonl", "-q", "--json",
+            "--max-frames", "150"]  # fmt: skip
+    fp16 = [*TORCH, "--set", "depth.backend=torch", "--set", "depth.inference.device=cuda",
+            "--set", "depth.inference.precision=fp16",
+            "--set", "depth.inference.settings.cuda_graphs=true"]  # fmt: skip
+    result: dict[str, Any] = {}
+    for label, extra in (
+        ("as typed", []),
+        ("fp16 graphs", fp16),
+        ("fp16 graphs 266", [*fp16, "--depth-size", "266"]),
+    ):
+        out = Path("/tmp/gpu_check_runs") / f"seed_{label.replace(' ', '_')}"
+        shutil.rmtree(out, ignore_errors=True)
+        proc = subprocess.run(
+            [*base, "-o", str(out), *extra], capture_output=True, text=True, env=env(), cwd=ROOT
+        )
+        if proc.returncode:
+            result[label] = {"rc": proc.returncode, "error": proc.stderr.strip().splitlines()[-6:]}
+            continue
+        summary = json.loads(proc.stdout.strip().splitlines()[-1])
+        result[label] = {
+            "fps_per_camera": {s["name"]: s["fps"] for s in summary["sources"]},
+            "stage_p50_ms": {k: round(v["p50"], 2) for k, v in summary["stages"].items()},
+            "notes": summary.get("notes", [])[:3],
+        }
+        print(label, json.dumps(result[label]), flush=True)
+    return result
+
+
 def doctor() -> dict[str, Any]:
     proc = subprocess.run([*CLI, "doctor"], capture_output=True, text=True, env=env(), cwd=ROOT)
     return {"rc": proc.returncode, "stdout": proc.stdout.strip().splitlines()[-30:]}
@@ -222,6 +328,8 @@ STEPS: dict[str, tuple[int, Any]] = {
     "machine": (30, machine),
     "torch_streams": (140, lambda: streams("torch", [1, 8, 32, 64])),
     "ceiling": (40, lambda: ceiling([1, 8, 32, 64])),
+    "depth": (150, depth),  # waits for the depth model's build (started first)
+    "seed": (120, seed),
     "null_streams": (70, lambda: {k: streams(k, [1, 32]) for k in ("null-float32", "null-frames")}),
     "arrays_streams": (40, lambda: streams("arrays", [32])),
     "frames_streams": (30, lambda: streams("frames", [1])),  # batch 1 on the device path
@@ -278,6 +386,14 @@ def table(results: dict[str, Any]) -> str:
                 f"| {name} 1 stream | p50 {value['latency_p50_ms']:.2f} ms, p99"
                 f" {value['latency_p99_ms']:.2f} ms, stages {value['stage_p50_ms']} |"
             )
+        elif name == "depth" and isinstance(value, dict) and "error" not in value:
+            for key, r in value.items():
+                abs_rel = f", AbsRel {r['abs_rel']:.4f}" if "abs_rel" in r else ""
+                figure = f"{r['ms']:.2f} ms{abs_rel}" if "ms" in r else r.get("error")
+                lines.append(f"| depth {key} model-only | {figure} |")
+        elif name == "seed" and isinstance(value, dict) and "error" not in value:
+            for key, r in value.items():
+                lines.append(f"| seed {key} | {r.get('fps_per_camera', r)} |")
         elif name.startswith("tests") and isinstance(value, dict):
             lines.append(f"| {name} | {value.get('summary', value)} |")
         elif name == "doctor" and isinstance(value, dict):
@@ -301,6 +417,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     log = (args.out / "gpu_check.log").open("a")
     results: dict[str, Any] = {"install": install()}
+    building = build_depth() if {"depth", "seed"} & set(args.steps.split(",")) else None
     for name in args.steps.split(","):
         limit, _ = STEPS[name]
         started = time.perf_counter()
@@ -320,6 +437,8 @@ def main() -> None:
         log.flush()
         (args.out / "gpu_check.json").write_text(json.dumps(results, indent=1))
         print(f"== {name}: {time.perf_counter() - started:.1f} s", flush=True)
+    if building is not None and building.poll() is None:
+        building.kill()
     print(table(results))
 
 

@@ -390,3 +390,26 @@ def test_doctor_json_on_this_machine_has_the_new_findings() -> None:
         if finding["severity"] == WARN:
             assert finding["fix"], finding
     assert system["warnings"] == sum(finding["severity"] == WARN for finding in findings)
+
+
+def test_a_gpu_machine_is_told_which_gpu_runtimes_it_can_use_and_how_to_add_the_others() -> None:
+    """Issue #34, item 5 (the GPU faked: CI has none)."""
+    from visionrt.system import gpu_runtime_findings
+
+    only_torch = {
+        f.name: f for f in gpu_runtime_findings(frozenset({("torch", "cuda")}), "cuda 13.0")
+    }
+    assert only_torch["torch CUDA"].value == "usable"
+    assert only_torch["torch CUDA"].severity == OK
+    ort = only_torch["ONNX Runtime CUDA provider"]
+    assert (ort.severity, ort.fix) == (
+        INFO,
+        "pip uninstall -y onnxruntime && pip install 'visionrt[gpu]'",
+    )
+    assert only_torch["TensorRT"].fix == "pip install 'visionrt[tensorrt]'"
+    cpu_torch = {f.name: f for f in gpu_runtime_findings(frozenset(), "cpu")}["torch CUDA"]
+    assert cpu_torch.severity == WARN
+    assert cpu_torch.value == "this torch is a cpu build and sees no GPU"
+    assert "--force-reinstall" in cpu_torch.fix
+    no_torch = {f.name: f for f in gpu_runtime_findings(frozenset(), "")}["torch CUDA"]
+    assert (no_torch.value, no_torch.fix) == ("not installed", "pip install 'visionrt[torch]'")

@@ -60,14 +60,16 @@ def test_a_flag_naming_the_configuration_wins(
     fake_gpu: None, tiny_model: Path, flags: dict[str, object]
 ) -> None:
     config, note = configure_run(None, False, None, None, {"model": str(tiny_model), **flags})
-    assert config.backend != "torch" and config.inference.device == "cpu"
+    assert config.backend != "torch"
+    assert config.inference.device == "cpu"
     assert "GPU" not in note
 
 
 def test_a_model_the_converter_cannot_take_stays_on_the_cpu(fake_gpu: None, tmp_path: Path) -> None:
     model = _unconvertible(tmp_path / "det.onnx")
     config, note = configure_run(None, False, None, None, {"model": str(model)})
-    assert config.backend in ("", "onnxruntime") and config.inference.device == "cpu"
+    assert config.backend in ("", "onnxruntime")
+    assert config.inference.device == "cpu"
     assert "on the CPU: the torch backend cannot convert det.onnx for the GPU (lacks Det)" in note
 
 

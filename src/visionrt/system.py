@@ -190,6 +190,56 @@ def _gpus() -> list[Finding]:
     return found
 
 
+# What each GPU runtime is, and the command that adds it: PyPI's Linux torch wheel carries
+# CUDA; ONNX Runtime's CUDA and TensorRT providers come with onnxruntime-gpu, which replaces
+# onnxruntime (both installed, Python imports whichever came last).
+GPU_RUNTIMES = (
+    (("torch", "cuda"), "torch CUDA", "pip install 'visionrt[torch]'"),
+    (
+        ("onnxruntime", "cuda"),
+        "ONNX Runtime CUDA provider",
+        "pip uninstall -y onnxruntime && pip install 'visionrt[gpu]'",
+    ),
+    (
+        ("onnxruntime", "tensorrt"),
+        "ONNX Runtime TensorRT provider",
+        "pip uninstall -y onnxruntime && pip install 'visionrt[gpu,tensorrt]'",
+    ),
+    (("tensorrt", "cuda"), "TensorRT", "pip install 'visionrt[tensorrt]'"),
+)
+
+
+def gpu_runtime_findings(pairs: frozenset[tuple[str, str]], torch_build: str) -> list[Finding]:
+    """On a machine with an NVIDIA GPU: which GPU runtimes this install can use (`pairs`, as
+    `backends.gpus.gpu_runtimes` finds them) and the command that adds each one it cannot.
+    torch is what runs by default on the GPU: its absence warns, the others' is information."""
+    found = []
+    for pair, name, fix in GPU_RUNTIMES:
+        if pair in pairs:
+            found.append(Finding("gpu", name, "usable", OK))
+            continue
+        value = "not installed"
+        if pair[0] == "torch" and torch_build:
+            value = f"this torch is a {torch_build} build and sees no GPU"
+            if torch_build == "cpu":
+                fix = "pip install --force-reinstall 'torch' (PyPI's Linux wheel carries CUDA)"
+            else:
+                fix = "check the driver (nvidia-smi) against the CUDA this torch was built for"
+        elif pair[0] == "onnxruntime":
+            value = "not in this onnxruntime's providers"
+        severity = WARN if pair[0] == "torch" else INFO
+        found.append(Finding("gpu", name, value, severity, fix))
+    return found
+
+
+def _gpu_runtimes() -> list[Finding]:
+    from visionrt.backends.gpus import gpu_runtimes, gpu_seen, torch_build
+
+    if not gpu_seen():
+        return []
+    return gpu_runtime_findings(gpu_runtimes(), torch_build())
+
+
 SECTIONS: dict[str, Callable[[Probe], list[Finding]]] = {
     "cpu": _cpu,
     "limits": _limits,
@@ -207,7 +257,7 @@ def system_findings(
     found = [finding for section in SECTIONS.values() for finding in section(probe)]
     found += _runtimes(versions or {})
     if gpus:
-        found += _gpus()
+        found += _gpus() + _gpu_runtimes()
     return found
 
 

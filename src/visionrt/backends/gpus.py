@@ -10,10 +10,15 @@ from visionrt.backends.registry import find_row, unavailable_reason
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")  # one folder per GPU the driver sees
 
 
+def gpu_seen() -> bool:
+    """Whether the NVIDIA driver shows a GPU (no runtime imported)."""
+    return NVIDIA_GPUS.is_dir() and any(NVIDIA_GPUS.iterdir())
+
+
 def gpu_runtimes() -> frozenset[tuple[str, str]]:
     """(backend, device) pairs that can run on an NVIDIA GPU here: ("torch", "cuda"),
     ("onnxruntime", "cuda"), ("onnxruntime", "tensorrt"), ("tensorrt", "cuda")."""
-    if not (NVIDIA_GPUS.is_dir() and any(NVIDIA_GPUS.iterdir())):
+    if not gpu_seen():
         return frozenset()
     pairs: set[tuple[str, str]] = set()
     if unavailable_reason(find_row("torch")) is None:
@@ -42,3 +47,13 @@ def torch_cannot_convert(model: Path) -> list[str]:
 
     graph = onnx.load(str(model), load_external_data=False).graph
     return sorted({n.op_type for n in graph.node if n.domain in ("", "ai.onnx")} - SUPPORTED_OPS)
+
+
+def torch_build() -> str:
+    """The installed torch's build: "cuda 13.0", "cpu" (a CPU-only wheel), or "" (none)."""
+    if unavailable_reason(find_row("torch")) is not None:
+        return ""
+    import torch
+
+    cuda = torch.version.cuda
+    return f"cuda {cuda}" if cuda else "cpu"
