@@ -224,13 +224,17 @@ def test_tune_depth_searches_the_sizes_and_run_takes_the_chosen_one(
     config, note = configure_run(None, False, None, None, given)
     assert config.depth.short_side == 42
     assert "tuned at short side 14" in note
-    # A tight budget keeps the size the reference was scored at.
+    # A tight budget keeps the size the reference was scored at; a size below one where
+    # nothing held is not tried, and says so.
     plan, _, trials = tune_depth(
         small_video, tiny_depth_model, None, DepthLimits(max_abs_rel=1e-3), frames=3,
-        sizes=(42, 14), plans_root=tmp_path,
+        sizes=(42, 28, 14), plans_root=tmp_path,
     )  # fmt: skip
     assert plan.tuned["short_side"] == 42
-    assert [t.why_out.split(" ")[0] for t in trials[-2:]] == ["AbsRel", "AbsRel"]
+    assert [t.why_out.split(" ")[0] for t in trials[3:5]] == ["AbsRel", "AbsRel"]
+    assert [(t.candidate.label, t.why_out) for t in trials[5:]] == [
+        ("onnxruntime fp32 @14", "not tried: nothing held the budget at 28")
+    ]
 
 
 def test_depth_candidates_on_a_gpu_are_torch_on_cuda() -> None:

@@ -186,6 +186,9 @@ class TorchBackend(Backend):
         self._captured: dict[tuple[int, ...], tuple[Tensor, Any, list[Tensor]]] = {}
         self._pinned: dict[tuple[str, tuple[int, ...]], Tensor] = {}
         self._lock = threading.Lock()
+        # Each model's host-input calls on a stream of its own: on the default stream a depth
+        # model and a detector in two lanes of one run would wait for each other's kernels.
+        self._stream = torch.cuda.Stream(device) if cuda else None
         details.update(source="ultralytics .pt" if model.suffix == ".pt" else "onnx")
         details.update(compile=compile_mode, cuda_graphs=self._graphs, autocast=self._autocast)
         details.update(channels_last=self._channels_last)
@@ -258,15 +261,17 @@ class TorchBackend(Backend):
                 return [out.float().numpy() for out in self._run(images)]
             host = self._buffer("in", array.shape)
             host.numpy()[...] = array
-            images = host.to(self._device, non_blocking=True)
-            images = images.to(self._dtype, memory_format=layout)
-            outputs = self._replay(images) if self._graphs else self._run(images)
-            staged = []
-            for index, out in enumerate(outputs):
-                pinned = self._buffer(f"out{index}", tuple(out.shape))
-                pinned.copy_(out.float(), non_blocking=True)
-                staged.append(pinned)
-            torch.cuda.current_stream(self._device).synchronize()
+            with torch.cuda.stream(self._stream):
+                images = host.to(self._device, non_blocking=True)
+                images = images.to(self._dtype, memory_format=layout)
+                outputs = self._replay(images) if self._graphs else self._run(images)
+                staged = []
+                for index, out in enumerate(outputs):
+                    pinned = self._buffer(f"out{index}", tuple(out.shape))
+                    pinned.copy_(out.float(), non_blocking=True)
+                    staged.append(pinned)
+            assert self._stream is not None
+            self._stream.synchronize()
             # Copies: the pinned buffers are reused by the next call while callers hold results.
             return [pinned.numpy().copy() for pinned in staged]
 

@@ -181,6 +181,13 @@ def tune_depth(
             space = [c for c in space if _kind(c) in held or c.reference]
             # Below the reference's size the FP32 model is a candidate like any other.
             space = [replace(c, reference=False) for c in space]
+            if not space:  # said, so that a size missing from the table is not a mystery
+                skipped = DepthTrial(replace(trials[0].candidate, reference=False, short_side=side))
+                skipped.why_out = f"not tried: nothing held the budget at {above}"
+                trials.append(skipped)
+                if on_trial is not None:
+                    on_trial(skipped)
+                continue
         for candidate in space:
             if stop is not None and stop.is_set():
                 raise Interrupted(INTERRUPTED)
