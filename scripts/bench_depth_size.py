@@ -16,11 +16,11 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from bench_plan import spread  # scripts/ is on the path of a script run from it
+from bench_plan_flags import run
 
 from visionrt.hardware import cpu_model
 from visionrt.models import depth_model_path, is_architecture_only
@@ -43,15 +43,6 @@ def tune(depth: Path, budget: float) -> dict:
     found = cached_plan(depth)
     assert found is not None
     return {"seconds": round(seconds, 1), "depth_plan": found[0].tuned, "path": str(found[1])}
-
-
-def run(args: list[str]) -> dict:
-    with tempfile.TemporaryDirectory() as out:
-        command = [VISIONRT, "run", "--no-video", "-o", out, "-q", "--json", *args]
-        proc = subprocess.run(command, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(command)}: exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:

@@ -275,7 +275,48 @@ def depth() -> dict[str, Any]:
                 entry = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
             result[f"{label}_{side}"] = entry
             print(label, side, json.dumps(entry), flush=True)
+    result.update(_depth_task_paths(model))
     return result
+
+
+def _depth_task_paths(model: Path) -> dict[str, Any]:
+    """A frame's prepare + infer through DepthTask at 518, fp16 with CUDA graphs: the host
+    path (bicubic and normalise on the host, float32 up) against the frames path (uint8 up,
+    prepared and NaN-checked on the device)."""
+    import cv2
+
+    from visionrt.backends import BackendOptions
+    from visionrt.export.depth import depth_export_size
+    from visionrt.tasks.depth import DepthTask
+
+    capture = cv2.VideoCapture(str(VIDEO))
+    ok, image = capture.read()
+    capture.release()
+    hw = depth_export_size(model, 518, VIDEO)
+    found: dict[str, Any] = {}
+    for form in ("arrays", "frames"):
+        options = BackendOptions(
+            device="cuda", precision="fp16", input_size=hw,
+            settings={"cuda_graphs": "true", "input": form},
+        )  # fmt: skip
+        try:
+            task = DepthTask(model, "torch", options)
+            task.warm_up(3)
+            buffer = task.new_buffer()
+            times = []
+            for _ in range(30):
+                start = time.perf_counter()
+                task.prepare(image, buffer, None)
+                task.infer([buffer])
+                times.append((time.perf_counter() - start) * 1e3)
+            task.close()
+            entry: dict[str, Any] = {"ms": statistics.median(times)}
+            entry["spread_ms"] = [min(times), max(times)]
+        except Exception as err:  # one line per failure, the other figures still come
+            entry = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+        found[f"task_{form}_fp16_518"] = entry
+        print(form, json.dumps(entry), flush=True)
+    return found
 
 
 def seed() -> dict[str, Any]:
@@ -292,6 +333,7 @@ def seed() -> dict[str, Any]:
     for label, extra in (
         ("as typed", []),
         ("fp16 graphs", fp16),
+        ("fp16 graphs frames", [*fp16, "--set", "depth.inference.settings.input=frames"]),
         ("fp16 graphs 266", [*fp16, "--depth-size", "266"]),
     ):
         out = Path("/tmp/gpu_check_runs") / f"seed_{label.replace(' ', '_')}"
@@ -328,8 +370,8 @@ STEPS: dict[str, tuple[int, Any]] = {
     "machine": (30, machine),
     "torch_streams": (140, lambda: streams("torch", [1, 8, 32, 64])),
     "ceiling": (40, lambda: ceiling([1, 8, 32, 64])),
-    "depth": (150, depth),  # waits for the depth model's build (started first)
-    "seed": (120, seed),
+    "depth": (170, depth),  # waits for the depth model's build (started first)
+    "seed": (150, seed),
     "null_streams": (70, lambda: {k: streams(k, [1, 32]) for k in ("null-float32", "null-frames")}),
     "arrays_streams": (40, lambda: streams("arrays", [32])),
     "frames_streams": (30, lambda: streams("frames", [1])),  # batch 1 on the device path

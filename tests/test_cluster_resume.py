@@ -68,25 +68,10 @@ def test_a_source_whose_worker_dies_keeps_its_track_ids_and_line_counts(
     Detecting every third frame, the resumed source detects on the frames a plain run does."""
     values = crossing_run(tmp_path, follower_model, video, every)
     cfg = load_config(values=values)
-    settings = worker_settings(cfg)
     died: list[int] = []
-
-    def dies_mid_file(group: Group, send: Send) -> dict:
-        def sent(unit_id: int, *batch: Any) -> None:
-            # Batches hold 32 frames at most: the first track (frames 0-37) is committed
-            # whole, and the source resumes in the second's.
-            if group[0].attempt == 1 and batch[0][-1][0] >= 70:
-                died.append(batch[0][0][0])
-                raise RuntimeError("worker lost")
-            send(unit_id, *batch)
-
-        return run_group(group, settings, sent)
-
-    executor = ThreadExecutor(1, dies_mid_file)
-    try:
-        summary, report = run_on_cluster(cfg, executor)
-    finally:
-        executor.close()
+    # Batches hold 32 frames at most: the first track (frames 0-37) is committed whole, and
+    # the source resumes in the second's.
+    summary, report = _run_killed_at_frame_70(cfg, died)
     assert died, "the first attempt ran to its end"
     assert report.reassignments == 1
     assert summary.error == ""
@@ -150,14 +135,30 @@ def test_a_file_with_smoothed_depth_runs_again_from_its_first_frame(
     values["depth"] = {"model": str(tiny_depth), "smoothing": 0.8, "video": False}
     values["depth"]["short_side"] = 56
     cfg = load_config(values=values)
-    settings = worker_settings(cfg)
     starts: list[int] = []
+    summary, report = _run_killed_at_frame_70(cfg, [], starts)
+    assert report.reassignments == 1
+    assert (summary.error, summary.frames_out) == ("", 120)
+    assert starts[1] > 0
+    assert report.sources["walk"].duplicates == 0  # the frames before it were not sent
+    _, expected = plain_outputs(values, tmp_path / "plain")
+    assert (tmp_path / "cluster" / "walk.jsonl").read_text() == expected["walk.jsonl"]
+
+
+def _run_killed_at_frame_70(
+    cfg: Any, died: list[int], starts: list[int] | None = None
+) -> tuple[Any, Any]:
+    """`cfg` on a one-worker cluster whose first attempt dies at the batch that reaches frame
+    70 (its first frame appended to `died`; each attempt's start frame to `starts`)."""
+    settings = worker_settings(cfg)
 
     def dies_mid_file(group: Group, send: Send) -> dict:
-        starts.append(group[0].start_frame)
+        if starts is not None:
+            starts.append(group[0].start_frame)
 
         def sent(unit_id: int, *batch: Any) -> None:
             if group[0].attempt == 1 and batch[0][-1][0] >= 70:
+                died.append(batch[0][0][0])
                 raise RuntimeError("worker lost")
             send(unit_id, *batch)
 
@@ -165,12 +166,6 @@ def test_a_file_with_smoothed_depth_runs_again_from_its_first_frame(
 
     executor = ThreadExecutor(1, dies_mid_file)
     try:
-        summary, report = run_on_cluster(cfg, executor)
+        return run_on_cluster(cfg, executor)
     finally:
         executor.close()
-    assert report.reassignments == 1
-    assert (summary.error, summary.frames_out) == ("", 120)
-    assert starts[1] > 0
-    assert report.sources["walk"].duplicates == 0  # the frames before it were not sent
-    _, expected = plain_outputs(values, tmp_path / "plain")
-    assert (tmp_path / "cluster" / "walk.jsonl").read_text() == expected["walk.jsonl"]

@@ -55,15 +55,20 @@ def _class_names(raw: str | None) -> tuple[str, ...]:
 IR_METADATA_KEYS = ("framework", "model_info")
 
 
-def _read_ir_spec(path: Path) -> ModelSpec:
+def _read_ir(path: Path) -> Any:
+    """The OpenVINO model at `path` (an ov.Model), or ModelLoadError in one line."""
     try:
         import openvino as ov
     except ImportError as err:
         raise ModelLoadError(f"{path} is an OpenVINO IR: pip install 'visionrt[openvino]'") from err
     try:
-        model = ov.Core().read_model(str(path))
+        return ov.Core().read_model(str(path))
     except Exception as err:
         raise ModelLoadError(f"{path} is not a readable OpenVINO IR ({err})") from err
+
+
+def _read_ir_spec(path: Path) -> ModelSpec:
+    model = _read_ir(path)
     meta: dict[str, str] = {}
     for section in IR_METADATA_KEYS:
         if model.has_rt_info([section]):
@@ -240,14 +245,7 @@ def is_quantized(path: str | Path) -> bool:
         return any(node.op_type in QUANTIZED_OPS for node in graph.node)
     if path.suffix != ".xml":
         return False
-    try:
-        import openvino as ov
-    except ImportError as err:
-        raise ModelLoadError(f"{path} is an OpenVINO IR: pip install 'visionrt[openvino]'") from err
-    try:
-        model = ov.Core().read_model(str(path))
-    except Exception as err:
-        raise ModelLoadError(f"{path} is not a readable OpenVINO IR ({err})") from err
+    model = _read_ir(path)
     return any(op.get_type_name() in QUANTIZED_OPS for op in model.get_ops())
 
 

@@ -48,8 +48,9 @@ class FrameSlot:
     def nbytes(self) -> int:
         return self.tensor.nbytes if self.tensor is not None else FRAME_SLOT_GUESS
 
-    def hold(self, image: npt.NDArray[np.uint8], box: Letterbox) -> None:
-        """Take `image` (H×W×3 BGR uint8) and the letterbox it goes in with."""
+    def hold(self, image: npt.NDArray[np.uint8], box: Letterbox | None) -> None:
+        """Take `image` (H×W×3 BGR uint8) and the letterbox it goes in with (None: a model
+        whose input is the whole frame resized, as a depth model's)."""
         self.box = box
         if not self.stage:
             self.tensor = torch.from_numpy(np.ascontiguousarray(image))

@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from visionrt.backends import Backend, BackendOptions, load_backend
+from visionrt.backends.base import FRAMES
 from visionrt.backends.registry import ROWS, check_reads, find_row, row_for_file
 from visionrt.errors import ConfigError, ModelLoadError, NonFiniteDepthError, VisionRTError
 from visionrt.models import SELF_DESCRIBING, model_metadata, read_model_spec, resolve_model
@@ -168,6 +169,13 @@ class DepthTask:
             f"depth batch {self.batch}: {info.runtime} runs {self.model.name} with its batch"
             " axis fixed at {fixed} (export with a dynamic batch)",
         )
+        # A backend that takes frames (torch with inference.settings.input=frames) prepares
+        # them and guards against NaN/Inf on its device.
+        self.device: Any = None
+        if info.input_form == FRAMES:
+            from visionrt.tasks.device_depth import DeviceDepth  # torch: imported when used
+
+            self.device = DeviceDepth(self.backend, self.input_hw)
         self._runtime = self.backend.name if self.backend.name in {r.name for r in ROWS} else ""
         self._fp32: Backend | None = None
         self._lock = threading.Lock()
@@ -203,15 +211,19 @@ class DepthTask:
                 f" {DEPTH_SIZE_FIX}"
             )
 
-    def new_buffer(self) -> npt.NDArray[np.float32]:
-        """One batch row of input: (1, 3, H, W) float32."""
+    def new_buffer(self) -> Any:
+        """One batch row of input: (1, 3, H, W) float32, or a FrameSlot when the frames go to
+        the device whole."""
+        if self.device is not None:
+            return self.device.new_slot()
         return np.empty((1, 3, *self.input_hw), np.float32)
 
-    def prepare(
-        self, image: npt.NDArray[np.uint8], buffer: npt.NDArray[Any], last: Any = None
-    ) -> DepthGeometry:
-        """Resize and normalize `image` into `buffer`; every pixel is written (no padding), so
-        `last` is not needed."""
+    def prepare(self, image: npt.NDArray[np.uint8], buffer: Any, last: Any = None) -> DepthGeometry:
+        """Resize and normalize `image` into `buffer` (or hold it in its slot, for the device
+        to do that); every pixel is written (no padding), so `last` is not needed."""
+        if self.device is not None:
+            buffer.hold(image, None)
+            return DepthGeometry((int(image.shape[0]), int(image.shape[1])), self.input_hw)
         return depth_into(image, buffer[0], self.input_hw)
 
     def _run(self, backend: Backend, tensor: npt.NDArray[np.float32]) -> npt.NDArray[Any]:
@@ -224,16 +236,30 @@ class DepthTask:
     def infer(self, rows: list[npt.NDArray[Any]]) -> npt.NDArray[np.object_]:
         """Run prepared rows as one batch; one DepthRow per input row (an object array, so
         that each row carries its own `recomputed` flag to `decode`)."""
-        tensor = self._batches.fill(rows)
-        output = self._run(self.backend, tensor)[: len(rows)]
-        bad = nonfinite_rows(output)
+        if self.device is not None:
+            output, bad = self.device.infer(rows)
+            tensor = None
+        else:
+            tensor = self._batches.fill(rows)
+            output = self._run(self.backend, tensor)[: len(rows)]
+            bad = nonfinite_rows(output)
         result = np.empty(len(rows), dtype=object)
         for i in range(len(rows)):
             result[i] = DepthRow(output[i])
         if bad.any():
-            for row, values in zip(np.flatnonzero(bad), self._recover(tensor[bad]), strict=True):
+            if tensor is None:  # the bad frames prepared on the host for the FP32 backend
+                tensor = np.stack([self._host_input(rows[i]) for i in np.flatnonzero(bad)])
+            else:
+                tensor = tensor[bad]
+            for row, values in zip(np.flatnonzero(bad), self._recover(tensor), strict=True):
                 result[row] = DepthRow(values, recomputed=True)
         return result
+
+    def _host_input(self, slot: Any) -> npt.NDArray[np.float32]:
+        """A slot's frame prepared on the host, (3, H, W) float32."""
+        row = np.empty((3, *self.input_hw), np.float32)
+        depth_into(slot.tensor.numpy(), row, self.input_hw)
+        return row
 
     def _recover(self, tensor: npt.NDArray[np.float32]) -> npt.NDArray[Any]:
         """FP32 outputs for the rows of `tensor`, whose outputs had NaN/Inf; or raise."""
@@ -269,6 +295,9 @@ class DepthTask:
             if self._fp32 is None:
                 name = self._runtime or row_for_file(self.model).name
                 options = replace(self.options, precision="fp32")
+                if self.device is not None:  # the recompute's input is host arrays
+                    settings = {**options.settings, "input": "arrays"}
+                    options = replace(options, settings=settings)
                 try:
                     self._fp32 = load_backend(name, self._load_path, options)
                 except VisionRTError as err:
@@ -304,6 +333,9 @@ class DepthTask:
         height, width = self.input_hw
         what = f"depth warm-up at {height}x{width} (batch {self.batch})"
         with out_of_memory_as(what, DEPTH_SIZE_FIX):
+            if self.device is not None:
+                self.device.warm_up(self.batch, calls)
+                return
             blank = np.zeros((self.batch, 3, height, width), np.float32)
             for _ in range(calls):
                 self.backend.infer({self.input_name: blank})

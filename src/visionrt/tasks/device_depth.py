@@ -1,0 +1,66 @@
+"""A depth model's frames on its backend's device: each frame staged once in pinned memory,
+uploaded as uint8, prepared there (preprocess.depth_device) into the model's input, run, and
+its map checked for NaN/Inf there; the maps come back in one copy with a finite flag per row
+(the 'frames' input form; DepthTask's host path prepares float32 arrays on the host)."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from visionrt.backends.base import Backend, FramesBackend
+from visionrt.preprocess.depth_device import depth_batch, depth_rows
+from visionrt.preprocess.device import FrameSlot, upload
+
+
+def _pinned(shape: tuple[int, ...]) -> torch.Tensor:
+    return torch.empty(shape, dtype=torch.uint8, pin_memory=True)
+
+
+class DeviceDepth:
+    """`backend` takes frames (BackendInfo.input_form FRAMES); a stand-in (the null backend
+    on the CPU) copies as for a device and gives zero maps."""
+
+    def __init__(self, backend: Backend, input_hw: tuple[int, int]) -> None:
+        self.backend = cast(FramesBackend, backend)
+        self.input_hw = input_hw
+        self.device = torch.device(backend.info.device)
+        self.stand_in = self.backend.stand_in
+        self._stage = self.device.type != "cpu" or self.stand_in
+        self._allocate = _pinned if self.device.type == "cuda" else None
+        self._contexts = max(1, backend.concurrency)
+
+    def new_slot(self) -> FrameSlot:
+        return FrameSlot(self._stage, self._allocate)
+
+    def infer(
+        self, slots: list[FrameSlot]
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+        """Each slot's map at the model's size, (N, h, w) float32, and which rows hold NaN/Inf."""
+        count = len(slots)
+        with self.backend.device_scope(), torch.inference_mode():
+            if self.stand_in:  # the call still happens: its delay and fault injection count
+                self.backend.infer_device(self.backend.device_input(count))
+                return np.zeros((count, *self.input_hw), np.float32), np.zeros(count, bool)
+            frames = upload(slots, self.device)
+            images = self.backend.device_input(count)
+            depth_batch(frames, images)
+            maps, finite = self.backend.infer_device(images, then=depth_rows)
+            return maps.cpu().numpy(), ~finite.cpu().numpy()
+
+    def warm_up(self, batch: int, calls: int) -> None:
+        """`calls` full batches of grey frames at the input size, after a batch of every power
+        of two below it in every device context: CUDA graphs are captured here, before the run."""
+        blank = np.full((*self.input_hw, 3), 114, np.uint8)
+        slots = [self.new_slot() for _ in range(batch)]
+        for slot in slots:
+            slot.hold(blank, None)
+        sizes = [1 << i for i in range(batch.bit_length()) if 1 << i < batch]
+        for size in sizes:
+            for _ in range(self._contexts):
+                self.infer(slots[:size])
+        for _ in range(max(calls, self._contexts)):
+            self.infer(slots)
