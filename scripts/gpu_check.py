@@ -290,7 +290,7 @@ def _depth_task_paths(model: Path) -> dict[str, Any]:
     from visionrt.tasks.depth import DepthTask
 
     capture = cv2.VideoCapture(str(VIDEO))
-    ok, image = capture.read()
+    _, image = capture.read()
     capture.release()
     hw = depth_export_size(model, 518, VIDEO)
     found: dict[str, Any] = {}
