@@ -1,7 +1,10 @@
 """The GPU check: on a fresh CUDA machine with no internet, install what `.gpu/` brought
 (scripts/gpu_bundle.py), run the CUDA tests and every GPU measurement, print one table.
 
-Usage (there): python3 scripts/gpu_check.py [--out DIR] [--steps a,b,...] [--quick]
+Usage (there): python3 scripts/gpu_check.py [--out DIR] [--steps a,b,... | detector | depth]
+`--steps detector` (issue #33's figures, ~6 min) and `--steps depth` (issue #34's: the depth
+model built there, depth model-only and through DepthTask, the seed scenario, ~5 min) each fit
+one call of the device tool; the default runs both, in order.
 Each step runs as its own process under its own time limit, so a step that hangs or is cut off
 still leaves what the others measured; results go to DIR/gpu_check.json as they come, the log to
 DIR/gpu_check.log, the table last on stdout. `--steps` picks steps (default: all, in order).
@@ -383,6 +386,24 @@ STEPS: dict[str, tuple[int, Any]] = {
 }
 
 
+GROUPS = {
+    "detector": [name for name in STEPS if name not in ("depth", "seed")],
+    "depth": ["machine", "depth", "seed"],
+}
+
+
+def chosen_steps(text: str) -> list[str]:
+    """Step names from `--steps`: names, or a group's name (GROUPS)."""
+    names: list[str] = []
+    for part in text.split(","):
+        for name in GROUPS.get(part, [part]):
+            if name not in STEPS:
+                raise SystemExit(f"--steps: no step or group '{name}' ({', '.join(STEPS)})")
+            if name not in names:
+                names.append(name)
+    return names
+
+
 def efficiency(results: dict[str, Any]) -> list[str]:
     """End-to-end FPS over the raw model-only FPS at the same batch."""
     ceiling, runs = results.get("ceiling") or {}, results.get("torch_streams") or {}
@@ -459,8 +480,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     log = (args.out / "gpu_check.log").open("a")
     results: dict[str, Any] = {"install": install()}
-    building = build_depth() if {"depth", "seed"} & set(args.steps.split(",")) else None
-    for name in args.steps.split(","):
+    steps = chosen_steps(args.steps)
+    building = build_depth() if {"depth", "seed"} & set(steps) else None
+    for name in steps:
         limit, _ = STEPS[name]
         started = time.perf_counter()
         try:
