@@ -352,3 +352,49 @@ def test_detect_every_needs_tracking() -> None:
         PipelineOptions(detect_every=2)
     with pytest.raises(ConfigError, match=r"pipeline\.detect_every: expected >= 1"):
         PipelineOptions(track=True, detect_every=0)
+
+
+def test_a_source_added_while_the_readers_start_is_read_once() -> None:
+    """A service's camera added by the API while the service's readers start (issue #32's
+    busy-machine run caught it): `start` went over the live list of threads, so it started the
+    added source's reader a second time ('threads can only be started once'), the service's
+    run raised and every later request failed. The add is made at that moment exactly: inside
+    the first reader's start."""
+    import threading
+
+    from visionrt.pipeline.flow import Flow
+    from visionrt.pipeline.inbox import Inboxes
+    from visionrt.pipeline.readers import Readers
+    from visionrt.sources import SourceOptions, open_source
+    from visionrt.telemetry import Telemetry
+
+    flow = Flow()
+    first = open_source("synthetic:16x16:3", 0, SourceOptions())
+    added = open_source("synthetic:16x16:3", 1, SourceOptions())
+    ran: list[int] = []
+    done = threading.Event()
+
+    def guard(read: object, source_id: int, source: object) -> None:
+        ran.append(source_id)
+        if len(ran) == 2:
+            done.set()
+
+    class AddsOnStart(Readers):
+        def _thread(self, source_id: int, source: object) -> threading.Thread:
+            thread = super()._thread(source_id, source)  # type: ignore[arg-type]
+            if source_id == 0:
+                start = thread.start
+
+                def start_and_add() -> None:  # the API's add, right as the readers start
+                    readers.add(added, "b", True)
+                    start()
+
+                thread.start = start_and_add  # type: ignore[method-assign]
+            return thread
+
+    decoded: Inboxes[object] = Inboxes(4, flow.aborting)
+    readers = AddsOnStart([first], ["a"], [True], decoded, Telemetry(), flow, guard, True)  # type: ignore[arg-type]
+    readers.start()
+    assert done.wait(30)
+    assert sorted(ran) == [0, 1]  # each source's reader ran, once
+    assert [t.name for t in readers.threads] == ["source-0", "source-1"]

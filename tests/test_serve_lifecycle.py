@@ -97,6 +97,7 @@ def test_file_sources_leave_no_thread_behind(serving: Any, media: Path, removed:
     # threads ending and starting while the others are counted (a loaded machine caught it
     # between the two: one count off by 2). Not looped, it ends by itself.
     first = served.service.cameras["a"].source_id
+    wait_until(lambda: served.lines_of(first) > 0, WAIT, "a decoding")  # its reader started
     if removed:
         assert served.delete("/sources/a").status == 200
     served.pipeline.graph.readers[first].join(WAIT)

@@ -53,13 +53,16 @@ class Readers:
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        self.threads = [self._thread(i, s) for i, s in enumerate(self.sources)]
         with self._lock:
+            self.threads = [self._thread(i, s) for i, s in enumerate(self.sources)]
+            # Those of the sources there now: a source a service adds from here on (`add`, on
+            # another thread) starts its own reader, and must not be started here again.
+            starting = list(self.threads)
             # A service holds the inbox open for sources still to come, until it is released.
             self._left = len(self.threads) + (1 if self.service else 0)
             if self._left == 0:
                 self.decoded.close()
-        for thread in self.threads:
+        for thread in starting:
             thread.start()
 
     def accepting(self) -> bool:
