@@ -130,7 +130,12 @@ class Served:
 
     def _accepting(self) -> bool:
         graph = self.pipeline.graph
-        return graph is not None and graph.source_side.accepting()
+        # Its readers started too: a test may join one (a file that ends) at once.
+        return (
+            graph is not None
+            and graph.source_side.started.is_set()
+            and graph.source_side.accepting()
+        )
 
     def _run(self) -> None:
         self.summary = self.service.run()

@@ -49,6 +49,7 @@ class Readers:
         self.serving = service
         self.failures: dict[int, str] = {}
         self.threads: list[threading.Thread] = []
+        self.started = threading.Event()  # every reader `start` made is running (or ran)
         self._left = 0
         self._lock = threading.Lock()
 
@@ -64,6 +65,7 @@ class Readers:
                 self.decoded.close()
         for thread in starting:
             thread.start()
+        self.started.set()
 
     def accepting(self) -> bool:
         """A source can still be added (a service that runs and was not stopped)."""
