@@ -123,3 +123,17 @@ def run_one(task: Task, image: npt.NDArray[Any], buffer: npt.NDArray[Any]) -> An
     reference): prepare into `buffer`, infer a batch of one, decode."""
     geometry = task.prepare(image, buffer, None)
     return task.decode(task.infer([buffer])[0], geometry)
+
+
+def warm_up_device(infer: Any, slots: Sequence[Any], calls: int, contexts: int) -> None:
+    """A device task's warm-up: `infer` a batch of every power of two below len(`slots`) in
+    each of the backend's `contexts` (calls go round them), then `calls` full batches (at least
+    one per context): a backend that captures CUDA graphs per batch size does so here, before
+    the run, never two at once."""
+    batch = len(slots)
+    sizes = [1 << i for i in range(batch.bit_length()) if 1 << i < batch]
+    for size in sizes:
+        for _ in range(contexts):
+            infer(list(slots[:size]))
+    for _ in range(max(calls, contexts)):
+        infer(list(slots))

@@ -14,6 +14,7 @@ import torch
 from visionrt.backends.base import Backend, FramesBackend
 from visionrt.preprocess.depth_device import depth_batch, depth_rows
 from visionrt.preprocess.device import FrameSlot, upload
+from visionrt.tasks.base import warm_up_device
 
 
 def _pinned(shape: tuple[int, ...]) -> torch.Tensor:
@@ -58,9 +59,4 @@ class DeviceDepth:
         slots = [self.new_slot() for _ in range(batch)]
         for slot in slots:
             slot.hold(blank, None)
-        sizes = [1 << i for i in range(batch.bit_length()) if 1 << i < batch]
-        for size in sizes:
-            for _ in range(self._contexts):
-                self.infer(slots[:size])
-        for _ in range(max(calls, self._contexts)):
-            self.infer(slots)
+        warm_up_device(self.infer, slots, calls, self._contexts)

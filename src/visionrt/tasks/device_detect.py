@@ -21,6 +21,7 @@ from visionrt.postprocess.device import decode_batch_device
 from visionrt.postprocess.device_table import GEOMETRY, TableDecoder, geometry_rows, read_table
 from visionrt.preprocess import compute_letterbox
 from visionrt.preprocess.device import FrameSlot, letterbox_batch, upload
+from visionrt.tasks.base import warm_up_device
 from visionrt.types import Detections
 
 NO_ROWS = np.zeros((0, 6), np.float32)
@@ -97,9 +98,4 @@ class DeviceDetect:
         slots = [self.new_slot() for _ in range(batch)]
         for slot in slots:
             slot.hold(blank, box)
-        sizes = [1 << i for i in range(batch.bit_length()) if 1 << i < batch]
-        for size in sizes:
-            for _ in range(self._contexts):
-                self.infer(slots[:size])
-        for _ in range(max(calls, self._contexts)):
-            self.infer(slots)
+        warm_up_device(self.infer, slots, calls, self._contexts)
