@@ -436,6 +436,7 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 # Seconds after which a wait in a test gives up: only a guard that turns a hang into a failure,
 # never a measure of speed (a loaded 2-core machine may take many times a quiet one's time).
 HANG_SECONDS = 600.0
+POLL_SECONDS = 0.01  # until()'s poll
 
 
 def finishes(work: Callable[[], T], what: str = "it", seconds: float = HANG_SECONDS) -> T:
@@ -462,8 +463,10 @@ def finishes(work: Callable[[], T], what: str = "it", seconds: float = HANG_SECO
 
 def until(condition: Callable[[], object], what: str, seconds: float = HANG_SECONDS) -> None:
     """Wait until `condition()` holds: an event the test waits for, polled; fails only after
-    `seconds` (a guard against a hang)."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"never {what} (gave up after {seconds:.0f} s)"
-        time.sleep(0.01)
+    `seconds` of polling (a guard against a hang). It counts polls, not the clock: a loaded
+    machine stretches each poll and so only waits longer."""
+    for _ in range(max(1, int(seconds / POLL_SECONDS))):
+        if condition():
+            return
+        time.sleep(POLL_SECONDS)
+    pytest.fail(f"never {what} (gave up after at least {seconds:.0f} s)")

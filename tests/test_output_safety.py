@@ -8,11 +8,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import HANG_SECONDS, run_cli
+from conftest import HANG_SECONDS, run_cli, until
 
 from visionrt.errors import SinkError
 from visionrt.sinks.lock import OutputLock
@@ -89,11 +88,14 @@ def test_a_second_run_into_the_same_folder_is_refused(tiny_model: Path, tmp_path
         [*command, "synthetic:64x48:100000"], stderr=subprocess.PIPE, text=True, env=env
     )
     try:
-        deadline = time.monotonic() + HANG_SECONDS
-        while not (out / "summary.partial.json").exists() and not list(out.glob("*.partial.*")):
+
+        def writing() -> bool:
+            if (out / "summary.partial.json").exists() or list(out.glob("*.partial.*")):
+                return True
             assert first.poll() is None, first.stderr.read() if first.stderr else ""
-            assert time.monotonic() < deadline, "the first run never started writing"
-            time.sleep(0.1)
+            return False
+
+        until(writing, "the first run started writing")
         second = subprocess.run(
             [*command, "synthetic:64x48:10"],
             capture_output=True,

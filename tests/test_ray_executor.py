@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import conftest
 import pytest
 from conftest import HANG_SECONDS, write_video
 
@@ -55,12 +56,14 @@ def collect(executor: RayExecutor, units: int, timeout: float = HANG_SECONDS) ->
     """Reports until `units` units ended (Done or Failed) or a worker was Lost (`timeout` only
     guards against a hang)."""
     out: list[Report] = []
-    deadline = time.monotonic() + timeout
-    while sum(isinstance(r, Done | Failed) for r in out) < units:
-        assert time.monotonic() < deadline, f"no end after {timeout:.0f} s: {out[-3:]}"
+
+    def ended() -> bool:
+        if sum(isinstance(r, Done | Failed) for r in out) >= units:
+            return True
         out.extend(executor.reports(1.0))
-        if any(isinstance(r, Lost) for r in out):
-            break
+        return any(isinstance(r, Lost) for r in out)
+
+    conftest.until(ended, f"{units} unit(s) ended", timeout)
     return out
 
 
@@ -68,12 +71,14 @@ def ready(executor: RayExecutor, workers: int = 2) -> list[Report]:
     """Wait until `workers` workers are ready: a replacement for one an earlier test killed
     may still be starting (seconds on a loaded machine). The reports that came meanwhile."""
     out: list[Report] = []
-    deadline = time.monotonic() + HANG_SECONDS
-    while len(executor.workers()) < workers:
-        assert time.monotonic() < deadline, (
-            f"{len(executor.workers())} workers ready, not {workers}"
-        )
+
+    def up() -> bool:
+        if len(executor.workers()) >= workers:
+            return True
         out.extend(executor.reports(1.0))
+        return False
+
+    conftest.until(up, f"{workers} workers ready")
     return out
 
 
@@ -466,13 +471,16 @@ def _follow(process: Any, until: Any, timeout: float = HANG_SECONDS) -> list[Any
     import psutil
 
     seen: dict[int, psutil.Process] = {}
-    deadline = time.monotonic() + timeout
-    while not until():
+
+    def there() -> bool:
+        if until():
+            return True
         assert process.poll() is None, process.communicate()[1]
-        assert time.monotonic() < deadline, "the run never got there"
         with contextlib.suppress(psutil.Error):
             seen.update({p.pid: p for p in psutil.Process(process.pid).children(recursive=True)})
-        time.sleep(0.05)
+        return False
+
+    conftest.until(there, "the run got there", timeout)
     return list(seen.values())
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import HANG_SECONDS
+from conftest import HANG_SECONDS, until
 
 
 @pytest.fixture
@@ -85,11 +85,14 @@ def _catches(pid: int, sig: signal.Signals) -> bool:
 
 def _until(condition: Any, what: str, proc: subprocess.Popen[str]) -> None:
     """Wait for `condition()`: the timeout only turns a hang into a failure."""
-    deadline = time.monotonic() + HANG_SECONDS
-    while not condition():
+
+    def holds() -> bool:
+        if condition():
+            return True
         assert proc.poll() is None, f"visionrt ended before {what}: {proc.communicate()[1]}"
-        assert time.monotonic() < deadline, f"never {what}"
-        time.sleep(0.01)
+        return False
+
+    until(holds, what)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -124,10 +127,7 @@ def test_a_signal_during_start_up_stops_the_run(
     if phase == "opening":
         assert workers, "the streams are opened in worker processes"
     # A worker left behind would wait out its hour-long open: ended ones are gone at once.
-    deadline = time.monotonic() + HANG_SECONDS
-    while alive := [pid for pid in workers if _running(pid)]:
-        assert time.monotonic() < deadline, f"worker processes left: {alive}"
-        time.sleep(0.05)
+    until(lambda: not [pid for pid in workers if _running(pid)], "no worker process left")
     assert not list(tmp_path.rglob("*.partial*"))
 
 
