@@ -389,8 +389,10 @@ def polls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     seen: list[int] = []
     import av.container.core
 
-    video_module._install_stop_clock()
-    stop_clock = video_module._STOP_CLOCK.module
+    from visionrt.sources.stop_clock import STOP_CLOCK, install_stop_clock
+
+    install_stop_clock()
+    stop_clock = STOP_CLOCK.module
     if getattr(av.container.core, "time", None) is not stop_clock:
         pytest.skip("this PyAV reads no clock that stop() can end")
     monotonic = stop_clock.monotonic

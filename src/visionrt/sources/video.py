@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 import time
-import types
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from visionrt.errors import ConfigError, SourceError
 from visionrt.sources.base import Source, SourceOptions
 from visionrt.sources.frame_index import seek_frames
+from visionrt.sources.stop_clock import STOP_CLOCK, install_stop_clock
 from visionrt.types import Frame
 
 MAX_CONSECUTIVE_CORRUPT = 25  # live only: then the stream is broken and reconnecting may help
@@ -43,7 +41,7 @@ class VideoSource(Source):
     def _open(self) -> None:
         import av
 
-        _install_stop_clock()
+        install_stop_clock()
         open_options: dict[str, str] = {}
         fmt = None
         if self.kind == "stream" and self.name.lower().startswith(("rtsp://", "rtsps://")):
@@ -267,7 +265,7 @@ class VideoSource(Source):
         try:
             packets = self._container.demux(self._stream)
             while not self._stopped:
-                with _STOP_CLOCK.watching(self):
+                with STOP_CLOCK.watching(self):
                     packet = next(packets, None)
                 if packet is None:
                     return
@@ -307,7 +305,7 @@ class VideoSource(Source):
         if self._stopped:
             return
         try:
-            with _STOP_CLOCK.watching(self):
+            with STOP_CLOCK.watching(self):
                 self._open()
             self._last_error = ""
         except SourceError as err:
@@ -329,59 +327,8 @@ class VideoSource(Source):
                 self._container = None
 
 
-class _StopClock:
-    """Lets `stop()` abort a read blocked in FFmpeg, from any thread.
-
-    PyAV 18 offers no way to interrupt a blocked read (PyAV-Org/PyAV#351), and closing the
-    container from another thread frees it under the reader. Its timeout, though, is FFmpeg's
-    interrupt callback, which FFmpeg polls about every 100 ms while it waits for network data
-    and which compares `time.monotonic()`, looked up in `av.container.core`, with the read's
-    start. This stands in for that module's `time`: in a thread reading a source that was
-    stopped, the clock jumps ahead, so the read ends at once with AVERROR_EXIT, as if timed
-    out, and the reader closes its container itself. Other threads see the real clock. Only
-    sources opened with a timeout (cameras and streams) have the callback; a V4L2 read that
-    blocks in the driver does not poll it."""
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-        self.module = types.ModuleType("time", "time, with a monotonic() that stop() can end")
-        self.module.__dict__.update(time.__dict__)
-        self.module.monotonic = self.monotonic  # type: ignore[attr-defined]
-
-    def monotonic(self) -> float:
-        local = self._local
-        source: Source | None = getattr(local, "source", None)
-        if source is not None and source._stopped:
-            # Ahead of any timeout, and still increasing: PyAV rejects a clock that steps back.
-            local.skew = getattr(local, "skew", 0.0) + 1e6
-        return time.monotonic() + getattr(local, "skew", 0.0)
-
-    @contextmanager
-    def watching(self, source: Source) -> Iterator[None]:
-        """Blocking PyAV calls in this block end soon after `source.stop()`."""
-        local = self._local
-        previous = getattr(local, "source", None)
-        local.source = source
-        try:
-            yield
-        finally:
-            local.source = previous
-
-
-_STOP_CLOCK = _StopClock()
-
-
 class _Misplaced(Exception):
     """A seek did not land on the frame the index placed there."""
-
-
-def _install_stop_clock() -> None:
-    import av.container.core as core
-
-    # Only where PyAV reads the clock as this version does; otherwise stop() waits for the
-    # read timeout, as it would without this.
-    if getattr(core, "time", None) is time:
-        core.time = _STOP_CLOCK.module  # type: ignore[attr-defined]
 
 
 def _declared_span(container: Any, stream: Any) -> tuple[float, float | None]:
