@@ -98,8 +98,7 @@ def use_plan(
         if found is None:
             if request.chosen:
                 return PlanUse(None, "")
-            # A cluster node's GPU is its own worker's to find (fingerprint: not this machine).
-            gpu = gpu_reference(model) if fingerprint is None else GpuReference(None, "")
+            gpu = _gpu(model, fingerprint)
             where = f" {gpu.where}" if gpu.where else ""
             return PlanUse(
                 gpu.sections,
@@ -262,7 +261,7 @@ def use_depth_plan(
         if chosen:
             return PlanUse(None, "")
         side = short_side or DEFAULT_SHORT_SIDE
-        gpu = gpu_reference(model) if fingerprint is None else GpuReference(None, "")
+        gpu = _gpu(model, fingerprint)
         where = (
             gpu.where
             if gpu.sections is not None
@@ -305,3 +304,9 @@ def plan_depth(
         return model, backend, options, use
     planned = layered(options, use.sections.get("inference") or {})
     return str(use.sections["model"]), str(use.sections["backend"]), planned, use
+
+
+def _gpu(model: Path, fingerprint: dict[str, Any] | None) -> GpuReference:
+    """The FP32 reference on this machine's GPU, where there is one; a cluster node's GPU
+    (`fingerprint`: not this machine) is its own worker's to find."""
+    return gpu_reference(model) if fingerprint is None else GpuReference(None, "")

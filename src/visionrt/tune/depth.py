@@ -178,9 +178,8 @@ def tune_depth(
                 for t in trials
                 if t.candidate.short_side == above and not t.why_out and t.ms
             }
-            space = [c for c in space if _kind(c) in held or c.reference]
             # Below the reference's size the FP32 model is a candidate like any other.
-            space = [replace(c, reference=False) for c in space]
+            space = [replace(c, reference=False) for c in space if _kind(c) in held]
             if not space:  # said, so that a size missing from the table is not a mystery
                 skipped = DepthTrial(replace(trials[0].candidate, reference=False, short_side=side))
                 skipped.why_out = f"not tried: nothing held the budget at {above}"
