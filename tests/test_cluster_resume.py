@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from conftest import write_video
 
-from visionrt.config import load_config, pipeline_for
+from visionrt.config import load_config
 from visionrt.distributed.local import ThreadExecutor
 from visionrt.distributed.run import run_on_cluster, worker_settings
 from visionrt.distributed.units import Group
 from visionrt.distributed.worker import Send, run_group
+from visionrt.pipeline import pipeline_for
 
 MIDDLE = {
     "lines": {"mid": [[64, 0], [64, 96]]},

@@ -1178,7 +1178,8 @@ def test_a_cluster_runs_events_zones_and_motion_add_up_as_a_plain_runs(
     """Issue #32: a cluster run's summary.json had empty `events`, `analytics` and `motion`
     where a plain run's had zone events and frames reused. Now they hold what a plain run's
     hold, each source's row its events."""
-    from visionrt.config import load_config, pipeline_for
+    from visionrt.config import load_config
+    from visionrt.pipeline import pipeline_for
 
     cfg = load_config(values=gated_zones_run(tmp_path, tiny_model))
     summary, _ = on_two_threads(cfg)

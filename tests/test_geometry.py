@@ -348,6 +348,7 @@ def test_a_runs_check_builds_no_artifact_and_says_what_makes_it(
     tiny_model: Path, videos: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import visionrt.export
+    from visionrt.tune import evaluate
 
     class Built:
         path = tiny_model
@@ -359,6 +360,7 @@ def test_a_runs_check_builds_no_artifact_and_says_what_makes_it(
         return Built()
 
     monkeypatch.setattr(visionrt.export, "export_model", export_model)
+    monkeypatch.setattr(evaluate, "export_model", export_model)
     # An artifact plan at 32×64: on 96×128 its configuration runs at the model's 64×64, an
     # export of its recipe at that size, which no cache holds.
     recipe = {"export": "openvino-int8", "batch": "any"}
@@ -375,10 +377,10 @@ def test_a_runs_check_builds_no_artifact_and_says_what_makes_it(
         f" export {tiny_model} --to openvino-int8 --imgsz 64x64` or `visionrt tune` makes it",
     }
     assert "the plan's configuration at 64×64 (not tried: no 64×64 openvino-int8" in use.note
-    # `tune` builds it (cached by the export) and proves it.
+    # `tune` builds it with its exporter (cached by the export) and proves it.
     fresh = _plan(tiny_model, tiny_model, input_hw=[32, 64])
     fresh.tuned["artifact"] = recipe
-    settle(_use(fresh), [str(videos["wide"])], frames=4, build=True)
+    settle(_use(fresh), [str(videos["wide"])], frames=4, build=evaluate.export_sized)
     assert len(exported) == 1
     built = proof(fresh, (96, 128))
     assert built is not None

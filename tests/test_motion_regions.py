@@ -273,7 +273,7 @@ def test_a_plans_region_model_is_tunes_the_caches_or_its_reference(
         "reference": tiny_model,
     }
     shutil.copy(tiny_model, found["made"])
-    monkeypatch.setattr("visionrt.export.cache.default_root", lambda: elsewhere)
+    monkeypatch.setattr("visionrt.models.cache.default_root", lambda: elsewhere)
     recorded = {"tune's": str(found["made"]), "gone": "/gone/model.xml", "": ""}[made]
     plan = _artifact_plan(artifact, tmp_path / "source-gone.onnx", recorded)
     options = PipelineOptions(**{"motion": "regions", **given})
@@ -339,7 +339,7 @@ def test_run_motion_regions_on_a_plans_int8_artifact_runs_its_fp32_reference(
     one size) was refused ('model.xml is made at 640x640; regions of 320 px need …'). With no
     region model tune made and none in the export cache, the windows run the plan's FP32
     reference resized, on the plan's runtime at fp32, and the run says so."""
-    monkeypatch.setattr("visionrt.export.cache.default_root", lambda: tmp_path / "no-exports")
+    monkeypatch.setattr("visionrt.models.cache.default_root", lambda: tmp_path / "no-exports")
     plan = Plan(
         run={"model": str(openvino_int8.path), "backend": "openvino",
              "inference": {"precision": "int8", "fold_preprocess": True}},

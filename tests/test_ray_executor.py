@@ -277,8 +277,9 @@ def test_a_tracked_file_whose_actor_is_killed_keeps_its_track_ids_and_line_count
     JSONL and the summary's figures are a plain run's."""
     import psutil
 
-    from visionrt.config import load_config, pipeline_for
+    from visionrt.config import load_config
     from visionrt.distributed.run import run_on_cluster, worker_settings
+    from visionrt.pipeline import pipeline_for
 
     values = {
         "sources": [f"long={videos['long']}"],

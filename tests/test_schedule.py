@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from visionrt.config.pipeline import PipelineOptions
 from visionrt.pipeline.degrade import Degrader, Rung
-from visionrt.pipeline.options import PipelineOptions
 from visionrt.pipeline.schedule import Decision, Scheduler
 
 

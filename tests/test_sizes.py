@@ -16,9 +16,9 @@ from visionrt.accuracy import geometry
 from visionrt.accuracy.geometry import settle
 from visionrt.backends import BackendOptions
 from visionrt.config import load_config
+from visionrt.config.sizes import SizedDetector
 from visionrt.errors import ConfigError
 from visionrt.pipeline.degrade import Degrader, Rung
-from visionrt.pipeline.options import SizedDetector
 from visionrt.pipeline.schedule import Decision, Scheduler
 from visionrt.plans import machine_fingerprint, plan_path
 from visionrt.plans.proof import record

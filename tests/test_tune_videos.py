@@ -14,8 +14,9 @@ from test_geometry import _plan, _use
 from visionrt.accuracy.geometry import settle
 from visionrt.errors import ConfigError, SourceNotFoundError
 from visionrt.export import artifacts as export_artifacts
-from visionrt.export import cache, export_model
+from visionrt.export import export_model
 from visionrt.export.calibration import calibration_over
+from visionrt.models import cache
 from visionrt.plans import Plan
 from visionrt.plans.proof import proof
 from visionrt.tune.candidates import Candidate

@@ -39,9 +39,13 @@ CHECK_SECONDS = 20.0
 MIN_FRAMES = 10
 # `tune SOURCES…` proves the plan on each other frame size with a longer check.
 TUNE_CHECK_FRAMES, TUNE_CHECK_SECONDS = 150, 90.0
-CALIBRATION_FRAMES = 150  # as `tune` calibrates: the same cached artifact
 Image = npt.NDArray[np.uint8]
 Say = Callable[[str], None]
+# Makes the plan's artifact `recipe` of `source` at an input size (None: the model's own),
+# calibrated on the videos given, and returns its path: `tune` passes its exporter
+# (`tune.evaluate.export_sized`: it builds what a proof needs); a run passes none and builds
+# nothing.
+Build = Callable[[Path, str, str | list[str], tuple[int, int] | None], Path]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +97,7 @@ def prove(
     frames: int = CHECK_FRAMES,
     seconds: float = CHECK_SECONDS,
     past: Sequence[str] = (),
-    build: bool = False,
+    build: Build | None = None,
 ) -> dict[str, Any]:
     """Score the options on `frames` frames spread over the start of `spec` (of size `hw`)
     against the FP32 reference: the proof for `hw` (`plans.proof.record` keeps it) names the
@@ -150,7 +154,7 @@ def options(
     model_hw: tuple[int, int],
     spec: str,
     say: Say,
-    build: bool = False,
+    build: Build | None = None,
 ) -> Iterator[Option]:
     """What to try on a geometry, in order (built lazily: an artifact is exported, where
     `build`, only when the options before it failed; else taken from the export cache)."""
@@ -207,7 +211,7 @@ def _resized(
     spec: str,
     say: Say,
     why: str,
-    build: bool = False,
+    build: Build | None = None,
 ) -> dict[str, Any] | str:
     """The change that runs the plan's configuration at another input size: its artifact
     recipe at that size (from the export cache; exported there where `build`), or that input
@@ -215,8 +219,8 @@ def _resized(
     recipe = str((plan.tuned.get("artifact") or {}).get("export") or "")
     if not recipe:
         return {"inference": {"input_size": None if size == model_hw else list(size)}}
-    if not build:
-        from visionrt.export.cache import default_root, sized_export
+    if build is None:
+        from visionrt.models.cache import default_root, sized_export
 
         cached = sized_export(Path(str(plan.run.get("model"))), size, (default_root(),))
         if cached is None:
@@ -225,23 +229,14 @@ def _resized(
                 f" `{_export_command(plan, recipe, size)}` or `visionrt tune` makes it"
             )
         return {"model": str(cached), "inference": {"input_size": None}}
-    from visionrt.export import export_model
-
     source = Path(str(plan.tuned.get("source_model")))
     video = Path(str(plan.tuned.get("video") or ""))
     # Calibrated as the plan's artifact was: on every video tune was given, where it had several.
     videos = [str(v) for v in plan.tuned.get("videos") or [] if Path(str(v)).is_file()]
     say(f"the plan's {recipe} artifact at {size_text(size)} ({why}): exporting, or reusing it")
-    built = export_model(
-        source,
-        recipe,
-        calibrate=videos if len(videos) > 1 else video if video.is_file() else spec,
-        frames=CALIBRATION_FRAMES,
-        imgsz=None if size == model_hw else size,
-        progress=False,
-        fidelity_frames=0,
-    )
-    return {"model": str(built.path), "inference": {"input_size": None}}
+    calibrate = videos if len(videos) > 1 else str(video) if video.is_file() else spec
+    built = build(source, recipe, calibrate, None if size == model_hw else size)
+    return {"model": str(built), "inference": {"input_size": None}}
 
 
 def _export_command(plan: Plan, recipe: str, size: tuple[int, int]) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 from visionrt.accuracy.check import (
     CHECK_FRAMES,
     CHECK_SECONDS,
+    Build,
     Say,
     first_size,
     now,
@@ -73,13 +74,13 @@ def settle(
     say: Say | None = None,
     frames: int = CHECK_FRAMES,
     seconds: float = CHECK_SECONDS,
-    build: bool = False,
+    build: Build | None = None,
 ) -> PlanUse:
     """The configuration proven for the run's sources (see the module's docstring), as a PlanUse
     with one more note line saying which and why. Checks run only for file sources of a size
     the plan was never measured on; a source whose size is unknown before the run (a camera)
     runs the safest choice and is said to be unproven. An option whose artifact is not cached
-    is passed over (a run builds nothing), unless `build` (`tune`, which exports it)."""
+    is passed over (a run builds nothing), unless `build` makes it (`tune` passes its exporter)."""
     plan = use.plan
     if use.sections is None or plan is None or plan.tuned.get("task") == "depth":
         return use

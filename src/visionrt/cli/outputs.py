@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from visionrt.cli.signals import start_up
-from visionrt.config import RunConfig, pipeline_for
+from visionrt.config import RunConfig
 from visionrt.errors import ConfigError, SinkError
-from visionrt.pipeline import Pipeline
+from visionrt.pipeline import Pipeline, pipeline_for
 from visionrt.sinks import JsonlSink, Sink, VideoSink, table_sinks
 from visionrt.sinks.base import check_writable, partial_path
 from visionrt.sinks.stale import SHOWN, SUMMARY, claim_folder, remove_outputs

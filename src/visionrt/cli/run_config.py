@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from visionrt.config import RunConfig, given_options, load_config
+from visionrt.config.sizes import SizedDetector, size_key
 from visionrt.errors import ConfigError, SourceError
 from visionrt.models import demo_model_path
 from visionrt.paths import DEMO_VIDEO
-from visionrt.pipeline.options import SizedDetector
-from visionrt.pipeline.sizes import size_key
 from visionrt.plans import PlanRequest, PlanUse, use_depth_plan, use_gating, use_plan
 from visionrt.plans.resolve import CHOICES, layered
 from visionrt.plans.store import PIPELINE_KEY

@@ -168,6 +168,7 @@ def _prove_others(model: Path, videos: list[str], err: Console) -> None:
     from visionrt.accuracy.check import TUNE_CHECK_FRAMES, TUNE_CHECK_SECONDS
     from visionrt.accuracy.geometry import settle
     from visionrt.plans import PlanUse
+    from visionrt.tune.evaluate import export_sized
 
     found = cached_plan(model)
     if found is None:
@@ -182,7 +183,7 @@ def _prove_others(model: Path, videos: list[str], err: Console) -> None:
             say=lambda line: err.print(f"  {line}", markup=False, highlight=False),
             frames=TUNE_CHECK_FRAMES,
             seconds=TUNE_CHECK_SECONDS,
-            build=True,  # tune exports what the proof needs; a run takes it from the cache
+            build=export_sized,  # tune exports what the proof needs; a run takes the cache's
         )
     for line in settled.note.splitlines():
         err.print(line, markup=False, highlight=False)

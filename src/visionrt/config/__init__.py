@@ -4,25 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-from visionrt.backends import Backend, BackendOptions
+from visionrt.backends import BackendOptions
+from visionrt.config.pipeline import DepthOptions, PipelineOptions
+from visionrt.config.serve import ServeOptions
+from visionrt.config.sizes import SizedDetector, parse_size_key, size_key
 from visionrt.config.values import coerce
 from visionrt.errors import ConfigError
 from visionrt.fuse.shapes import parse_analytics
-from visionrt.pipeline.options import DepthOptions, PipelineOptions, SizedDetector
 from visionrt.postprocess import PostprocessOptions
-from visionrt.serve.options import ServeOptions
 from visionrt.sources import SourceOptions
-
-if TYPE_CHECKING:
-    from visionrt.fuse import Checkpoint
-    from visionrt.pipeline import Pipeline
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,40 +153,6 @@ class RunConfig:
             raise ConfigError("--mot writes tracks: add --track")
 
 
-def pipeline_for(
-    cfg: RunConfig,
-    sources: Sequence[str] | None = None,
-    service: bool = False,
-    loaded: Backend | None = None,
-    frame_ranges: Sequence[tuple[int, int]] | None = None,
-    checkpoints: Sequence[Checkpoint | None] = (),
-) -> Pipeline:
-    """The Pipeline `cfg` describes over `sources` (default: its own), its plan settled already
-    (the plan's sections are in `cfg`, so the Pipeline takes none of its own). `loaded`: the
-    detector `cfg` names, already loaded (the caller keeps and closes it). `frame_ranges`: each
-    source's first and end frame, `checkpoints` its fusion state to resume with (see
-    Pipeline)."""
-    from visionrt.pipeline import Pipeline
-    from visionrt.pipeline.sizes import parse_size_key
-
-    return Pipeline(
-        list(cfg.sources if sources is None else sources),
-        cfg.model,
-        loaded if loaded is not None else cfg.backend,
-        cfg.inference,
-        cfg.postprocess,
-        cfg.source,
-        cfg.pipeline,
-        cfg.depth,
-        plan=False,
-        analytics=cfg.analytics,
-        service=service,
-        frame_ranges=frame_ranges,
-        checkpoints=checkpoints,
-        sizes={parse_size_key(key): detector for key, detector in cfg.sizes.items()},
-    )
-
-
 def _build(cls: type[Any], values: dict[str, Any], prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
@@ -234,8 +196,6 @@ def _build(cls: type[Any], values: dict[str, Any], prefix: str) -> Any:
 
 def _sizes(value: Any) -> dict[str, SizedDetector]:
     """The `sizes` section: per frame size "HEIGHTxWIDTH", a detector with its model."""
-    from visionrt.pipeline.sizes import parse_size_key, size_key
-
     if not isinstance(value, dict):
         raise ConfigError(f"sizes: expected a section of frame sizes, e.g. 480x640, got {value!r}")
     sizes = {}

@@ -13,12 +13,12 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from visionrt.backends import Backend
-from visionrt.config import RunConfig, load_config, pipeline_for
+from visionrt.config import RunConfig, load_config
 from visionrt.distributed.outputs import AttemptOutputs, writes_every_frame
 from visionrt.distributed.units import Group, WorkUnit
 from visionrt.errors import ConfigError, ModelLoadError, SourceError
 from visionrt.fuse import Checkpoint
-from visionrt.pipeline import Pipeline
+from visionrt.pipeline import Pipeline, pipeline_for
 from visionrt.pipeline.gating import motion_summary
 from visionrt.sinks.jsonl import jsonl_record
 from visionrt.sources.registry import open_source, source_kind

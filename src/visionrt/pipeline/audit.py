@@ -18,8 +18,8 @@ from visionrt.models import is_architecture_only
 from visionrt.tasks.base import Task
 
 if TYPE_CHECKING:
+    from visionrt.config.pipeline import DepthOptions
     from visionrt.pipeline.core import Pipeline
-    from visionrt.pipeline.options import DepthOptions
     from visionrt.plans import Plan
 
 DEFAULT_RATE = 0.02  # cost measured in docs/results/audit_cost.json (scripts/bench_audit.py)

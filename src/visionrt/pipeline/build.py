@@ -12,6 +12,8 @@ from functools import partial
 from pathlib import Path
 
 from visionrt.backends import Backend, BackendOptions
+from visionrt.config.pipeline import DepthOptions, PipelineOptions
+from visionrt.config.sizes import SizedDetector
 from visionrt.errors import ConfigError
 from visionrt.fuse import (
     AnalyticsFuser,
@@ -27,7 +29,6 @@ from visionrt.fuse import (
 from visionrt.pipeline.audit import planned_audit
 from visionrt.pipeline.degrade import Change, Degrader, build_ladder
 from visionrt.pipeline.gating import Gating
-from visionrt.pipeline.options import DepthOptions, PipelineOptions, SizedDetector
 from visionrt.pipeline.sizes import Size, build_sized, detector_rows, detectors_note, frame_size
 from visionrt.pipeline.variants import degrade_variants
 from visionrt.plans import plan_depth

@@ -13,6 +13,8 @@ import cv2
 from visionrt.accuracy.audit_window import AuditEvent
 from visionrt.accuracy.geometry import settle
 from visionrt.backends import Backend, BackendOptions
+from visionrt.config.pipeline import DepthOptions, PipelineOptions
+from visionrt.config.sizes import SizedDetector
 from visionrt.errors import ConfigError
 from visionrt.fuse import Checkpoint, parse_analytics, resume_steps, take_checkpoint
 from visionrt.pipeline.audit import build_auditor, finish_audit
@@ -27,7 +29,6 @@ from visionrt.pipeline.degrade import Change
 from visionrt.pipeline.flow import Flow
 from visionrt.pipeline.gating import motion_summary
 from visionrt.pipeline.graph import Graph
-from visionrt.pipeline.options import DepthOptions, PipelineOptions, SizedDetector
 from visionrt.pipeline.output import SinkThread, close_sinks
 from visionrt.pipeline.planned import plan_options
 from visionrt.pipeline.report import describe_parts, source_rows

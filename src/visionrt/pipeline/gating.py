@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from visionrt.config.pipeline import PipelineOptions
 from visionrt.pipeline.flow import Item
-from visionrt.pipeline.options import PipelineOptions
 from visionrt.pipeline.schedule import Decision
 from visionrt.preprocess.motion import MotionGate, MotionOptions
 from visionrt.preprocess.regions import RegionPlanner

@@ -11,13 +11,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from visionrt.config.pipeline import PipelineOptions
 from visionrt.errors import StageError, VisionRTError
 from visionrt.fuse import Fused, Fuser
 from visionrt.hardware import lower_priority
 from visionrt.pipeline.flow import END, Flow, Item, Job
 from visionrt.pipeline.gating import Gating, processed
 from visionrt.pipeline.inbox import Inboxes
-from visionrt.pipeline.options import PipelineOptions
 from visionrt.pipeline.ordering import InOrder
 from visionrt.pipeline.readers import FRESHER, Readers
 from visionrt.pipeline.schedule import Scheduler

@@ -9,11 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from visionrt.backends import ROWS
+from visionrt.config.pipeline import PipelineOptions
 from visionrt.errors import ConfigError, ModelLoadError
 from visionrt.models import demo_model_path, read_model_spec
 from visionrt.paths import DEMO_VIDEO
 from visionrt.pipeline.audit import planned_audit
-from visionrt.pipeline.options import PipelineOptions
 from visionrt.plans import Plan, use_gating
 
 
@@ -51,7 +51,7 @@ def planned_regions(
     ConfigError where that runtime would build an engine for it (TensorRT)."""
     if plan is None or options.motion != "regions" or options.motion_region_model:
         return options, ""
-    from visionrt.export.cache import default_root, export_report, sized_export
+    from visionrt.models.cache import default_root, export_report, sized_export
 
     artifact, side = Path(model), options.motion_region
     square = f"{side}×{side}"

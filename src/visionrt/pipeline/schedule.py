@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from visionrt.config.pipeline import PipelineOptions
 from visionrt.pipeline.degrade import Degrader
-from visionrt.pipeline.options import PipelineOptions
 
 
 @dataclass(frozen=True, slots=True)

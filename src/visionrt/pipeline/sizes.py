@@ -11,29 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from visionrt.backends import Backend, BackendOptions
-from visionrt.errors import ConfigError
-from visionrt.pipeline.options import SizedDetector
+from visionrt.config.sizes import Size, SizedDetector, size_key
 from visionrt.plans import PlanUse
 from visionrt.plans.resolve import planned_options
 from visionrt.sources import Source
 from visionrt.tasks.base import Task
-
-Size = tuple[int, int]  # a source's frames: (height, width) in pixels
-
-
-def size_key(size: Size) -> str:
-    """The run config's key for a frame size: "480x640"."""
-    return f"{size[0]}x{size[1]}"
-
-
-def parse_size_key(key: str) -> Size:
-    """The frame size a key names ("480x640" → (480, 640)), or a ConfigError naming it."""
-    height, sep, width = str(key).lower().partition("x")
-    if not (sep and height.isdigit() and width.isdigit() and int(height) and int(width)):
-        raise ConfigError(
-            f"sizes: '{key}': expected a frame size HEIGHTxWIDTH in pixels, e.g. 480x640"
-        )
-    return int(height), int(width)
 
 
 def planned_sizes(

@@ -7,9 +7,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from visionrt.backends import Backend, BackendOptions
+from visionrt.config.pipeline import PipelineOptions
 from visionrt.errors import ModelLoadError
 from visionrt.pipeline.degrade import check_slo_model, smaller_sides
-from visionrt.pipeline.options import PipelineOptions
 from visionrt.postprocess import PostprocessOptions
 from visionrt.tasks import DetectTask, TiledDetectTask
 from visionrt.tasks.base import Task

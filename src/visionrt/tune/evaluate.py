@@ -32,6 +32,27 @@ def backend_options(inference: dict[str, Any]) -> BackendOptions:
     return layered(BackendOptions(), inference)
 
 
+CALIBRATION_FRAMES = 150  # the Evaluator's default: a proof's artifact is the one tune cached
+
+
+def export_sized(
+    source: Path, recipe: str, calibrate: str | list[str], imgsz: tuple[int, int] | None
+) -> Path:
+    """The artifact `recipe` of `source` at input size `imgsz` (None: the model's own), from the
+    export cache or exported there: what a plan's proof on another frame size tries
+    (`accuracy.check.Build`; a run passes no builder and takes only what is cached)."""
+    built = export_model(
+        source,
+        recipe,
+        calibrate=calibrate,
+        frames=CALIBRATION_FRAMES,
+        imgsz=imgsz,
+        progress=False,
+        fidelity_frames=0,
+    )
+    return built.path
+
+
 class VideoEvaluator:
     """Runs candidates on `video`. The reference candidate must be evaluated first: its
     detections on the first `fidelity_frames` frames are what the others are scored against.
@@ -43,7 +64,7 @@ class VideoEvaluator:
         video: str | Path,
         model: str | Path,
         fidelity_frames: int = 60,
-        calibration_frames: int = 150,
+        calibration_frames: int = CALIBRATION_FRAMES,
         conf: float = 0.25,
         progress: bool = False,
         calibrate_too: Sequence[str | Path] = (),

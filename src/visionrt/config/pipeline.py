@@ -1,6 +1,6 @@
-"""The pipeline's own options (queue depth, live-mode staleness, warm-up, helper threads, tracking,
-latency target, tiling), those of a depth model run beside the detector, and the detector run on
-the sources of one frame size instead of the run's own."""
+"""The config's `pipeline` section (queue depth, live-mode staleness, warm-up, helper threads,
+tracking, latency target, tiling, motion gating, the live audit) and the depth model run beside
+the detector (the `depth` section's part the pipeline reads)."""
 
 from __future__ import annotations
 
@@ -244,14 +244,3 @@ def _check_side(side: int) -> None:
             f" model's memory grows with the 4th power of the side: ~4 GB at"
             f" {MAX_SHORT_SIDE}), got {side}"
         )
-
-
-@dataclass(frozen=True, slots=True)
-class SizedDetector:
-    """The detector the sources of one frame size run instead of the run's own: what a plan
-    proved there (`accuracy.geometry`: another artifact, input size or precision). The run
-    config's `sizes` section holds one per size, keyed "HEIGHTxWIDTH"."""
-
-    model: str
-    backend: str = ""
-    inference: BackendOptions = field(default_factory=BackendOptions)
