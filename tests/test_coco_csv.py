@@ -239,7 +239,7 @@ def test_a_result_rebuilt_from_its_jsonl_line_writes_the_same_tables(tmp_path: P
     """What a cluster's driver does: MOT, COCO and CSV written from `FrameResult.from_json` of
     the JSONL lines are the files written from the results themselves (boxes with fractions
     of a pixel, tracks, a distance without depth, a frame with no boxes)."""
-    from visionrt.sinks import table_sinks
+    from visionrt.sinks import SourceFiles, named_after
 
     results = [
         _result(0, [[10.004, 20.126, 30.555, 41.0049], [1.5, 2.25, 3.125, 4.0625]], 1, [3, 7],
@@ -250,7 +250,12 @@ def test_a_result_rebuilt_from_its_jsonl_line_writes_the_same_tables(tmp_path: P
     folders = {"direct": results, "rebuilt": [
         FrameResult.from_json(r.to_json(), tracked=True) for r in results]}  # fmt: skip
     for folder, rows in folders.items():
-        sinks = table_sinks(tmp_path / folder, ["x", "cam"], mot=True, coco=True, csv=True)
+        tables = SourceFiles(video=False, mot=True, coco=True, csv=True)
+        sinks = [
+            sink
+            for i, name in enumerate(["x", "cam"])
+            for sink in tables.sinks(named_after(tmp_path / folder, name), i, 0.0)
+        ]
         for result in rows:
             for sink in sinks:
                 sink.write(result)

@@ -37,6 +37,7 @@ from visionrt.serve.app import HttpServer, check_bind, make_app
 from visionrt.serve.outputs import ServiceSinks
 from visionrt.serve.preview import PreviewHub
 from visionrt.serve.service import Service
+from visionrt.sinks import SourceFiles
 from visionrt.sinks.base import partial_path
 from visionrt.sinks.events import EventPublisher, EventTransport
 from visionrt.sources import SourceOptions
@@ -112,7 +113,7 @@ class Served:
         )
         self.publisher = EventPublisher(transports)
         self.preview = PreviewHub(rate=10)
-        sinks = ServiceSinks(self.out, jsonl=True, coco=True, csv=True, video=video)
+        sinks = ServiceSinks(self.out, True, SourceFiles(video=video, coco=True, csv=True))
         self.service = Service(
             self.pipeline, sinks, self.preview, self.publisher, files=[str(self.media)]
         )
@@ -664,7 +665,7 @@ def test_a_removed_cameras_own_files_are_finalized_while_the_service_runs(
     from visionrt.serve import outputs
 
     monkeypatch.setattr(outputs, "RETIRE_AFTER", 0.0)
-    sinks = ServiceSinks(tmp_path, jsonl=True, coco=True, csv=True)
+    sinks = ServiceSinks(tmp_path, True, SourceFiles(video=False, coco=True, csv=True))
     sinks.open_source(0, "a")
     sinks.open_source(1, "b")
     for index in range(3):
@@ -701,7 +702,7 @@ def test_a_camera_gets_its_annotated_mp4_when_asked(tmp_path: Path) -> None:
     import av
     from test_preview import make_result
 
-    sinks = ServiceSinks(tmp_path, jsonl=False, coco=False, csv=False, video=True)
+    sinks = ServiceSinks(tmp_path, False, SourceFiles(video=True))
     assert [p.name for p in sinks.open_source(0, "a", fps=10.0)] == ["a.mp4"]
     for index in range(3):
         sinks.write(_with_source(make_result("a", index, boxes=[(10, 10, 90, 90)]), 0))

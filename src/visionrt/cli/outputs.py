@@ -16,8 +16,9 @@ from visionrt.cli.signals import start_up
 from visionrt.config import RunConfig
 from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline import Pipeline, pipeline_for
-from visionrt.sinks import JsonlSink, Sink, VideoSink, table_sinks
+from visionrt.sinks import JsonlSink, Sink
 from visionrt.sinks.base import check_writable, partial_path
+from visionrt.sinks.files import named_after
 from visionrt.sinks.stale import SHOWN, SUMMARY, claim_folder, remove_outputs
 from visionrt.sources.naming import default_name, split_name, unique_names
 from visionrt.telemetry.stats import RunSummary
@@ -51,54 +52,21 @@ def metrics_token(cfg: RunConfig) -> str:
 
 
 def make_sinks(config: RunConfig, pipeline: Pipeline) -> list[Sink]:
-    """An annotated MP4 per source, one JSONL (each line's `source` the source's name, as in
-    summary.json), MOT text, COCO results and CSV per source when asked, and with a depth model
-    its colourised MP4 and map files per source it runs on."""
+    """Each source's files (`RunConfig.source_files`: an annotated MP4, MOT text, COCO results
+    and CSV when asked, and with a depth model its colourised MP4 and map files where it runs),
+    named after the source, then one JSONL (each line's `source` the source's name, as in
+    summary.json)."""
     out = Path(config.output.dir)
     names = pipeline.names
     check_writable(out / "summary.json")  # also when no other output is asked for
+    files, depth_on = config.source_files(), set(pipeline.depth_sources())
     sinks: list[Sink] = []
-    if config.output.video:  # first: an unknown encoder fails before any file is opened
-        for i, source in enumerate(pipeline.sources):
-            sinks.append(
-                VideoSink(
-                    out / f"{names[i]}.mp4",
-                    source.fps,
-                    config.output.codec,
-                    source_id=i,
-                    preset=config.output.preset,
-                    draw_regions=config.output.draw_regions,
-                )
-            )
-    output = config.output
-    sinks.extend(table_sinks(out, names, output.mot, output.coco, output.csv))
-    if config.depth.model:
-        sinks.extend(_depth_sinks(config, pipeline, out))
+    for i, source in enumerate(pipeline.sources):
+        sinks += files.sinks(named_after(out, names[i]), i, source.fps, i in depth_on)
     if config.output.jsonl:
         name = f"{names[0]}.jsonl" if len(names) == 1 else "detections.jsonl"
         paths = [source.name for source in pipeline.sources]
         sinks.append(JsonlSink(out / name, names, paths))
-    return sinks
-
-
-def _depth_sinks(config: RunConfig, pipeline: Pipeline, out: Path) -> list[Sink]:
-    from visionrt.sinks.depth import DepthMapSink, DepthVideoSink
-
-    sinks: list[Sink] = []
-    for i in pipeline.depth_sources():
-        name, source = pipeline.names[i], pipeline.sources[i]
-        if config.depth.video:
-            sinks.append(
-                DepthVideoSink(
-                    out / f"{name}.depth.mp4",
-                    source.fps,
-                    config.output.codec,
-                    source_id=i,
-                    preset=config.output.preset,
-                )
-            )
-        if config.depth.maps:
-            sinks.append(DepthMapSink(out / f"{name}.depth", config.depth.maps, source_id=i))
     return sinks
 
 
@@ -159,15 +127,10 @@ def check_output_names(config: RunConfig) -> list[str]:
         [name or default_name(spec, i) for i, (name, spec) in enumerate(named)], given
     )
     depth_on = [i for i, name in enumerate(names) if not config.depth.on or name in config.depth.on]
+    chosen = config.source_files()
     owners: dict[str, str] = {}
     for i, name in enumerate(names):
-        files = [f"{name}.mp4"] if config.output.video else []
-        files += [f"{name}.mot.txt"] if config.output.mot else []
-        files += [f"{name}.coco.json"] if config.output.coco else []
-        files += [f"{name}.csv"] if config.output.csv else []
-        if i in depth_on and config.depth.model:
-            files += [f"{name}.depth.mp4"] if config.depth.video else []
-            files += [f"{name}.depth"] if config.depth.maps else []
+        files = [f"{name}{suffix}" for suffix in chosen.suffixes(i in depth_on)]
         if config.output.jsonl and len(names) == 1:
             files.append(f"{name}.jsonl")
         # A file is written under its `.partial` name first: a source named `a.partial`

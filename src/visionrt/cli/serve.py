@@ -129,10 +129,9 @@ def _serve(cfg: RunConfig, plan_note: str, console: Console) -> None:
 
     targets = parse_event_targets(cfg.serve.events, "serve.events")  # before a model loads
     out = Path(cfg.output.dir)
-    output = cfg.output
-    sinks = ServiceSinks(
-        out, output.jsonl, output.coco, output.csv, output.video, output.codec, output.preset
-    )
+    # A camera's own files as a run's, but MOT text and depth files (not written by a service).
+    files = replace(cfg.source_files(), mot=False, depth_video=False, depth_maps="")
+    sinks = ServiceSinks(out, cfg.output.jsonl, files)
     pipeline = start_pipeline(cfg, service=True)
     pipeline.notes[:0] = plan_note.splitlines()
     for note in pipeline.notes:

@@ -18,6 +18,7 @@ from visionrt.config.values import coerce
 from visionrt.errors import ConfigError
 from visionrt.fuse.shapes import parse_analytics
 from visionrt.postprocess import PostprocessOptions
+from visionrt.sinks.files import SourceFiles
 from visionrt.sources import SourceOptions
 
 
@@ -151,6 +152,22 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.output.mot and not self.pipeline.track:
             raise ConfigError("--mot writes tracks: add --track")
+
+    def source_files(self) -> SourceFiles:
+        """The files each source gets, from the output and depth sections (depth's only
+        with a depth model)."""
+        output, depth = self.output, self.depth
+        return SourceFiles(
+            video=output.video,
+            mot=output.mot,
+            coco=output.coco,
+            csv=output.csv,
+            depth_video=bool(depth.model) and depth.video,
+            depth_maps=depth.maps if depth.model else "",
+            codec=output.codec,
+            preset=output.preset,
+            draw_regions=output.draw_regions,
+        )
 
 
 def _build(cls: type[Any], values: dict[str, Any], prefix: str) -> Any:

@@ -15,13 +15,16 @@ import json
 import re
 import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from visionrt.config import RunConfig
 from visionrt.distributed.units import Group
-from visionrt.sinks import Sink, VideoSink
+from visionrt.sinks import Sink
 from visionrt.sinks.base import finalize
+from visionrt.sinks.files import SourceFiles
 from visionrt.sinks.video import join_videos
 from visionrt.types import FrameResult
 
@@ -52,7 +55,18 @@ def whole_path(path: Path, part: int) -> Path:
 
 def writes_every_frame(cfg: RunConfig) -> bool:
     """Whether a worker writes files with every frame of a source (a retry then runs it whole)."""
-    return cfg.output.video or bool(cfg.depth.model and (cfg.depth.video or cfg.depth.maps))
+    return bool(worker_files(cfg).suffixes(depth=True))
+
+
+def worker_files(cfg: RunConfig) -> SourceFiles:
+    """The files a worker writes (the MP4s and depth maps, which need the frames); the driver
+    writes the tables from the lines it commits (`distributed.run`)."""
+    return replace(cfg.source_files(), mot=False, coco=False, csv=False)
+
+
+def driver_files(cfg: RunConfig) -> SourceFiles:
+    """The files the driver writes from the committed lines: the tables, none with frames."""
+    return replace(cfg.source_files(), video=False, depth_video=False, depth_maps="")
 
 
 class AttemptOutputs:
@@ -62,25 +76,11 @@ class AttemptOutputs:
     def __init__(
         self, units: Group, fps: Sequence[float], cfg: RunConfig, depth_on: Sequence[int]
     ) -> None:
-        from visionrt.sinks.depth import DepthMapSink, DepthVideoSink
-
-        out, output, depth = Path(cfg.output.dir), cfg.output, cfg.depth
-        self.sinks: list[list[Sink]] = [[] for _ in units]
+        out, files = Path(cfg.output.dir), worker_files(cfg)
+        self.sinks: list[list[Sink]] = []
         for i, (unit, rate) in enumerate(zip(units, fps, strict=True)):
-            sinks, attempt = self.sinks[i], unit.attempt
-            if output.video:
-                video = attempt_path(out / f"{unit.name}.mp4", attempt, unit.part)
-                sinks.append(
-                    VideoSink(video, rate, output.codec, i, output.preset, output.draw_regions)
-                )
-            if not (depth.model and i in depth_on):
-                continue
-            if depth.video:
-                video = attempt_path(out / f"{unit.name}.depth.mp4", attempt, unit.part)
-                sinks.append(DepthVideoSink(video, rate, output.codec, i, output.preset))
-            if depth.maps:
-                maps = attempt_path(out / f"{unit.name}.depth", attempt, unit.part)
-                sinks.append(DepthMapSink(maps, depth.maps, i))
+            path = partial(_attempt_file, out, unit.name, unit.attempt, unit.part)
+            self.sinks.append(files.sinks(path, i, rate, i in depth_on))
 
     def write(self, result: FrameResult) -> None:
         for sink in self.sinks[result.frame.source_id]:
@@ -92,6 +92,10 @@ class AttemptOutputs:
             [str(path) for sink in sinks for path in sink.close(complete=complete)]
             for sinks in self.sinks
         ]
+
+
+def _attempt_file(out: Path, name: str, attempt: int, part: int, suffix: str) -> Path:
+    return attempt_path(out / f"{name}{suffix}", attempt, part)
 
 
 def finalize_outputs(

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 from visionrt.config import RunConfig
 from visionrt.distributed.coordinator import REGROUP_AFTER, Coordinator, Executor, RunStop
 from visionrt.distributed.metrics import ClusterMetrics
-from visionrt.distributed.outputs import finalize_outputs
+from visionrt.distributed.outputs import driver_files, finalize_outputs
 from visionrt.distributed.plans import GroupPlans
 from visionrt.distributed.ranges import split_units
 from visionrt.distributed.report import ClusterReport
@@ -22,8 +22,9 @@ from visionrt.distributed.units import WorkUnit
 from visionrt.errors import Interrupted
 from visionrt.fuse import parse_analytics
 from visionrt.pipeline.build import check_analytics
-from visionrt.sinks import Sink, table_sinks
+from visionrt.sinks import Sink
 from visionrt.sinks.base import FileSink, check_writable, unwritable
+from visionrt.sinks.files import named_after
 from visionrt.sources.naming import named_specs
 from visionrt.sources.registry import LIVE_KINDS, source_kind
 from visionrt.telemetry.stats import RunSummary
@@ -191,7 +192,11 @@ def run_on_cluster(
     name = f"{whole[0].name}.jsonl" if len(whole) == 1 else "detections.jsonl"
     sink = LinesSink(out / name) if output.jsonl else None
     # Written here from the committed lines, as the JSONL is: one writer, frames once, in order.
-    tables = table_sinks(out, [u.name for u in whole], output.mot, output.coco, output.csv)
+    tables = [
+        table
+        for unit in whole
+        for table in driver_files(cfg).sinks(named_after(out, unit.name), unit.unit_id, 0.0)
+    ]
     ids = {unit.name: unit.unit_id for unit in whole}  # each source's place in the run
     telemetry = open_telemetry(output.telemetry) if output.telemetry else None
 

@@ -1,5 +1,5 @@
-"""A service's files: one JSONL for every source, and per source (opened when it is added) its
-COCO results, CSV and annotated MP4 when asked; each source's files carry a number when its name
+"""A service's files: one JSONL for every source, and per source (opened when it is added) the
+files `SourceFiles` chooses; each source's files carry a number when its name
 was used before in the same service, so a camera removed and added again never overwrites its
 earlier files."""
 
@@ -8,12 +8,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 
 from visionrt.errors import SinkError
-from visionrt.sinks import CocoSink, CsvSink, JsonlSink, Sink, VideoSink
+from visionrt.sinks import JsonlSink, Sink, SourceFiles, named_after
 from visionrt.types import FrameResult
 
 log = logging.getLogger("visionrt")
@@ -25,18 +23,8 @@ class ServiceSinks(Sink):
     sinks (`open_source`) take its results only. Written from the sink thread; `open_source` is
     called from the HTTP API's, `settle` from the service's watcher."""
 
-    def __init__(
-        self,
-        folder: Path,
-        jsonl: bool,
-        coco: bool,
-        csv: bool,
-        video: bool = False,
-        codec: str = "libx264",
-        preset: str = "veryfast",
-    ) -> None:
-        self.folder, self.coco, self.csv = folder, coco, csv
-        self.video, self.codec, self.preset = video, codec, preset
+    def __init__(self, folder: Path, jsonl: bool, files: SourceFiles) -> None:
+        self.folder, self.files = folder, files
         self.shared: list[Sink] = [JsonlSink(folder / "detections.jsonl")] if jsonl else []
         self._own: dict[int, list[Sink]] = {}
         self._stems: set[str] = set()
@@ -57,19 +45,9 @@ class ServiceSinks(Sink):
                 n += 1
                 stem = f"{name}-{n}"
             self._stems.add(stem)
-            makers: list[tuple[str, Callable[[Path, int], Sink]]] = []
-            if self.coco:
-                makers.append((".coco.json", CocoSink))
-            if self.csv:
-                makers.append((".csv", CsvSink))
-            if self.video:
-                makers.append((".mp4", partial(self._video, fps=fps or 25.0)))
-            sinks = [make(self.folder / f"{stem}{suffix}", source_id) for suffix, make in makers]
-            self._own[source_id] = sinks
-        return [self.folder / f"{stem}{suffix}" for suffix, _ in makers]
-
-    def _video(self, path: Path, source_id: int, fps: float) -> Sink:
-        return VideoSink(path, fps, self.codec, source_id=source_id, preset=self.preset)
+            path = named_after(self.folder, stem)
+            self._own[source_id] = self.files.sinks(path, source_id, fps or 25.0)
+        return [path(suffix) for suffix in self.files.suffixes()]
 
     def retire_source(self, source_id: int, reader: threading.Thread) -> None:
         """Source `source_id` was removed or ended: `settle` finalizes its own files
