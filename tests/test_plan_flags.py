@@ -145,6 +145,41 @@ def test_every_flag_composes_with_the_plan(
         assert "chose the configuration" in note, note
 
 
+# (the run's flags, the Python API's backend and BackendOptions for the same choice)
+API_CASES = [
+    ({}, "", {}),
+    ({"batch": 3}, "", {"batch": 3}),
+    ({"threads": 1}, "", {"threads": 1}),
+    ({"precision": "bf16"}, "", {"precision": "bf16"}),  # (fp32 is the API's default: no choice)
+    ({"backend": "onnxruntime"}, "onnxruntime", {}),
+    ({"imgsz": "512x640"}, "", {"input_size": (512, 640)}),
+]
+
+
+@pytest.mark.parametrize("plan_state", ["cached", "none"])
+@pytest.mark.parametrize(("flags", "backend", "options"), API_CASES, ids=lambda v: str(v)[:30])
+def test_the_python_api_takes_the_plan_as_the_cli_does(
+    planned: dict[str, Path], plan_state: str, flags: dict, backend: str, options: dict
+) -> None:
+    """Issue #35: one decision (`pipeline.plan_run`) for `run` and for `Pipeline(plan=None)`:
+    the same detector configuration, pipeline options and lines, whatever the caller chose."""
+    from visionrt.backends import BackendOptions
+    from visionrt.pipeline.plan_run import api_request, plan_run
+
+    if plan_state == "none":
+        shutil.rmtree(planned["root"])
+    values = _values(model=str(planned["model"]), **flags)
+    config, note = configure_run(None, False, None, None, values)
+    own, given = api_request(
+        [str(DEMO_VIDEO)], planned["model"], backend, BackendOptions(**options), None, None, None
+    )
+    api = plan_run(own, given)
+    assert api.config.model == config.model
+    assert (api.config.backend, api.config.inference) == (config.backend, config.inference)
+    assert api.config.pipeline == config.pipeline
+    assert "\n".join(api.notes) == note
+
+
 def test_a_plan_for_another_model_is_set_aside_by_name(planned: dict[str, Path]) -> None:
     values = _values(model=str(planned["other"]))
     config, note = configure_run(planned["plan_file"], False, None, None, values)

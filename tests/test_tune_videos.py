@@ -124,7 +124,7 @@ def test_tune_calibrates_on_every_video_and_records_them(
 def test_tunes_proof_on_another_size_exports_calibrated_on_every_video(
     tiny_model: Path, small_video: Path, second: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import visionrt.export
+    from visionrt.tune import evaluate
 
     calibrated: list[object] = []
 
@@ -135,14 +135,14 @@ def test_tunes_proof_on_another_size_exports_calibrated_on_every_video(
         calibrated.append(kwargs["calibrate"])
         return Built()
 
-    monkeypatch.setattr(visionrt.export, "export_model", export)
+    monkeypatch.setattr(evaluate, "export_model", export)
     # An artifact plan at 32×64, tuned on the two videos (searched on the 48×64 one): its
     # configuration on 96×128 runs at the model's 64×64, which tune exports calibrated as the
     # plan's artifact was.
     plan = _plan(tiny_model, tiny_model, input_hw=[32, 64], video=str(second))
     plan.tuned["artifact"] = {"export": "openvino-int8", "batch": "any"}
     plan.tuned["videos"] = [str(second), str(small_video)]
-    settle(_use(plan), [str(second), str(small_video)], frames=4, build=True)
+    settle(_use(plan), [str(second), str(small_video)], frames=4, build=evaluate.export_sized)
     assert calibrated == [[str(second), str(small_video)]]
     entry = proof(plan, (96, 128))
     assert entry is not None

@@ -59,7 +59,8 @@ def make_sinks(config: RunConfig, pipeline: Pipeline) -> list[Sink]:
     out = Path(config.output.dir)
     names = pipeline.names
     check_writable(out / "summary.json")  # also when no other output is asked for
-    files, depth_on = config.source_files(), set(pipeline.depth_sources())
+    files = config.source_files()
+    depth_on = set(pipeline.depth_sources()) if config.depth.model else set()
     sinks: list[Sink] = []
     for i, source in enumerate(pipeline.sources):
         sinks += files.sinks(named_after(out, names[i]), i, source.fps, i in depth_on)

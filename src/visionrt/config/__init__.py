@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -249,6 +250,17 @@ def load_config(
     `KEY=VALUE` overrides (values parsed as YAML), then `values` (a nested dict, e.g. explicit
     command-line flags)."""
     return _build(RunConfig, _layers(path, overrides, values, base), "")  # type: ignore[no-any-return]
+
+
+def config_over(base: Mapping[str, Any], given: Mapping[str, Any]) -> RunConfig:
+    """`given` (the user's settings as `given_options` reads them) over `base` (a plan's
+    sections): what `load_config` makes of the same layers."""
+    tree: dict[str, Any] = {}
+    for key, value in _flatten(dict(base)):
+        _set_dotted(tree, key, value)
+    for key, value in _flatten(dict(given), keep_empty=True):
+        _set_dotted(tree, key, value)
+    return _build(RunConfig, tree, "")  # type: ignore[no-any-return]
 
 
 def given_options(

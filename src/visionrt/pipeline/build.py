@@ -26,12 +26,10 @@ from visionrt.fuse import (
     TrackFuser,
     make_tracker,
 )
-from visionrt.pipeline.audit import planned_audit
 from visionrt.pipeline.degrade import Change, Degrader, build_ladder
 from visionrt.pipeline.gating import Gating
 from visionrt.pipeline.sizes import Size, build_sized, detector_rows, detectors_note, frame_size
 from visionrt.pipeline.variants import degrade_variants
-from visionrt.plans import plan_depth
 from visionrt.postprocess import PostprocessOptions
 from visionrt.preprocess.regions import RegionPlanner
 from visionrt.sources import Source
@@ -106,13 +104,11 @@ def build_parts(
     postprocess: PostprocessOptions,
     options: PipelineOptions,
     depth: DepthOptions | None,
-    plan_depth_too: bool,
     on_degrade: Callable[[Change], None],
     sizes: Mapping[Size, SizedDetector] | None = None,
 ) -> Parts:
-    """Load the run's tasks. A depth model takes its cached plan (`tune --depth`) when
-    `plan_depth_too` and the caller chose none of its runtime options. The sources of a frame
-    size in `sizes` run that detector instead of the run's own (`pipeline.sizes`)."""
+    """Load the run's tasks (their plans settled already: `pipeline.plan_run`). The sources of a
+    frame size in `sizes` run that detector instead of the run's own (`pipeline.sizes`)."""
     # Tracking: the user's threshold starts tracks; ByteTrack's second stage also needs the
     # detector's boxes down to TRACK_LOW, which only ever extend tracks already there.
     high, low = postprocess.conf, min(TRACK_LOW, postprocess.conf)
@@ -138,8 +134,6 @@ def build_parts(
     parts.models.append(str(model))
     try:
         if depth is not None and depth.model:
-            if plan_depth_too:
-                depth = _planned_depth(depth, parts.notes)
             _add_depth(parts, depth, sources, names)
         elif depth is not None and depth.on:
             raise ConfigError("--depth-on names sources for a depth model: give --depth MODEL")
@@ -247,21 +241,6 @@ def check_analytics(
         )
     if analytics and not options.track:
         raise ConfigError("analytics: zones and lines count tracks: add --track")
-
-
-def _planned_depth(depth: DepthOptions, notes: list[str]) -> DepthOptions:
-    """The depth model's cached plan unless the caller chose its runtime."""
-    model, backend, inference, use = plan_depth(
-        depth.model, depth.backend, depth.inference, depth.short_side
-    )
-    if use.note:
-        notes.append(use.note)
-        log.info("%s", use.note)
-    if use.sections is None:
-        return depth
-    side = int(use.sections["short_side"])
-    depth = replace(depth, model=model, backend=backend, inference=inference, short_side=side)
-    return planned_audit(depth, use.plan)
 
 
 def _add_depth(

@@ -11,10 +11,9 @@ from typing import Any
 import cv2
 
 from visionrt.accuracy.audit_window import AuditEvent
-from visionrt.accuracy.geometry import settle
 from visionrt.backends import Backend, BackendOptions
 from visionrt.config.pipeline import DepthOptions, PipelineOptions
-from visionrt.config.sizes import SizedDetector
+from visionrt.config.sizes import Size, SizedDetector, parse_size_key
 from visionrt.errors import ConfigError
 from visionrt.fuse import Checkpoint, parse_analytics, resume_steps, take_checkpoint
 from visionrt.pipeline.audit import build_auditor, finish_audit
@@ -30,12 +29,11 @@ from visionrt.pipeline.flow import Flow
 from visionrt.pipeline.gating import motion_summary
 from visionrt.pipeline.graph import Graph
 from visionrt.pipeline.output import SinkThread, close_sinks
-from visionrt.pipeline.planned import plan_options
+from visionrt.pipeline.plan_run import api_request, plan_run
 from visionrt.pipeline.report import describe_parts, source_rows
 from visionrt.pipeline.roster import Roster
 from visionrt.pipeline.schedule import Scheduler
-from visionrt.pipeline.sizes import Size, planned_sizes
-from visionrt.plans import Plan, plan_detector
+from visionrt.plans import Plan, PlanUse
 from visionrt.postprocess import PostprocessOptions
 from visionrt.sinks import Sink
 from visionrt.sources import Source, SourceOptions
@@ -101,38 +99,35 @@ class Pipeline:
         self.sources, self.names, self.named, specs = open_sources(
             sources, source_options, frame_ranges
         )
+        self.live = service or any(s.live for s in self.sources)
         try:
             check_analytics(self.analytics, self.names, self.options)
-        except ConfigError:
+            # The plan whose configuration runs (`pipeline.plan_run`; the CLI settles the plan
+            # itself, passes plan=False and sets `plan_use`: the audit's verdict on a source's
+            # size goes back into the cached plan).
+            planned = None
+            if plan is not False and isinstance(backend, str):
+                own, given = api_request(
+                    [s for s in specs if s], model, backend, backend_options, options, depth, sizes
+                )
+                planned = plan_run(own, given, None if plan in (None, True) else plan, self.live)
+        except BaseException:
             for source in self.sources:
                 source.close()
             raise
-        self.live = service or any(s.live for s in self.sources)
         # A service's sources change while it runs (`add_source`, `remove_source`).
         self.roster = Roster(self, source_options) if service else None
         self.notes: list[str] = []
-        given, asked, own = options is not None, model, (backend, backend_options)
-        model, backend, backend_options, use = plan_detector(
-            plan,
-            model,
-            backend,
-            backend_options,
-            bool(self.options.tile),
-            self.live,
-            settle=lambda use: settle(use, [s for s in specs if s], self.postprocess.conf),
-        )
-        # The plan whose configuration runs (None: the model as given), and how it was taken
-        # (the CLI, which settles the plan itself, sets `plan_use`: the audit's verdict on a
-        # source's size goes back into the cached plan).
-        self.plan: Plan | None = use.plan if use.runs else None
-        self.plan_use = use
-        if sizes is None:
-            sizes = planned_sizes(use, asked, *own)
-        self.options, notes = plan_options(self.options, self.plan, given, model, asked)
-        self.notes.extend(notes)
-        if use.note:
-            self.notes.append(use.note)
-            log.info("%s", use.note)
+        self.plan_use = PlanUse(None, "")
+        if planned is not None:
+            cfg, self.plan_use = planned.config, planned.use
+            model, backend, backend_options = cfg.model, cfg.backend, cfg.inference
+            self.options, depth = cfg.pipeline, cfg.depth
+            sizes = {parse_size_key(key): chosen for key, chosen in cfg.sizes.items()}
+            for note in planned.notes:
+                self.notes.append(note)
+                log.info("%s", note)
+        self.plan: Plan | None = self.plan_use.plan if self.plan_use.runs else None
         # Told of each degrade step (the CLI prints it); set before the run.
         self.on_degrade: Callable[[Change], None] | None = None
         # Told of each note made as frames come (`note`: a zone outside its source's frames).
@@ -146,7 +141,6 @@ class Pipeline:
             self.postprocess,
             self.options,
             depth,
-            plan is not False,
             self._degraded,
             sizes,
         )

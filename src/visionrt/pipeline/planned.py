@@ -1,7 +1,6 @@
-"""What a run's pipeline options take from its plan beyond the detector: the motion gating `tune`
-kept, and the detector `--motion regions` runs on its windows when the plan's artifact is made at
-one size (the region model tune made, the same export at the region size from the export cache,
-or else the FP32 reference resized: a run builds nothing) — each with one line saying which."""
+"""The detector `--motion regions` runs on its windows under a plan whose artifact is made at one
+size (the region model tune made, the same export at the region size from the export cache, or
+else the FP32 reference resized: a run builds nothing), with one line saying which."""
 
 from __future__ import annotations
 
@@ -13,28 +12,7 @@ from visionrt.config.pipeline import PipelineOptions
 from visionrt.errors import ConfigError, ModelLoadError
 from visionrt.models import demo_model_path, read_model_spec
 from visionrt.paths import DEMO_VIDEO
-from visionrt.pipeline.audit import planned_audit
-from visionrt.plans import Plan, use_gating
-
-
-def plan_options(
-    options: PipelineOptions,
-    plan: Plan | None,
-    given: bool,
-    model: str | Path,
-    asked: str | Path | None = None,
-) -> tuple[PipelineOptions, list[str]]:
-    """For the Python API: `options` under the plan that runs (None: none) — its motion gating
-    when the caller gave no options (`given` False), the region model (`planned_regions`), the
-    audit's reference and budget (`planned_audit`) — and the lines saying what was taken."""
-    notes: list[str] = []
-    if not given and plan is not None:
-        gating = use_gating(plan, {})
-        options = replace(options, **gating.section)
-        notes += [gating.note] if gating.note else []
-    options, regions = planned_regions(options, plan, model, asked)
-    notes += [regions] if regions else []
-    return planned_audit(options, plan), notes
+from visionrt.plans import Plan
 
 
 def planned_regions(

@@ -10,30 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from visionrt.backends import Backend, BackendOptions
 from visionrt.config.sizes import Size, SizedDetector, size_key
-from visionrt.plans import PlanUse
-from visionrt.plans.resolve import planned_options
 from visionrt.sources import Source
 from visionrt.tasks.base import Task
-
-
-def planned_sizes(
-    use: PlanUse, model: str | Path, backend: str | Backend, given: BackendOptions | None
-) -> dict[Size, SizedDetector]:
-    """For the Python API: the detectors the sizes of `use.by_size` run — the plan's sections
-    under the caller's batch, threads and cache folder (as `plans.plan_detector` layers the
-    run's own), or for the reference the caller's model as given."""
-    given = given or BackendOptions()
-    sized: dict[Size, SizedDetector] = {}
-    for size, sections in use.by_size.items():
-        if sections is None:
-            runtime = backend if isinstance(backend, str) else ""
-            sized[size] = SizedDetector(str(model), runtime, given)
-        else:
-            options = planned_options(sections, given)
-            sized[size] = SizedDetector(str(sections["model"]), str(sections["backend"]), options)
-    return sized
 
 
 def build_sized(

@@ -4,12 +4,12 @@ always with one line saying which and why. The CLI, `profile` and the Python API
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from visionrt.backends import Backend, BackendOptions
+from visionrt.backends import BackendOptions
 from visionrt.errors import ModelLoadError
 from visionrt.models import demo_model_path
 from visionrt.paths import file_sha256
@@ -27,7 +27,7 @@ REFERENCE = "the FP32 reference"
 class PlanRequest:
     """What a run asks of its detector, as far as a plan is concerned. `model` is the file the
     run names (None: the plan's own, or the demo model for a cached plan); `chosen` the settings
-    the user gave that pick a configuration (`chosen_settings`, or the keys the CLI was given)."""
+    the user gave that pick a configuration (`pipeline.plan_run`: the keys the user gave)."""
 
     model: Path | None = None
     chosen: tuple[str, ...] = ()
@@ -54,14 +54,6 @@ class PlanUse:
     def runs(self) -> bool:
         """Some configuration of the plan runs (on every source, or on those of some size)."""
         return self.sections is not None or any(s is not None for s in self.by_size.values())
-
-
-def chosen_settings(backend: str, options: BackendOptions) -> tuple[str, ...]:
-    """The configuration-picking settings a caller set: a backend, or options in CHOICES that
-    differ from the defaults."""
-    defaults = BackendOptions()
-    chosen = ("backend",) if backend else ()
-    return chosen + tuple(k for k in CHOICES if getattr(options, k) != getattr(defaults, k))
 
 
 def layered(options: BackendOptions, inference: Mapping[str, Any]) -> BackendOptions:
@@ -203,46 +195,6 @@ def _why_not(plan: Plan, request: PlanRequest) -> str:
     return ""
 
 
-def plan_detector(
-    plan: str | Path | bool | None,
-    model: str | Path,
-    backend: str | Backend,
-    options: BackendOptions | None,
-    tile: bool,
-    live: bool,
-    settle: Callable[[PlanUse], PlanUse] | None = None,
-) -> tuple[str | Path, str | Backend, BackendOptions | None, PlanUse]:
-    """For the Python API: the model, backend and options to load — the plan's, under the
-    caller's batch, threads and cache folder, when a plan serves this run (`use_plan`), the
-    caller's otherwise — and the decision (its note says which). `plan` None or True: the
-    cached plan; a path: that plan; False: none. `settle` may change the plan's decision for
-    the run's sources (`accuracy.geometry.settle`: what was proven on their sizes)."""
-    if plan is False or not isinstance(backend, str):
-        return model, backend, options, PlanUse(None, "")
-    given = options or BackendOptions()
-    chosen = chosen_settings(backend, given)
-    request = PlanRequest(Path(model), chosen, batch=given.batch, tile=tile, live=live)
-    use = use_plan(request, None if plan is None or plan is True else plan)
-    if settle is not None:
-        use = settle(use)
-    if use.sections is None:
-        return model, backend, options, use
-    planned = planned_options(use.sections, given)
-    return str(use.sections["model"]), str(use.sections["backend"]), planned, use
-
-
-def planned_options(sections: Mapping[str, Any], given: BackendOptions) -> BackendOptions:
-    """A plan's inference section under the caller's batch, threads and cache folder (the
-    Python API's options, which compose with a plan)."""
-    planned = layered(BackendOptions(), sections.get("inference") or {})
-    return replace(
-        planned,
-        batch=given.batch if given.batch != 1 else planned.batch,
-        threads=given.threads or planned.threads,
-        cache_dir=given.cache_dir or planned.cache_dir,
-    )
-
-
 def use_depth_plan(
     model: Path,
     chosen: tuple[str, ...],
@@ -291,19 +243,6 @@ def use_depth_plan(
     sections["short_side"] = tuned_side if short_side is None else short_side
     tuned_at = "" if short_side in (None, tuned_side) else f" (tuned at short side {tuned_side})"
     return PlanUse(sections, f"{where}: {plan.summary_line()}{tuned_at}", plan)
-
-
-def plan_depth(
-    model: str | Path, backend: str, options: BackendOptions, short_side: int | None
-) -> tuple[str | Path, str, BackendOptions, PlanUse]:
-    """For the Python API: a depth model's model, backend and options — its plan's
-    (`use_depth_plan`) under the caller's threads and batch, or the caller's — and the
-    decision; the short side the run uses is in the decision's sections (`short_side`)."""
-    use = use_depth_plan(Path(model), chosen_settings(backend, options), short_side)
-    if use.sections is None:
-        return model, backend, options, use
-    planned = layered(options, use.sections.get("inference") or {})
-    return str(use.sections["model"]), str(use.sections["backend"]), planned, use
 
 
 def _gpu(model: Path, fingerprint: dict[str, Any] | None) -> GpuReference:
