@@ -281,7 +281,7 @@ def test_a_zone_or_line_outside_the_frames_is_said_once(
     pipeline = Pipeline([f"cam={tmp_path}"], tiny_model, "onnxruntime", options=options,
                         analytics=far)  # fmt: skip
     told: list[str] = []
-    pipeline.on_note = told.append
+    pipeline.hooks.on_note = told.append
     assert len(list(pipeline)) == 3
     pipeline.close()
     assert told == [

@@ -241,7 +241,7 @@ def test_fidelity_below_budget_raises_one_event(
         small_video, tiny_model, audit=0.5, audit_reference=str(elsewhere), audit_window=5
     )
     told: list[AuditEvent] = []
-    pipeline.on_audit = told.append
+    pipeline.hooks.on_audit = told.append
     summary = pipeline.run()
     pipeline.close()
     assert len(told) == 1  # once per crossing: it never recovers

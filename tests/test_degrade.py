@@ -145,7 +145,7 @@ def test_live_run_degrades_under_load_and_recovers(
         seen.append(pipeline.degrader.level if pipeline.degrader else -1)
 
     changes = []
-    pipeline.on_degrade = changes.append
+    pipeline.hooks.on_degrade = changes.append
     summary = pipeline.run(on_result=load)
     pipeline.close()
     downs = [c for c in changes if c.level_to > c.level_from]

@@ -717,9 +717,11 @@ def test_latency_ladder_steps_are_events_about_every_source(serving: Any) -> Non
     from visionrt.pipeline.degrade import Change
 
     served = serving()
-    assert served.service.pipeline.on_degrade is not None  # the Service listens to the ladder
-    served.service.pipeline.on_degrade(Change(12.0, 0, 1, "detect every 2", "p95 180 ms > 150"))
-    served.service.pipeline.on_degrade(Change(40.0, 1, 0, "full", "p95 60 ms < 150"))
+    assert served.service.pipeline.hooks.on_degrade is not None  # the Service listens to the ladder
+    served.service.pipeline.hooks.on_degrade(
+        Change(12.0, 0, 1, "detect every 2", "p95 180 ms > 150")
+    )
+    served.service.pipeline.hooks.on_degrade(Change(40.0, 1, 0, "full", "p95 60 ms < 150"))
     slo = [e for e in served.get("/events").json() if e["kind"] == "slo"]
     assert [(e["source"], e["action"], e["detail"]["rung"]) for e in slo] == [
         ("*", "step down", "detect every 2"),

@@ -16,6 +16,8 @@ from visionrt.cli.signals import start_up
 from visionrt.config import RunConfig
 from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline import Pipeline, pipeline_for
+from visionrt.pipeline.hooks import Hooks
+from visionrt.pipeline.plan_run import PlannedRun
 from visionrt.sinks import JsonlSink, Sink
 from visionrt.sinks.base import check_writable, partial_path
 from visionrt.sinks.files import named_after
@@ -39,10 +41,15 @@ def run_progress(label: str, console: Console, quiet: bool, detail: str = "") ->
     )
 
 
-def start_pipeline(cfg: RunConfig, service: bool = False) -> Pipeline:
-    """The Pipeline `cfg` describes (its plan settled with the flags already), built under the
-    start-up signal handling: a Ctrl-C while models load stops at once."""
-    return start_up(lambda: pipeline_for(cfg, service=service))
+def start_pipeline(
+    cfg: RunConfig,
+    service: bool = False,
+    planned: PlannedRun | None = None,
+    hooks: Hooks | None = None,
+) -> Pipeline:
+    """The Pipeline `cfg` describes (its plan settled with the flags already: `planned`), built
+    under the start-up signal handling: a Ctrl-C while models load stops at once."""
+    return start_up(lambda: pipeline_for(cfg, service=service, planned=planned, hooks=hooks))
 
 
 def metrics_token(cfg: RunConfig) -> str:

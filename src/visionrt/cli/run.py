@@ -30,7 +30,8 @@ from visionrt.cli.signals import STARTUP, not_ours
 from visionrt.config import RunConfig
 from visionrt.errors import Interrupted, SinkError, SourceError, VisionRTError
 from visionrt.pipeline import Pipeline
-from visionrt.plans import PlanUse
+from visionrt.pipeline.hooks import Hooks
+from visionrt.pipeline.plan_run import PlannedRun
 from visionrt.sinks import Sink
 from visionrt.sinks.lock import OutputLock
 from visionrt.telemetry.report import TelemetryWriter, print_summary
@@ -221,7 +222,8 @@ def run_command(
     STARTUP.during = " while starting: nothing processed"  # until the run's own handlers
     values = flag_values(**flags)
     console = Console(stderr=True, quiet=quiet)
-    cfg, plan_note, use = configure_with_plan(plan, no_plan, config, set_, values)
+    planned = configure_with_plan(plan, no_plan, config, set_, values)
+    cfg, plan_note = planned.config, "\n".join(planned.notes)
     writes = check_output_names(cfg)  # before anything is made or loaded
     # A second run into the same folder is refused in one line.
     lock = OutputLock(Path(cfg.output.dir)).acquire()
@@ -235,18 +237,17 @@ def run_command(
             # Each node's plan is its own machine's: resolved as here, for its fingerprint.
             def resolve(fingerprint: dict[str, Any]) -> tuple[RunConfig, str]:
                 found = configure_with_plan(plan, no_plan, config, set_, values, fingerprint)
-                return found[0], found[1]
+                return found.config, "\n".join(found.notes)
 
             run_cluster(cfg, plan_note, resolve, console, json_out, quiet, clear)
         else:
-            _execute(cfg, (plan_note, use), console, quiet, json_out, clear)
+            _execute(planned, console, quiet, json_out, clear)
     finally:
         lock.release()
 
 
 def _execute(
-    cfg: RunConfig,
-    planned: tuple[str, PlanUse],
+    planned: PlannedRun,
     console: Console,
     quiet: bool,
     json_out: bool,
@@ -254,34 +255,34 @@ def _execute(
 ) -> None:
     """Build the pipeline and sinks (`clear` first makes room for them), run, write the
     summary, raise the error that ended it."""
-    plan_note, use = planned
+    cfg = planned.config
     if cfg.output.telemetry:
         check_telemetry(Path(cfg.output.telemetry))
     if cfg.backend == "auto":
         row, why = choose_auto(cfg.inference.device, Path(cfg.model))
         console.print(f"backend auto → {row.name}: {why}")
-    pipeline = start_pipeline(cfg)
-    # Which configuration runs (the plan, or why none) and what the pipeline could not honour
-    # as asked: said even with --quiet, once the model loaded (a bad model is the one line).
-    pipeline.notes[:0] = plan_note.splitlines()
-    pipeline.plan_use = use  # the audit's verdict on a source's size goes back into the plan
-    for note in pipeline.notes:
-        Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
-    said = len(pipeline.notes)
-    metrics: MetricsServer | None = None
-    pipeline.on_degrade = lambda change: Console(stderr=True).print(
-        f"slo: {change.reason}: → {change.label}", markup=False, highlight=False
-    )
-    pipeline.on_audit = lambda event: Console(stderr=True).print(
-        str(event), markup=False, highlight=False
-    )
     told: list[str] = []  # notes said as the run went (a zone outside its source's frames)
 
     def tell(note: str) -> None:
         Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
         told.append(note)
 
-    pipeline.on_note = tell
+    hooks = Hooks(
+        on_degrade=lambda change: Console(stderr=True).print(
+            f"slo: {change.reason}: → {change.label}", markup=False, highlight=False
+        ),
+        on_audit=lambda event: Console(stderr=True).print(
+            str(event), markup=False, highlight=False
+        ),
+        on_note=tell,
+    )
+    pipeline = start_pipeline(cfg, planned=planned, hooks=hooks)
+    # Which configuration runs (the plan, or why none) and what the pipeline could not honour
+    # as asked: said even with --quiet, once the model loaded (a bad model is the one line).
+    for note in pipeline.notes:
+        Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
+    said = len(pipeline.notes)
+    metrics: MetricsServer | None = None
     try:
         STARTUP.check()  # a signal during start-up that a library swallowed
         describe_run(pipeline, cfg.model, console)

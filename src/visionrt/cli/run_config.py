@@ -8,13 +8,14 @@ import dataclasses
 import sys
 import typing
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from visionrt.config import RunConfig, given_options, load_config
 from visionrt.errors import ConfigError
-from visionrt.pipeline.plan_run import plan_run, with_defaults
+from visionrt.pipeline.plan_run import PlannedRun, plan_run, with_defaults
 from visionrt.plans import PlanUse
 
 
@@ -124,8 +125,8 @@ def configure_run(
     values: dict[str, Any],
 ) -> tuple[RunConfig, str]:
     """`configure_with_plan` without the plan decision: the configuration and its lines."""
-    cfg, notes, _ = configure_with_plan(plan, no_plan, config, overrides, values)
-    return cfg, notes
+    planned = configure_with_plan(plan, no_plan, config, overrides, values)
+    return planned.config, "\n".join(planned.notes)
 
 
 def configure_with_plan(
@@ -135,9 +136,9 @@ def configure_with_plan(
     overrides: list[str] | None,
     values: dict[str, Any],
     fingerprint: dict[str, Any] | None = None,
-) -> tuple[RunConfig, str, PlanUse]:
+) -> PlannedRun:
     """The run's configuration, the lines saying which plan it uses and why (or why not), and
-    the plan decision itself (`PlanUse`: what an audit's verdict goes back into). The user's
+    the plan decision itself (`PlannedRun.use`: what an audit's verdict goes back into). The user's
     own settings (defaults < `--config` < `--set` < flags) are read here; the library decides
     the plan (`pipeline.plan_run`: `--plan FILE`, or the one cached for the model on this
     machine, or on the cluster node `fingerprint` describes). A proof's progress goes to
@@ -146,11 +147,11 @@ def configure_with_plan(
         raise ConfigError("--plan and --no-plan: expected one of them")
     own = load_config(config, overrides, values)
     if no_plan:
-        return with_defaults(own), "", PlanUse(None, "")
+        return PlannedRun(with_defaults(own), (), PlanUse(None, ""))
     given = given_options(config, overrides, values)
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     planned = plan_run(own, given, plan, say=say, fingerprint=fingerprint)
-    return with_defaults(planned.config), "\n".join(planned.notes), planned.use
+    return replace(planned, config=with_defaults(planned.config))

@@ -21,8 +21,9 @@ from visionrt.cli.outputs import (
 from visionrt.cli.run import install_signal_handlers
 from visionrt.cli.run_config import configure_with_plan
 from visionrt.cli.signals import STARTUP
-from visionrt.config import RunConfig, given_options, load_config
+from visionrt.config import given_options, load_config
 from visionrt.errors import SinkError
+from visionrt.pipeline.plan_run import PlannedRun
 from visionrt.sinks.lock import OutputLock
 from visionrt.sources.naming import split_name
 
@@ -67,7 +68,8 @@ def serve_command(
     given = load_config(config, set_, values).sources
     if given:
         values["sources"] = _named(given)
-    cfg, plan_note, _ = configure_with_plan(plan, no_plan, config, set_, values)
+    planned = configure_with_plan(plan, no_plan, config, set_, values)
+    cfg = planned.config
     cfg = replace(cfg, sources=tuple(_named(cfg.sources)))  # the demo video, when none was given
     from visionrt.serve.app import check_bind
 
@@ -76,7 +78,7 @@ def serve_command(
         check_telemetry(Path(cfg.output.telemetry))
     lock = OutputLock(Path(cfg.output.dir), "visionrt serve").acquire()
     try:
-        _serve(cfg, plan_note, console)
+        _serve(planned, console)
     finally:
         lock.release()
 
@@ -118,7 +120,7 @@ def _named(specs: Sequence[str]) -> list[str]:
     return [f"{name}={uri}" for name, uri in camera_names(specs)]
 
 
-def _serve(cfg: RunConfig, plan_note: str, console: Console) -> None:
+def _serve(planned: PlannedRun, console: Console) -> None:
     from visionrt.serve.app import HttpServer, make_app
     from visionrt.serve.outputs import ServiceSinks
     from visionrt.serve.preview import PreviewHub
@@ -127,13 +129,13 @@ def _serve(cfg: RunConfig, plan_note: str, console: Console) -> None:
     from visionrt.telemetry.metrics import MetricsServer
     from visionrt.telemetry.report import TelemetryWriter, print_summary
 
+    cfg = planned.config
     targets = parse_event_targets(cfg.serve.events, "serve.events")  # before a model loads
     out = Path(cfg.output.dir)
     # A camera's own files as a run's, but MOT text and depth files (not written by a service).
     files = replace(cfg.source_files(), mot=False, depth_video=False, depth_maps="")
     sinks = ServiceSinks(out, cfg.output.jsonl, files)
-    pipeline = start_pipeline(cfg, service=True)
-    pipeline.notes[:0] = plan_note.splitlines()
+    pipeline = start_pipeline(cfg, service=True, planned=planned)
     for note in pipeline.notes:
         Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
     telemetry = pipeline.telemetry

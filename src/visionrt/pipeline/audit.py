@@ -229,8 +229,8 @@ def _depth_builder(pipeline: Pipeline, depth: DepthOptions, reference: Path) -> 
 
 
 def _tell(pipeline: Pipeline, event: AuditEvent) -> None:
-    if pipeline.on_audit is not None:  # read at the event: the caller sets it after building
-        pipeline.on_audit(event)
+    if pipeline.hooks.on_audit is not None:  # read at the event: a service may set it late
+        pipeline.hooks.on_audit(event)
     else:  # no one to tell: the logger says it
         log.warning("%s", event)
 

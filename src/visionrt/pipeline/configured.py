@@ -10,6 +10,8 @@ from visionrt.config import RunConfig
 from visionrt.config.sizes import parse_size_key
 from visionrt.fuse import Checkpoint
 from visionrt.pipeline.core import Pipeline
+from visionrt.pipeline.hooks import Hooks
+from visionrt.pipeline.plan_run import PlannedRun
 
 
 def pipeline_for(
@@ -19,12 +21,16 @@ def pipeline_for(
     loaded: Backend | None = None,
     frame_ranges: Sequence[tuple[int, int]] | None = None,
     checkpoints: Sequence[Checkpoint | None] = (),
+    planned: PlannedRun | None = None,
+    hooks: Hooks | None = None,
 ) -> Pipeline:
     """The Pipeline `cfg` describes over `sources` (default: its own), its plan settled already
     (the plan's sections are in `cfg`, so the Pipeline takes none of its own). `loaded`: the
     detector `cfg` names, already loaded (the caller keeps and closes it). `frame_ranges`: each
     source's first and end frame, `checkpoints` its fusion state to resume with (see
-    Pipeline)."""
+    Pipeline). `planned`: the plan decision `cfg` came from (`plan_run`: its lines become the
+    pipeline's first notes, and the audit's verdict goes back into its plan); `hooks`: what the
+    caller is told as the run goes."""
     return Pipeline(
         list(cfg.sources if sources is None else sources),
         cfg.model,
@@ -34,10 +40,11 @@ def pipeline_for(
         cfg.source,
         cfg.pipeline,
         cfg.depth,
-        plan=False,
+        plan=planned if planned is not None else False,
         analytics=cfg.analytics,
         service=service,
         frame_ranges=frame_ranges,
         checkpoints=checkpoints,
         sizes={parse_size_key(key): detector for key, detector in cfg.sizes.items()},
+        hooks=hooks,
     )

@@ -10,7 +10,6 @@ from typing import Any
 
 import cv2
 
-from visionrt.accuracy.audit_window import AuditEvent
 from visionrt.backends import Backend, BackendOptions
 from visionrt.config.pipeline import DepthOptions, PipelineOptions
 from visionrt.config.sizes import Size, SizedDetector, parse_size_key
@@ -28,8 +27,9 @@ from visionrt.pipeline.degrade import Change
 from visionrt.pipeline.flow import Flow
 from visionrt.pipeline.gating import motion_summary
 from visionrt.pipeline.graph import Graph
+from visionrt.pipeline.hooks import Hooks
 from visionrt.pipeline.output import SinkThread, close_sinks
-from visionrt.pipeline.plan_run import api_request, plan_run
+from visionrt.pipeline.plan_run import PlannedRun, api_request, plan_run
 from visionrt.pipeline.report import describe_parts, source_rows
 from visionrt.pipeline.roster import Roster
 from visionrt.pipeline.schedule import Scheduler
@@ -55,20 +55,23 @@ class Pipeline:
     A source string may carry a name, `rgb=cam0.mp4`; a bare one is named after its stem.
 
     `plan`: None uses the plan `visionrt tune` cached for this model on this machine when the
-    caller chose no backend or configuration-picking option (batch and threads compose with
-    it); a path runs that plan; False runs the model as given (the reference). `notes` says
-    which plan ran, or why none did (also logged at INFO on the "visionrt" logger and kept in
-    the summary). `analytics`: zones and lines per source name (see fuse.analytics; needs
-    `options.track`). With `options` None, the plan's motion gating (`tune` keeps it where it pays)
-    runs too; regions with no region model run the plan's (`pipeline.planned.planned_regions`).
-    A plan that runs is audited live against its FP32 reference
-    (`options.audit`; `auditor`, `on_audit`, summary `audit`: see accuracy.audit).
+    caller chose no backend or configuration-picking option (batch and threads compose with it);
+    a path runs that plan; False runs the model as given (the reference); a `PlannedRun` is a
+    plan the caller settled already (`pipeline_for`: the arguments are its configuration) — one
+    decision for all of these (`pipeline.plan_run`). `notes` says which plan ran, or why none
+    did (also logged at INFO on the "visionrt" logger and kept in the summary). `analytics`:
+    zones and lines per source name (see fuse.analytics; needs `options.track`). With `options`
+    None, the plan's motion gating (`tune` keeps it where it pays) runs too; regions with no
+    region model run the plan's (`pipeline.planned.planned_regions`). A plan that runs is
+    audited live against its FP32 reference (`options.audit`; `auditor`, `hooks.on_audit`,
+    summary `audit`: see accuracy.audit).
     `frame_ranges`: each source's (`start_frame`, `end_frame`), in place of `source_options`'
     (a cluster's retries resume each source of a group where it stopped; a long file's ranges
     run on several workers); `checkpoints`: each source's fusion state to resume with (None:
     from nothing), as `checkpoint()` took it after the frame before its start. `sizes`: the
     detector the sources of a frame size (height, width) run instead of `model` (default: what
-    the plan proved on each size; `pipeline.sizes`).
+    the plan proved on each size; `pipeline.sizes`). `hooks`: what the caller is told as the
+    run goes (`pipeline.hooks`).
     """
 
     def __init__(
@@ -81,12 +84,13 @@ class Pipeline:
         source_options: SourceOptions | None = None,
         options: PipelineOptions | None = None,
         depth: DepthOptions | None = None,
-        plan: str | Path | bool | None = None,
+        plan: str | Path | bool | PlannedRun | None = None,
         analytics: Mapping[str, Any] | None = None,
         service: bool = False,
         frame_ranges: Sequence[tuple[int, int]] | None = None,
         checkpoints: Sequence[Checkpoint | None] = (),
         sizes: Mapping[Size, SizedDetector] | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         if not sources and not service:
             raise ConfigError("no source given")
@@ -105,8 +109,8 @@ class Pipeline:
             # The plan whose configuration runs (`pipeline.plan_run`; the CLI settles the plan
             # itself, passes plan=False and sets `plan_use`: the audit's verdict on a source's
             # size goes back into the cached plan).
-            planned = None
-            if plan is not False and isinstance(backend, str):
+            planned = plan if isinstance(plan, PlannedRun) else None
+            if planned is None and plan is not False and isinstance(backend, str):
                 own, given = api_request(
                     [s for s in specs if s], model, backend, backend_options, options, depth, sizes
                 )
@@ -119,7 +123,10 @@ class Pipeline:
         self.roster = Roster(self, source_options) if service else None
         self.notes: list[str] = []
         self.plan_use = PlanUse(None, "")
-        if planned is not None:
+        if isinstance(plan, PlannedRun):  # settled by the caller (`pipeline_for`): its lines
+            self.plan_use = plan.use
+            self.notes.extend(plan.notes)
+        elif planned is not None:
             cfg, self.plan_use = planned.config, planned.use
             model, backend, backend_options = cfg.model, cfg.backend, cfg.inference
             self.options, depth = cfg.pipeline, cfg.depth
@@ -128,10 +135,7 @@ class Pipeline:
                 self.notes.append(note)
                 log.info("%s", note)
         self.plan: Plan | None = self.plan_use.plan if self.plan_use.runs else None
-        # Told of each degrade step (the CLI prints it); set before the run.
-        self.on_degrade: Callable[[Change], None] | None = None
-        # Told of each note made as frames come (`note`: a zone outside its source's frames).
-        self.on_note: Callable[[str], None] | None = None
+        self.hooks = hooks or Hooks()
         parts = build_parts(
             self.sources,
             self.names,
@@ -160,9 +164,7 @@ class Pipeline:
         self._interrupted = False
         self._started = self._closed = False
         self._errors: list[BaseException] = []
-        # The live accuracy audit (None: off); `on_audit` is told of each event (the CLI
-        # prints it), on the audit's thread.
-        self.on_audit: Callable[[AuditEvent], None] | None = None
+        # The live accuracy audit (None: off); `hooks.on_audit` is told of each event.
         self.auditor, notes = build_auditor(self, model)
         self.notes.extend(notes)
         if self.auditor is not None:
@@ -173,14 +175,14 @@ class Pipeline:
     def _degraded(self, change: Change) -> None:
         down = change.level_to > change.level_from
         self.telemetry.count("slo: step down" if down else "slo: step up")
-        if self.on_degrade is not None:
-            self.on_degrade(change)
+        if self.hooks.on_degrade is not None:
+            self.hooks.on_degrade(change)
 
     def note(self, note: str) -> None:
-        """Keep `note` (summary `notes`) and say it now: to `on_note`, or as a warning."""
+        """Keep `note` (summary `notes`) and say it now: to `hooks.on_note`, or as a warning."""
         self.notes.append(note)
-        if self.on_note is not None:
-            self.on_note(note)
+        if self.hooks.on_note is not None:
+            self.hooks.on_note(note)
         else:
             log.warning("%s", note)
 

@@ -80,7 +80,7 @@ class Service:
             camera = self.cameras[name] = Camera(name, uri, tasks, i)
             fps = pipeline.sources[i].fps
             camera.outputs = [str(p) for p in sinks.open_source(i, name, fps)]
-        pipeline.on_degrade = self._degraded
+        pipeline.hooks.on_degrade = self._degraded
 
     # -- the API's side ----------------------------------------------------------------------
     def add(
