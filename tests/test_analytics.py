@@ -13,7 +13,14 @@ import pytest
 
 from visionrt import Pipeline, PipelineOptions
 from visionrt.errors import ConfigError
-from visionrt.fuse import AnalyticsFuser, Fused, TrackFuser, make_tracker, parse_analytics
+from visionrt.fuse import (
+    AnalyticsFuser,
+    Fused,
+    TrackFuser,
+    TrackOptions,
+    make_tracker,
+    parse_analytics,
+)
 from visionrt.types import Detections, Frame, TrackedDetections
 
 NAMES = ("person", "car")
@@ -185,7 +192,7 @@ def test_through_a_real_tracker_a_missed_box_is_no_event() -> None:
     # every other frame, then for good; the zone says it left once the tracker gave up on it.
     config = parse_analytics({"cam": {"zones": {"door": [[0, 0], [100, 0], [100, 100], [0, 100]]},
                                       "lines": {"gate": [[0, 60], [100, 60]]}}})  # fmt: skip
-    tracking = TrackFuser(make_tracker(lost_seconds=0.45), "detect")
+    tracking = TrackFuser(make_tracker(TrackOptions(lost_seconds=0.45)), "detect")
     zones = AnalyticsFuser(config["cam"], NAMES)
     box = Detections(np.array([[40, 10, 60, 50]], np.float32), np.array([0.9], np.float32),
                      np.zeros(1, np.int32))  # fmt: skip

@@ -13,7 +13,8 @@ import pytest
 from visionrt.errors import ConfigError
 from visionrt.fuse.bytetrack import Tracker
 from visionrt.fuse.ocsort import OcSortTracker, direction_consistency
-from visionrt.fuse.tracking import TRACKERS, make_tracker
+from visionrt.fuse.track_options import TRACKERS, TrackOptions
+from visionrt.fuse.tracking import make_tracker
 from visionrt.types import Detections
 
 FPS = 30.0
@@ -39,12 +40,12 @@ def _centre_x(boxes: npt.NDArray[np.float32]) -> list[float]:
 
 def test_make_tracker_builds_each_registered_kind() -> None:
     assert TRACKERS == ("bytetrack", "ocsort")
-    ocsort = make_tracker("ocsort", high=0.25, low=0.1)
+    ocsort = make_tracker(TrackOptions("ocsort", high=0.25, low=0.1))
     assert isinstance(ocsort, OcSortTracker)
     assert (ocsort.high, ocsort.low) == (0.25, 0.1)
-    assert type(make_tracker("bytetrack")) is Tracker
+    assert type(make_tracker(TrackOptions("bytetrack"))) is Tracker
     with pytest.raises(ConfigError, match="expected one of bytetrack, ocsort, got 'sort'"):
-        make_tracker("sort")
+        make_tracker(TrackOptions("sort"))
 
 
 def _walker_stops_while_hidden(tracker: Tracker) -> tuple[set[int], list[float]]:
@@ -146,7 +147,7 @@ def test_pipeline_thresholds_low_confidence_never_starts_or_shows_a_track(kind: 
     [0.1, 0.25) never becomes a track; a track started by a confident box is extended by
     low-confidence ones, and only while matched."""
     rng = np.random.default_rng(2)
-    tracker = make_tracker(kind, high=0.25, low=0.1)
+    tracker = make_tracker(TrackOptions(kind, high=0.25, low=0.1))
     for i in range(60):  # clutter only
         t = i / FPS
         clutter = [_box(*rng.uniform(50, 950, 2)) for _ in range(5)]

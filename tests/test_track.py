@@ -18,6 +18,7 @@ from visionrt.errors import ConfigError, SinkError
 from visionrt.fuse import tracks as track
 from visionrt.fuse.bytetrack import Tracker
 from visionrt.fuse.ocsort import OcSortTracker
+from visionrt.fuse.track_options import TrackOptions
 from visionrt.fuse.tracks import match_boxes
 from visionrt.postprocess.nms import box_iou
 from visionrt.sinks.base import partial_path
@@ -166,7 +167,7 @@ def test_a_dropped_half_second_keeps_ids_when_the_motion_continues(
 def test_a_track_unseen_longer_than_lost_seconds_is_evicted(
     absent_seconds: float, expected_ids: list[int], tracker_class: type[Tracker]
 ) -> None:
-    tracker = tracker_class(lost_seconds=1.0)
+    tracker = tracker_class(TrackOptions(lost_seconds=1.0))
     still = _dets([_box(200, 200, 60, 60)])
     for i in range(10):
         tracker.update(still, i / FPS)
@@ -182,7 +183,7 @@ def test_a_track_unseen_longer_than_lost_seconds_is_evicted(
 
 def test_memory_stays_flat_over_ten_thousand_frames(tracker_class: type[Tracker]) -> None:
     rng = np.random.default_rng(5)
-    tracker = tracker_class(lost_seconds=0.5)
+    tracker = tracker_class(TrackOptions(lost_seconds=0.5))
     objects: list[tuple[int, int, float, float, float, float]] = []  # start, end, x, y, vx, vy
     most = 0
     ids: set[int] = set()
@@ -210,7 +211,7 @@ def test_memory_stays_flat_over_ten_thousand_frames(tracker_class: type[Tracker]
 def test_low_confidence_detections_extend_tracks_but_never_create_them(
     tracker_class: type[Tracker],
 ) -> None:
-    tracker = tracker_class(high=0.5, low=0.1, lost_seconds=0.5)
+    tracker = tracker_class(TrackOptions(high=0.5, low=0.1, lost_seconds=0.5))
     box = _box(300, 300, 80, 80)
     assert len(tracker.update(_dets([box], conf=0.3), 0.0)) == 0
     assert len(tracker) == 0
@@ -243,7 +244,7 @@ def test_a_class_change_keeps_the_track_unless_per_class(tracker_class: type[Tra
     assert tracker.predict(1.5 / FPS).detections.class_id.tolist() == [1]  # the latest class
     assert len(tracker) == 1
 
-    tracker = tracker_class(per_class=True)
+    tracker = tracker_class(TrackOptions(per_class=True))
     assert tracker.update(_dets([box], cls=0), 0.0).track_id.tolist() == [1]
     out = tracker.update(_dets([moved], cls=2), 1 / FPS)
     assert out.track_id.tolist() == [2]
@@ -335,8 +336,11 @@ def test_a_resumed_stream_whose_clock_starts_again_ends_its_tracks_and_never_reu
 def test_invalid_options_are_config_errors(
     options: dict[str, float], tracker_class: type[Tracker]
 ) -> None:
+    """The tracker's own options (`TrackOptions`) and each tracker's tuning, checked alike."""
+    own = {k: v for k, v in options.items() if k in ("min_hits", "low_match_iou")}
+    shared = {k: v for k, v in options.items() if k not in own}
     with pytest.raises(ConfigError, match="tracker: expected"):
-        tracker_class(**options)  # type: ignore[arg-type]
+        tracker_class(TrackOptions(**shared), **own)  # type: ignore[arg-type]
 
 
 def test_a_non_finite_timestamp_is_a_config_error(tracker_class: type[Tracker]) -> None:

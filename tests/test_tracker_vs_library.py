@@ -80,9 +80,10 @@ def _scene(seed: int = 3, frames: int = 150) -> tuple[list[dict[str, object]], l
 
 def _ours(scene: list[dict[str, object]]) -> list[list[int]]:
     from visionrt.fuse.bytetrack import Tracker
+    from visionrt.fuse.track_options import TrackOptions
     from visionrt.types import Detections
 
-    tracker = Tracker(high=0.5, low=0.1)
+    tracker = Tracker(TrackOptions(high=0.5, low=0.1))
     out = []
     for frame in scene:
         xyxy = np.asarray(frame["xyxy"], np.float32).reshape(-1, 4)

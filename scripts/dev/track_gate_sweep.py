@@ -17,6 +17,7 @@ import argparse
 import numpy as np
 
 from visionrt.fidelity import IdentityErrors, identity_errors
+from visionrt.fuse.track_options import TrackOptions
 from visionrt.fuse.tracking import make_tracker
 from visionrt.types import Detections
 
@@ -59,7 +60,7 @@ def scene(seed: int, frames: int, objects: int, speed: float, fps: float):
 
 def errors(frames, kind: str, match_iou: float, every: int) -> IdentityErrors:
     """The tracker's identity errors on the detector frames of one scene."""
-    tracker = make_tracker(kind, 0.5, 0.1, match_iou, 1.0)
+    tracker = make_tracker(TrackOptions(kind, 0.5, 0.1, match_iou, 1.0))
     truth, tracked = [], []
     for index, (t, xyxy, conf, ids) in enumerate(frames):
         if index % every:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError
-from visionrt.fuse.tracking import TRACKERS
+from visionrt.fuse.track_options import TRACKERS, TrackOptions
 from visionrt.preprocess.depth import DEFAULT_SHORT_SIDE
 from visionrt.preprocess.motion import MotionOptions
 from visionrt.preprocess.tile import TileOptions
@@ -97,6 +97,14 @@ class PipelineOptions:
 
     def motion_options(self) -> MotionOptions:
         return MotionOptions(self.motion_threshold, self.motion_min_area, self.motion_dilate)
+
+    def tracking(self, high: float, low: float) -> TrackOptions:
+        """The tracker's options, `high` and `low` its confidence split (the run's threshold,
+        and the detector's when tracking)."""
+        return TrackOptions(
+            self.tracker, high, low, self.track_match_iou, self.track_lost_seconds,
+            self.track_per_class,
+        )  # fmt: skip
 
     def tiling(self) -> TileOptions:
         return TileOptions(self.tile, self.tile_overlap, self.tile_full_frame, self.tile_merge)

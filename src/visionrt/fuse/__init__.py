@@ -11,7 +11,8 @@ from visionrt.fuse.depth import DepthFuser, DepthSmoother, box_distance
 from visionrt.fuse.ocsort import OcSortTracker
 from visionrt.fuse.reuse import ReuseFuser, SeenFuser
 from visionrt.fuse.shapes import SourceAnalytics, parse_analytics
-from visionrt.fuse.tracking import TRACKERS, TrackFuser, make_tracker
+from visionrt.fuse.track_options import TRACKERS, TrackOptions
+from visionrt.fuse.tracking import TrackFuser, make_tracker
 
 __all__ = [
     "TRACKERS",
@@ -26,6 +27,7 @@ __all__ = [
     "SeenFuser",
     "SourceAnalytics",
     "TrackFuser",
+    "TrackOptions",
     "Tracker",
     "box_distance",
     "make_tracker",

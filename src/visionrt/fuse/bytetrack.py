@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from visionrt.errors import ConfigError
+from visionrt.fuse.track_options import TrackOptions
 from visionrt.fuse.tracks import ALPHA, BETA, F64, Index, Tracks, assign, to_cxcywh
 from visionrt.postprocess.nms import box_iou
 from visionrt.types import Detections, TrackedDetections
@@ -61,28 +62,17 @@ class Tracker:
     observations_kept = 1  # detector boxes remembered per track (`Tracks.observed`)
 
     def __init__(
-        self,
-        high: float = 0.5,
-        low: float = 0.1,
-        match_iou: float = 0.2,
-        lost_seconds: float = 1.0,
-        min_hits: int = 1,
-        low_match_iou: float = 0.5,
-        per_class: bool = False,
+        self, options: TrackOptions | None = None, min_hits: int = 1, low_match_iou: float = 0.5
     ) -> None:
-        if not 0.0 <= low <= high <= 1.0:
-            raise ConfigError(f"tracker: expected 0 ≤ low ≤ high ≤ 1, got low={low}, high={high}")
-        for name, value in (("match_iou", match_iou), ("low_match_iou", low_match_iou)):
-            if not 0.0 < value <= 1.0:
-                raise ConfigError(f"tracker: expected 0 < {name} ≤ 1, got {value}")
-        if not (math.isfinite(lost_seconds) and lost_seconds >= 0):
-            raise ConfigError(f"tracker: expected lost_seconds ≥ 0, got {lost_seconds}")
+        options = options or TrackOptions()
+        if not 0.0 < low_match_iou <= 1.0:
+            raise ConfigError(f"tracker: expected 0 < low_match_iou ≤ 1, got {low_match_iou}")
         if min_hits < 1:
             raise ConfigError(f"tracker: expected min_hits ≥ 1, got {min_hits}")
-        self.high, self.low = high, low
-        self.match_iou, self.low_match_iou = match_iou, low_match_iou
-        self.lost_seconds, self.min_hits = lost_seconds, min_hits
-        self.per_class = per_class
+        self.high, self.low = options.high, options.low
+        self.match_iou, self.low_match_iou = options.match_iou, low_match_iou
+        self.lost_seconds, self.min_hits = options.lost_seconds, min_hits
+        self.per_class = options.per_class
         self._tracks = Tracks.empty(self.observations_kept)
         self._next_id = 1
         self._time: float | None = None

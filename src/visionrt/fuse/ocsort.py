@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from visionrt.errors import ConfigError
 from visionrt.fuse.bytetrack import Tracker
+from visionrt.fuse.track_options import TrackOptions
 from visionrt.fuse.tracks import F64, Index, Tracks, to_cxcywh
 from visionrt.types import Detections
 
@@ -72,17 +73,13 @@ class OcSortTracker(Tracker):
 
     def __init__(
         self,
-        high: float = 0.5,
-        low: float = 0.1,
-        match_iou: float = 0.2,
-        lost_seconds: float = 1.0,
+        options: TrackOptions | None = None,
         min_hits: int = 1,
         low_match_iou: float = 0.5,
         inertia: float = 0.2,
         momentum_seconds: float = 0.1,
-        per_class: bool = False,
     ) -> None:
-        super().__init__(high, low, match_iou, lost_seconds, min_hits, low_match_iou, per_class)
+        super().__init__(options, min_hits, low_match_iou)
         if not 0.0 <= inertia <= 1.0:
             raise ConfigError(f"tracker: expected 0 ≤ inertia ≤ 1, got {inertia}")
         if not 0.0 < momentum_seconds < 60.0:

@@ -6,31 +6,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from visionrt.errors import ConfigError
 from visionrt.fuse.base import Fused
 from visionrt.fuse.bytetrack import Tracker
 from visionrt.fuse.ocsort import OcSortTracker
+from visionrt.fuse.track_options import TrackOptions
 
-TRACKERS = ("bytetrack", "ocsort")
 
-
-def make_tracker(
-    kind: str = "bytetrack",
-    high: float = 0.5,
-    low: float = 0.1,
-    match_iou: float = 0.2,
-    lost_seconds: float = 1.0,
-    per_class: bool = False,
-) -> Tracker:
-    """A tracker by name (`TRACKERS`); `high` and `low` split detections by confidence;
-    `match_iou` gates the first association, `lost_seconds` how long a lost track is kept,
-    `per_class` keeps tracks to one class."""
-    common = dict(high=high, low=low, match_iou=match_iou, lost_seconds=lost_seconds)
-    if kind == "bytetrack":
-        return Tracker(**common, per_class=per_class)
-    if kind == "ocsort":
-        return OcSortTracker(**common, per_class=per_class)
-    raise ConfigError(f"tracker: expected one of {', '.join(TRACKERS)}, got '{kind}'")
+def make_tracker(options: TrackOptions | None = None) -> Tracker:
+    """The tracker `options.kind` names (`TRACKERS`), made with `options`."""
+    options = options or TrackOptions()
+    if options.kind == "ocsort":
+        return OcSortTracker(options)
+    return Tracker(options)
 
 
 class TrackFuser:

@@ -211,14 +211,7 @@ def source_fusers(
     if options.motion != "off" or ladder_gates(options):
         steps.append(ReuseFuser(detector))
     if options.track:
-        tracker = make_tracker(
-            options.tracker,
-            parts.tracker_high,
-            parts.tracker_low,
-            options.track_match_iou,
-            options.track_lost_seconds,
-            options.track_per_class,
-        )
+        tracker = make_tracker(options.tracking(parts.tracker_high, parts.tracker_low))
         steps.append(TrackFuser(tracker, detector))
     for index in parts.schedule[source_id][1:]:
         smoother = DepthSmoother(smoothing) if smoothing else None

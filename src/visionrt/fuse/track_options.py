@@ -1,0 +1,40 @@
+"""A tracker's options — which tracker, the confidence split, the first association's IoU gate,
+how long a lost track is kept, whether tracks keep to one class — checked once, here."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from visionrt.errors import ConfigError
+
+TRACKERS = ("bytetrack", "ocsort")
+
+
+@dataclass(frozen=True, slots=True)
+class TrackOptions:
+    """`kind` one of TRACKERS; detections at or above `high` start and extend tracks, those
+    from `low` to `high` only extend them (ByteTrack's second stage); `match_iou` gates the
+    first association (0.2 is ByteTrack's own; 0.3 split more tracks across detect-every-N ≥ 3
+    without swapping fewer ids: docs/benchmarks.md, "Tracking"); a track lost for longer than
+    `lost_seconds` ends; `per_class` keeps each track to one class (off: a person whose class
+    flickers between Normal and Fall keeps one id, as ByteTrack and OC-SORT do)."""
+
+    kind: str = "bytetrack"
+    high: float = 0.5
+    low: float = 0.1
+    match_iou: float = 0.2
+    lost_seconds: float = 1.0
+    per_class: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in TRACKERS:
+            raise ConfigError(f"tracker: expected one of {', '.join(TRACKERS)}, got '{self.kind}'")
+        if not 0.0 <= self.low <= self.high <= 1.0:
+            raise ConfigError(
+                f"tracker: expected 0 ≤ low ≤ high ≤ 1, got low={self.low}, high={self.high}"
+            )
+        if not 0.0 < self.match_iou <= 1.0:
+            raise ConfigError(f"tracker: expected 0 < match_iou ≤ 1, got {self.match_iou}")
+        if not (math.isfinite(self.lost_seconds) and self.lost_seconds >= 0):
+            raise ConfigError(f"tracker: expected lost_seconds ≥ 0, got {self.lost_seconds}")
