@@ -5,7 +5,7 @@ alternating within each round.
 Each configuration is its own `visionrt run` on the clip's first --frames frames (the tuned plan,
 JSONL sink only: x264 would hide what gating saves), FPS from the run summary; fidelity is mAP50
 of the boxes each frame got (reused or not) against the FP32 reference run on every frame
-(`fidelity.detections_over`, ONNX Runtime), the issue's budget being 0.95.
+(`bench.reference.detections_over`, ONNX Runtime), the issue's budget being 0.95.
 
 Regions run windows through an OpenVINO INT8 detector exported at --region px (made once by
 `visionrt export`, cached) beside the plan's whole-frame detector.
@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 from bench_plan import spread  # scripts/ is on the path of a script run from it
 
-from visionrt.fidelity import detections_over, fidelity
+from visionrt.bench.reference import detections_over
+from visionrt.fidelity import fidelity
 from visionrt.hardware import cpu_model
 from visionrt.models import demo_model_path
 from visionrt.types import Detections

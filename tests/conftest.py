@@ -334,7 +334,7 @@ def remember_reference(patch: pytest.MonkeyPatch) -> None:
     of a model on a video once a session: its later calls with the same model file, video,
     frames and threshold get the same detections. Candidates still run every time: only a call
     for the reference backend with default options, which no export target loads, is kept."""
-    import visionrt.fidelity.detections as module
+    import visionrt.bench.reference as module
     from visionrt.backends import BackendOptions
 
     real = module.detections_over

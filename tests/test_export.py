@@ -14,11 +14,11 @@ from conftest import INT8_CALIBRATION_FRAMES, INT8_FIDELITY_FRAMES, export_demo
 
 import visionrt.export.artifacts as export_artifacts
 import visionrt.export.calibration as export_calibration
+from visionrt.bench.reference import compare_to_reference
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
 from visionrt.export import TARGETS, ExportResult, export_model
 from visionrt.export.calibration import calibration_frames, sample_indices
 from visionrt.export.graph import GraphView, head_nodes, onnx_view, silu_multiplies
-from visionrt.fidelity import compare_to_reference
 from visionrt.models.cache import artifact_dir, read_cached, settings_hash, staging
 
 CALIBRATION_FRAMES = INT8_CALIBRATION_FRAMES  # 16

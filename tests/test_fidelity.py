@@ -7,11 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from visionrt.bench.reference import collect_detections
+from visionrt.bench.reference import collect_detections, compare_to_reference
 from visionrt.errors import ConfigError
 from visionrt.fidelity import (
     box_iou,
-    compare_to_reference,
     fidelity,
     identity_errors,
     tracking_fidelity,

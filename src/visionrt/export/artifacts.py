@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from visionrt.bench.reference import compare_to_reference
 from visionrt.errors import ConfigError, ModelLoadError, SourceNotFoundError
 from visionrt.export.depth import (
     DEPTH_TARGETS,
@@ -21,7 +22,7 @@ from visionrt.export.depth import (
 )
 from visionrt.export.progress import Progress as _Progress
 from visionrt.export.targets import TARGETS, BuildJob, Target
-from visionrt.fidelity import FidelityReport, compare_to_reference
+from visionrt.fidelity import FidelityReport
 from visionrt.models import ModelSpec, cache, demo_model_path, read_model_spec, rebatch_onnx
 from visionrt.paths import DEMO_VIDEO, file_sha256
 

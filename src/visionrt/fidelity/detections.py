@@ -11,19 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError
-from visionrt.postprocess import PostprocessOptions
 from visionrt.postprocess.nms import box_iou  # one IoU for matching, tracking and fidelity
-from visionrt.sources import SourceOptions, open_source
-from visionrt.tasks import DetectTask
-from visionrt.tasks.base import run_one
 from visionrt.types import Detections
 
 # Rounded to the decimal values (linspace gives 0.8999999999999999 for 0.9).
@@ -276,42 +270,3 @@ def identity_errors(
                 transfers += 1
                 owner[track_id] = true_id
     return IdentityErrors(switches, transfers, covered / total if total else 1.0)
-
-
-def detections_over(
-    video: str | Path,
-    model: str | Path,
-    backend: str = REFERENCE_BACKEND,
-    options: BackendOptions | None = None,
-    frames: int = 200,
-    conf: float = 0.25,
-) -> list[Detections]:
-    """The detector's detections on the first `frames` frames of `video`, one frame at a time:
-    what a file-mode run gives, without its threads (bench.reference.collect_detections runs
-    the pipeline, for tracking)."""
-    task = DetectTask(model, backend, options or BackendOptions(), PostprocessOptions(conf=conf))
-    source = open_source(str(video), 0, SourceOptions(mode="file", max_frames=frames))
-    try:
-        buffer = task.new_buffer()
-        return [run_one(task, frame.image, buffer) for frame in source.frames()]
-    finally:
-        source.close()
-        task.close()
-
-
-def compare_to_reference(
-    video: str | Path,
-    model: str | Path,
-    candidate_backend: str,
-    candidate_options: BackendOptions | None = None,
-    frames: int = 200,
-    conf: float = 0.25,
-    candidate_model: str | Path | None = None,
-) -> FidelityReport:
-    """Run the ONNX Runtime FP32 reference of `model` and the candidate (`candidate_model`, an
-    exported artifact, or `model` itself) on the same frames, and score the candidate."""
-    reference = detections_over(video, model, REFERENCE_BACKEND, BackendOptions(), frames, conf)
-    candidate = detections_over(
-        video, candidate_model or model, candidate_backend, candidate_options, frames, conf
-    )
-    return fidelity(reference, candidate)
