@@ -22,7 +22,7 @@ from visionrt.distributed.units import WorkUnit
 from visionrt.errors import Interrupted
 from visionrt.fuse import parse_analytics
 from visionrt.pipeline.build import check_analytics
-from visionrt.sinks import Sink
+from visionrt.pipeline.output import close_sinks
 from visionrt.sinks.base import FileSink, check_writable, unwritable
 from visionrt.sinks.files import named_after
 from visionrt.sources.naming import named_specs
@@ -248,7 +248,10 @@ def run_on_cluster(
     finally:
         if telemetry is not None:
             telemetry.close()
-        closed = _close([*tables, *([sink] if sink is not None else [])], report is not None)
+        finished = [*tables, *([sink] if sink is not None else [])]
+        closed, close_error = close_sinks(finished, complete=report is not None)
+        if close_error is not None:
+            raise close_error
     done = {
         name: s.unit_finals() for name, s in report.sources.items() if s.done_units and not s.error
     }
@@ -272,17 +275,3 @@ def open_telemetry(path: str | Path) -> TextIO:
         return target.open("w", encoding="utf-8")
     except OSError as err:
         raise unwritable(target, err, "telemetry") from err
-
-
-def _close(sinks: list[Sink], complete: bool) -> list[Path]:
-    """Every sink closed, also when one fails (the first error raised after)."""
-    closed: list[Path] = []
-    error: Exception | None = None
-    for sink in sinks:
-        try:
-            closed += sink.close(complete=complete)
-        except Exception as err:
-            error = error or err
-    if error is not None:
-        raise error
-    return closed

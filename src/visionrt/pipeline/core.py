@@ -28,8 +28,8 @@ from visionrt.pipeline.flow import Flow
 from visionrt.pipeline.gating import motion_summary
 from visionrt.pipeline.graph import Graph
 from visionrt.pipeline.hooks import Hooks
-from visionrt.pipeline.output import SinkThread, close_sinks
-from visionrt.pipeline.plan_run import PlannedRun, api_request, plan_run
+from visionrt.pipeline.output import OutputStage
+from visionrt.pipeline.plan_run import PlannedRun, plan_api
 from visionrt.pipeline.report import describe_parts, source_rows
 from visionrt.pipeline.roster import Roster
 from visionrt.pipeline.schedule import Scheduler
@@ -106,34 +106,28 @@ class Pipeline:
         self.live = service or any(s.live for s in self.sources)
         try:
             check_analytics(self.analytics, self.names, self.options)
-            # The plan whose configuration runs (`pipeline.plan_run`; the CLI settles the plan
-            # itself, passes plan=False and sets `plan_use`: the audit's verdict on a source's
-            # size goes back into the cached plan).
+            # The plan whose configuration runs, decided once (`pipeline.plan_run`); a caller
+            # that settled it already (`pipeline_for`) passes the decision.
             planned = plan if isinstance(plan, PlannedRun) else None
-            if planned is None and plan is not False and isinstance(backend, str):
-                own, given = api_request(
-                    [s for s in specs if s], model, backend, backend_options, options, depth, sizes
-                )
-                planned = plan_run(own, given, None if plan in (None, True) else plan, self.live)
+            if planned is None and isinstance(backend, str):
+                on = [spec for spec in specs if spec]
+                settled = (model, backend, backend_options, options, depth, sizes)
+                planned = plan_api(plan, on, self.live, *settled)  # type: ignore[arg-type]
+                if planned is not None:
+                    cfg = planned.config
+                    model, backend, backend_options = cfg.model, cfg.backend, cfg.inference
+                    self.options, depth = cfg.pipeline, cfg.depth
+                    sizes = {parse_size_key(key): chosen for key, chosen in cfg.sizes.items()}
+                    for note in planned.notes:
+                        log.info("%s", note)
         except BaseException:
             for source in self.sources:
                 source.close()
             raise
         # A service's sources change while it runs (`add_source`, `remove_source`).
         self.roster = Roster(self, source_options) if service else None
-        self.notes: list[str] = []
-        self.plan_use = PlanUse(None, "")
-        if isinstance(plan, PlannedRun):  # settled by the caller (`pipeline_for`): its lines
-            self.plan_use = plan.use
-            self.notes.extend(plan.notes)
-        elif planned is not None:
-            cfg, self.plan_use = planned.config, planned.use
-            model, backend, backend_options = cfg.model, cfg.backend, cfg.inference
-            self.options, depth = cfg.pipeline, cfg.depth
-            sizes = {parse_size_key(key): chosen for key, chosen in cfg.sizes.items()}
-            for note in planned.notes:
-                self.notes.append(note)
-                log.info("%s", note)
+        self.notes = list(planned.notes) if planned is not None else []
+        self.plan_use = planned.use if planned is not None else PlanUse(None, "")
         self.plan: Plan | None = self.plan_use.plan if self.plan_use.runs else None
         self.hooks = hooks or Hooks()
         parts = build_parts(
@@ -160,7 +154,7 @@ class Pipeline:
         self.telemetry = Telemetry()
         self._flow = Flow()
         self._graph: Graph | None = None
-        self._writer: SinkThread | None = None  # run(): the sink stage
+        self._writer: OutputStage | None = None  # run(): the sink stage
         self._interrupted = False
         self._started = self._closed = False
         self._errors: list[BaseException] = []
@@ -249,7 +243,7 @@ class Pipeline:
             return {}
         depths = {name: read() for name, read in self._graph.depths().items()}
         if self._writer is not None:
-            depths["fused"] = self._writer.queue.qsize()
+            depths["fused"] = self._writer.thread.queue.qsize()
         return depths
 
     @property
@@ -278,27 +272,11 @@ class Pipeline:
         stage fails; only a sink that failed itself keeps its `.partial` name. The error is
         raised after finalizing; `summary()` then carries it."""
         self._begin()
-        writer = SinkThread(
+        stage = OutputStage(
             sinks, on_result, self.telemetry, self._fail, max(1, self.options.queue_size)
         )
-        self.telemetry.register_gauge("fused", writer.queue.qsize)
-        self._writer = writer
-        writer.start()
-        try:
-            for result in self._results():
-                # False once a sink failed: the run is then aborting, and the generator raises
-                # the sink's error as it ends (a `break` here would close it and lose that).
-                writer.put(result)
-        except BaseException as err:
-            self._errors.append(err)
-            raise
-        finally:
-            writer.finish()
-            outputs, close_error = close_sinks(sinks, writer.failed)
-            self._outputs = [str(p) for p in outputs]
-            if close_error is not None and not self._errors:
-                self._errors.append(close_error)
-                raise close_error
+        self._writer = stage
+        stage.drain(self._results(), self._errors)
         return self.summary()
 
     def summary(self) -> RunSummary:
@@ -320,7 +298,7 @@ class Pipeline:
         errors = [str(e) for e in self._errors[:1] if not isinstance(e, KeyboardInterrupt)]
         errors += [s.stats.ended_early for s in self.sources if s.stats.ended_early]
         summary.error = "; ".join(dict.fromkeys(errors))
-        summary.outputs = list(getattr(self, "_outputs", []))
+        summary.outputs = list(self._writer.outputs) if self._writer is not None else []
         return summary
 
     def close(self) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,15 +87,57 @@ class SinkThread:
             self._stopped.set()
 
 
-def close_sinks(sinks: Sequence[Sink], failed: Sink | None) -> tuple[list[Path], SinkError | None]:
+class OutputStage:
+    """A run's sink stage from start to end: results in, each written into every sink on the
+    sink thread (`SinkThread`), every sink finalized however the run ended (`outputs`: the files
+    written). Only a sink that failed itself keeps its `.partial` name."""
+
+    def __init__(
+        self,
+        sinks: Sequence[Sink],
+        on_result: Callable[[FrameResult], Any] | None,
+        telemetry: Telemetry,
+        on_error: Callable[[BaseException], None],
+        size: int,
+    ) -> None:
+        self.sinks = list(sinks)
+        self.thread = SinkThread(sinks, on_result, telemetry, on_error, size)
+        self.outputs: list[str] = []
+        telemetry.register_gauge("fused", self.thread.queue.qsize)
+
+    def drain(self, results: Iterator[FrameResult], errors: list[BaseException]) -> None:
+        """Write every result of `results` (the run's), then finalize the sinks. An error that
+        ends the results is added to `errors` and raised; one finalizing a sink is too, where
+        nothing failed before it."""
+        self.thread.start()
+        try:
+            for result in results:
+                # False once a sink failed: the run is then aborting, and `results` raises the
+                # sink's error as it ends (a `break` here would close it and lose that).
+                self.thread.put(result)
+        except BaseException as err:
+            errors.append(err)
+            raise
+        finally:
+            self.thread.finish()
+            outputs, close_error = close_sinks(self.sinks, self.thread.failed)
+            self.outputs = [str(path) for path in outputs]
+            if close_error is not None and not errors:
+                errors.append(close_error)
+                raise close_error
+
+
+def close_sinks(
+    sinks: Sequence[Sink], failed: Sink | None = None, complete: bool = True
+) -> tuple[list[Path], SinkError | None]:
     """Finalize every sink (`failed`, the one that raised while writing, keeps its `.partial`
-    name): the files written, and the first error closing one raised (the others are still
-    finalized)."""
+    name; every one does where not `complete`): the files written, and the first error closing
+    one raised (the others are still finalized). A run's, a service's and a cluster's driver's."""
     outputs: list[Path] = []
     error: SinkError | None = None
     for sink in sinks:
         try:
-            outputs.extend(sink.close(complete=sink is not failed))
+            outputs.extend(sink.close(complete=complete and sink is not failed))
         except Exception as err:
             error = error or _as_sink_error(sink, err)
     return outputs, error

@@ -82,6 +82,25 @@ def plan_run(
     return PlannedRun(cfg, tuple(note for note in notes if note), use)
 
 
+def plan_api(
+    plan: str | Path | bool | None,
+    specs: Sequence[str],
+    live: bool,
+    model: str | Path,
+    backend: str,
+    backend_options: BackendOptions | None,
+    options: PipelineOptions | None,
+    depth: DepthOptions | None,
+    sizes: Mapping[Size, SizedDetector] | None,
+) -> PlannedRun | None:
+    """The Python API's run under its plan (`Pipeline`'s arguments: `plan` None or True the
+    cached one, a path that file), or None where `plan` is False (the model as given)."""
+    if plan is False:
+        return None
+    own, given = api_request(specs, model, backend, backend_options, options, depth, sizes)
+    return plan_run(own, given, None if plan in (None, True) else plan, live)
+
+
 def with_defaults(config: RunConfig) -> RunConfig:
     """`config` with the demo model and video where it names none."""
     if not config.model:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from visionrt.errors import SinkError
+from visionrt.pipeline.output import close_sinks
 from visionrt.sinks import JsonlSink, Sink, SourceFiles, named_after
 from visionrt.types import FrameResult
 
@@ -94,16 +95,10 @@ class ServiceSinks(Sink):
         return closed
 
     def close(self, complete: bool = True) -> list[Path]:
-        paths: list[Path] = []
-        first: SinkError | None = None
         with self._lock:
             sinks = [*self.shared, *(s for own in self._own.values() for s in own)]
-            paths.extend(self._closed)
-        for sink in sinks:  # finalize every file; report the first failure
-            try:
-                paths.extend(sink.close(complete))
-            except SinkError as err:
-                first = first or err
+            paths = list(self._closed)
+        closed, first = close_sinks(sinks, complete=complete)  # every file; the first failure
         if first is not None:
             raise first
-        return paths
+        return paths + closed
