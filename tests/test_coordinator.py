@@ -962,6 +962,29 @@ def test_a_group_resumes_each_file_at_its_own_frame(tmp_path: Path, tiny_model: 
     assert counts == {0: (8, 12, 12), 1: (4, 8, 8)}
 
 
+def test_a_workers_lines_are_the_runs_lines(tmp_path: Path, tiny_model: Path) -> None:
+    """Issue #35: a result reaches the driver in one encoding. A worker's line carries the
+    run's `source_id` (its source's place, not its group's nor its range unit's), and its
+    frame number is the one it is sent under: the driver writes a file's line as it comes."""
+    from visionrt.distributed.worker import group_batches
+
+    videos = [write_video(tmp_path / f"v{i}.mp4", frames=6) for i in range(2)]
+    settings = tiny_run(tiny_model, output={"video": False})
+    # Range units of sources 3 and 1 of some run: unit ids of their own, in another order.
+    group = (
+        WorkUnit(7, "v0", str(videos[0]), 2, 6, first_frame=2, part=2, place=3),
+        WorkUnit(4, "v1", str(videos[1]), place=1),
+    )
+    got: dict[int, list[tuple[int, dict]]] = {}
+    for unit_id, frames, _ in group_batches(group, settings):
+        got.setdefault(unit_id, []).extend((index, json.loads(line)) for index, line in frames)
+    assert {r["source_id"] for _, r in got[7]} == {3}
+    assert {r["source_id"] for _, r in got[4]} == {1}
+    for lines in got.values():
+        assert [index for index, _ in lines] == [r["frame"] for _, r in lines]
+    assert [index for index, _ in got[7]] == [2, 3, 4, 5]
+
+
 def test_a_live_streams_timestamps_go_on_after_a_retry() -> None:
     """A live retry opens its stream again, its clock from 0: the run's timestamps go on after
     the last one written, the gap's frames at the stream's rate so far."""

@@ -22,6 +22,8 @@ from typing import Any
 
 from visionrt.config import RunConfig
 from visionrt.distributed.units import Group
+from visionrt.errors import SinkError
+from visionrt.pipeline.output import close_sinks
 from visionrt.sinks import Sink
 from visionrt.sinks.base import finalize
 from visionrt.sinks.files import SourceFiles
@@ -69,9 +71,10 @@ def driver_files(cfg: RunConfig) -> SourceFiles:
     return replace(cfg.source_files(), video=False, depth_video=False, depth_maps="")
 
 
-class AttemptOutputs:
+class AttemptOutputs(Sink):
     """A worker's files for one group, into `output.dir` on its own node: per unit, those the
-    run asks for (`depth_on`: the units' places the depth model runs on)."""
+    run asks for (`depth_on`: the units' places the depth model runs on). One sink for the
+    pipeline's output stage; once closed, `by_unit` lists each unit's files."""
 
     def __init__(
         self, units: Group, fps: Sequence[float], cfg: RunConfig, depth_on: Sequence[int]
@@ -81,17 +84,25 @@ class AttemptOutputs:
         for i, (unit, rate) in enumerate(zip(units, fps, strict=True)):
             path = partial(_attempt_file, out, unit.name, unit.attempt, unit.part)
             self.sinks.append(files.sinks(path, i, rate, i in depth_on))
+        self.by_unit: list[list[str]] = [[] for _ in units]
 
     def write(self, result: FrameResult) -> None:
         for sink in self.sinks[result.frame.source_id]:
             sink.write(result)
 
-    def close(self, complete: bool) -> list[list[str]]:
-        """Each unit's files (finalized only when `complete`)."""
-        return [
-            [str(path) for sink in sinks for path in sink.close(complete=complete)]
-            for sinks in self.sinks
-        ]
+    def close(self, complete: bool = True) -> list[Path]:
+        """Every unit's files, finalized only when `complete` (each unit's in `by_unit`); the
+        first error closing one is raised once every one is closed."""
+        closed: list[Path] = []
+        first: SinkError | None = None
+        for i, sinks in enumerate(self.sinks):
+            paths, error = close_sinks(sinks, complete=complete)
+            self.by_unit[i] = [str(path) for path in paths]
+            closed += paths
+            first = first or error
+        if first is not None:
+            raise first
+        return closed
 
 
 def _attempt_file(out: Path, name: str, attempt: int, part: int, suffix: str) -> Path:

@@ -62,7 +62,7 @@ def work_units(cfg: RunConfig) -> list[WorkUnit]:
     for i, (name, spec) in enumerate(named_specs(cfg.sources)):
         kind = source_kind(spec)
         if not (kind in LIVE_KINDS or cfg.source.realtime):
-            units.append(WorkUnit(i, name, spec))
+            units.append(WorkUnit(i, name, spec, place=i))
             continue
         cost, frames = UNPROBED_COST, 0
         if kind == "synthetic":
@@ -73,7 +73,9 @@ def work_units(cfg: RunConfig) -> list[WorkUnit]:
             cost = width * height * (fps or 30.0) or UNPROBED_COST
             frames = 0 if cfg.source.loop else min(count, cfg.source.max_frames or count)
         paced = kind == "file"
-        units.append(WorkUnit(i, name, spec, live=True, paced=paced, frames=frames, cost=cost))
+        units.append(
+            WorkUnit(i, name, spec, live=True, paced=paced, frames=frames, cost=cost, place=i)
+        )
     return units
 
 
@@ -197,7 +199,6 @@ def run_on_cluster(
         for unit in whole
         for table in driver_files(cfg).sinks(named_after(out, unit.name), unit.unit_id, 0.0)
     ]
-    ids = {unit.name: unit.unit_id for unit in whole}  # each source's place in the run
     telemetry = open_telemetry(output.telemetry) if output.telemetry else None
 
     def sample(worker: str, line: dict[str, Any]) -> None:
@@ -211,18 +212,23 @@ def run_on_cluster(
     clocks = {unit.name: LiveClock() for unit in units if unit.live}
 
     def write(source: str, frame: int, line: str) -> None:
-        record = json.loads(line)
-        # A worker's Pipeline numbers its group's sources from 0, and a live stream's retry
-        # its frames: the run's numbers are the coordinator's; its clock too.
-        record["source_id"], record["frame"] = ids[source], frame
+        # A worker's line is the run's line (its `source_id` the run's): written as it comes,
+        # decoded once where a table needs the result. A live stream's retry numbers its
+        # frames from 0 again, and its clock too: the run's numbers are the coordinator's.
+        record: dict[str, Any] | None = None
         if source in clocks:
+            record = json.loads(line)
+            record["frame"] = frame
             record["timestamp"] = clocks[source].place(frame, record["timestamp"])
+            line = json.dumps(record, separators=(",", ":"))
         if sink is not None:
-            sink.append(json.dumps(record, separators=(",", ":")) + "\n")
+            sink.append(line + "\n")
         if tables:
-            result = FrameResult.from_json(record, tracked=cfg.pipeline.track)
+            found = FrameResult.from_json(
+                record if record is not None else json.loads(line), tracked=cfg.pipeline.track
+            )
             for table in tables:
-                table.write(result)
+                table.write(found)
 
     def progress(report: ClusterReport) -> None:
         if metrics is not None:  # the service-discovery file follows the workers

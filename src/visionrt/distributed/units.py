@@ -36,6 +36,9 @@ class WorkUnit:
     alone: bool = False
     first_frame: int = 0
     part: int = 0  # its range's number from 1 (its files' names); 0: the whole file
+    # The source's place among the run's sources: its lines' `source_id` (a range's unit_id is
+    # its own, its source's place its file's).
+    place: int = 0
     checkpoint: Checkpoint | None = field(default=None, compare=False)
 
     def retried(self, resume_at: int, checkpoint: Checkpoint | None = None) -> WorkUnit:

@@ -20,6 +20,7 @@ from visionrt.errors import ConfigError, ModelLoadError, SourceError
 from visionrt.fuse import Checkpoint
 from visionrt.pipeline import Pipeline, pipeline_for
 from visionrt.pipeline.gating import motion_summary
+from visionrt.pipeline.output import OutputStage
 from visionrt.sinks.jsonl import jsonl_record
 from visionrt.sources.registry import open_source, source_kind
 from visionrt.tasks.detect import DetectTask
@@ -120,7 +121,8 @@ def group_batches(
     pending: list[list[tuple[int, str]]] = [[] for _ in units]
     names, paths = [unit.name for unit in units], [unit.spec for unit in units]
     since = [time.monotonic()] * len(units)
-    files = None
+    files: AttemptOutputs | None = None
+    stage: OutputStage | None = None
     complete = False
     sampler = None
     if on_sample is not None and cfg.output.telemetry:
@@ -129,14 +131,22 @@ def group_batches(
         if every_frame:  # every frame: an attempt's files are whole
             fps = [s.fps for s in pipeline.sources]
             files = AttemptOutputs(units, fps, cfg, pipeline.depth_sources())
+            # Written on the output stage's thread, as a plain run's are.
+            size = max(1, cfg.pipeline.queue_size)
+            stage = OutputStage([files], None, pipeline.telemetry, pipeline.fail, size)
+            stage.start()
         with closing(iter(pipeline)) as results:  # closed early too: its threads end
             for result in results:
                 index, at = result.frame.index, result.frame.source_id
-                if files is not None:
-                    files.write(result)
+                if stage is not None:
+                    stage.put(result)
                 if index < skip[at]:
                     continue
-                line = json.dumps(jsonl_record(result, names, paths), separators=(",", ":"))
+                record = jsonl_record(result, names, paths)
+                # The run's number for the source, so that the driver writes a file's line as
+                # it comes (a live stream's it numbers and times itself).
+                record["source_id"] = units[at].place
+                line = json.dumps(record, separators=(",", ":"))
                 pending[at].append((index, line))
                 if (
                     len(pending[at]) >= batch_frames
@@ -149,12 +159,16 @@ def group_batches(
                 yield unit.unit_id, tuple(frames), pipeline.checkpoint(at)
         complete = True
     finally:
+        # The files first: the results queued for them hold frames the sources own.
+        close_error = stage.finish(complete) if stage is not None else None
+        written = files.by_unit if files is not None else [[] for _ in units]
         if sampler is not None:
             sampler.close()  # its last line: the group's totals
         if kept is not None and complete:
             kept.keep(cfg, pipeline)  # before close: the Pipeline then lets go of it only
         pipeline.close()
-        written = files.close(complete) if files is not None else [[] for _ in units]
+        if close_error is not None and complete:
+            raise close_error
     if summaries is not None:
         summary = pipeline.summary()
         rows = {row["name"]: row for row in summary.sources}

@@ -105,23 +105,36 @@ class OutputStage:
         self.outputs: list[str] = []
         telemetry.register_gauge("fused", self.thread.queue.qsize)
 
+    def start(self) -> None:
+        self.thread.start()
+
+    def put(self, result: FrameResult) -> bool:
+        """Queue `result` for the sinks; False once one failed (the run is then aborting)."""
+        return self.thread.put(result)
+
+    def finish(self, complete: bool = True) -> SinkError | None:
+        """Write what is queued, then finalize every sink (none where not `complete`: a run
+        cut short whose files must not look whole); the first error finalizing one."""
+        self.thread.finish()
+        outputs, error = close_sinks(self.sinks, self.thread.failed, complete)
+        self.outputs = [str(path) for path in outputs]
+        return error
+
     def drain(self, results: Iterator[FrameResult], errors: list[BaseException]) -> None:
         """Write every result of `results` (the run's), then finalize the sinks. An error that
         ends the results is added to `errors` and raised; one finalizing a sink is too, where
         nothing failed before it."""
-        self.thread.start()
+        self.start()
         try:
             for result in results:
                 # False once a sink failed: the run is then aborting, and `results` raises the
                 # sink's error as it ends (a `break` here would close it and lose that).
-                self.thread.put(result)
+                self.put(result)
         except BaseException as err:
             errors.append(err)
             raise
         finally:
-            self.thread.finish()
-            outputs, close_error = close_sinks(self.sinks, self.thread.failed)
-            self.outputs = [str(path) for path in outputs]
+            close_error = self.finish()
             if close_error is not None and not errors:
                 errors.append(close_error)
                 raise close_error
