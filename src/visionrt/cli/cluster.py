@@ -14,7 +14,8 @@ from typing import Any
 from rich.console import Console
 
 from visionrt.accuracy.audit_window import AuditEvent
-from visionrt.cli.outputs import metrics_token, run_progress, write_summary
+from visionrt.cli.outputs import metrics_token, write_summary
+from visionrt.cli.run_display import run_progress
 from visionrt.cli.signals import STARTUP, not_ours
 from visionrt.config import RunConfig
 from visionrt.distributed.coordinator import RunStop

@@ -18,14 +18,13 @@ from visionrt.cli.outputs import (
     check_output_names,
     check_telemetry,
     claim_output_folder,
-    describe_run,
     make_sinks,
     metrics_token,
-    run_progress,
     start_pipeline,
     write_summary,
 )
 from visionrt.cli.run_config import configure_with_plan, flag_values
+from visionrt.cli.run_display import describe_run, run_progress
 from visionrt.cli.signals import STARTUP, not_ours
 from visionrt.config import RunConfig
 from visionrt.errors import Interrupted, SinkError, SourceError, VisionRTError

@@ -14,12 +14,12 @@ from rich.console import Console
 
 from visionrt.cli.outputs import (
     check_telemetry,
-    describe_run,
     start_pipeline,
     write_summary,
 )
 from visionrt.cli.run import install_signal_handlers
 from visionrt.cli.run_config import configure_with_plan
+from visionrt.cli.run_display import describe_run
 from visionrt.cli.signals import STARTUP
 from visionrt.config import given_options, load_config
 from visionrt.errors import SinkError
