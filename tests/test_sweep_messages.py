@@ -382,7 +382,7 @@ def test_serve_names_unnamed_sources_as_run_does(
         return real_configure(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(serve, "configure_with_plan", configure)
-    monkeypatch.setattr(serve, "_serve", lambda cfg, *_: served.append(cfg.sources))
+    monkeypatch.setattr(serve, "_serve", lambda run, *_: served.append(run.config.sources))
     video = media["video"]
     args = ["serve", "synthetic:64x48:100", str(video), f"cam={video}", "--no-plan",
             "--set", f"model={media['model']}", "--out", str(tmp_path / "out")]  # fmt: skip

@@ -69,8 +69,9 @@ def serve_command(
     if given:
         values["sources"] = _named(given)
     planned = configure_with_plan(plan, no_plan, config, set_, values)
+    named = tuple(_named(planned.config.sources))  # the demo video, when none was given
+    planned = replace(planned, config=replace(planned.config, sources=named))
     cfg = planned.config
-    cfg = replace(cfg, sources=tuple(_named(cfg.sources)))  # the demo video, when none was given
     from visionrt.serve.app import check_bind
 
     check_bind(cfg.serve.host, cfg.serve.token)
