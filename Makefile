@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup depth-model setup-test demo test bench lint
+.PHONY: setup depth-model setup-test demo test bench lint docs
 
 # Everything: what the demo needs, and the depth model the tests and `--depth` examples use.
 setup: $(VENV)/.installed depth-model
@@ -33,3 +33,8 @@ bench: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+# The documentation site into site/ (MkDocs; its reference pages generated from the code first).
+docs: setup-test
+	$(BIN)/python scripts/docs_reference.py
+	$(BIN)/mkdocs build --strict

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What the test suite needs beyond `scripts/setup.sh`: the services some tests start on
 # 127.0.0.1 — Debian's headless Chromium (the live view's browser test), the Mosquitto MQTT
-# broker (event delivery) and Ray (`run --ray`, a local cluster). Kept out of `make demo`,
-# which needs none of them. Idempotent.
+# broker (event delivery), Ray (`run --ray`, a local cluster) and MkDocs (the docs site, built
+# with --strict by the suite). Kept out of `make demo`, which needs none of them. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -10,6 +10,11 @@ VENV=${VENV:-.venv}
 if ! "$VENV/bin/python" -c "import ray" 2>/dev/null; then
   echo "== installing Ray for the tests (visionrt[ray])"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[ray]"
+fi
+
+if ! "$VENV/bin/python" -c "import mkdocs, material" 2>/dev/null; then
+  echo "== installing MkDocs for the docs build the tests run (visionrt[docs])"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[docs]"
 fi
 
 missing=()

@@ -1,0 +1,88 @@
+"""The documentation: the site builds with --strict (a broken link or anchor, or a page left out
+of the nav, fails), its reference pages are what the code defines (every flag of every command,
+every config key), and the README stays a landing page whose links lead somewhere."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import docs_reference  # noqa: E402 (scripts/ is not a package)
+
+
+def test_the_site_builds_with_strict_checks(tmp_path: Path) -> None:
+    pytest.importorskip("mkdocs", reason="MkDocs (visionrt[docs], installed by `make test`)")
+    pytest.importorskip("material", reason="mkdocs-material (visionrt[docs])")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "site" / "reference" / "commands" / "index.html").is_file()
+
+
+def test_the_reference_pages_are_what_the_code_defines() -> None:
+    for path, text in docs_reference.pages().items():
+        assert path.read_text(encoding="utf-8") == text, (
+            f"{path.relative_to(ROOT)} is out of date: run scripts/docs_reference.py"
+        )
+
+
+def _sections(page: str) -> dict[str, str]:
+    """A reference page's text under each `## ` heading."""
+    parts = re.split(r"^## ", page, flags=re.MULTILINE)
+    return {part.splitlines()[0]: part for part in parts[1:]}
+
+
+def test_every_flag_of_every_command_is_in_the_reference() -> None:
+    page = (ROOT / "docs" / "reference" / "commands.md").read_text(encoding="utf-8")
+    sections = _sections(page)
+    group = docs_reference.cli_command()
+    assert set(group.commands) >= {"run", "serve", "tune", "bench", "profile", "doctor", "export"}
+    for name, command in group.commands.items():
+        section = sections.get(f"`visionrt {name}`")
+        assert section is not None, f"no section for visionrt {name}"
+        for param in command.params:
+            if param.param_type_name != "option" or param.name == "help":
+                continue
+            for flag in [*param.opts, *param.secondary_opts]:
+                assert f"`{flag}`" in section, f"visionrt {name} {flag} is not in the reference"
+
+
+def test_every_config_key_is_in_the_reference() -> None:
+    from visionrt.config import RunConfig
+
+    page = (ROOT / "docs" / "reference" / "config.md").read_text(encoding="utf-8")
+    hints = typing.get_type_hints(RunConfig)
+    keys = []
+    for field in dataclasses.fields(RunConfig):
+        section = hints[field.name]
+        if dataclasses.is_dataclass(section):
+            keys += [f"{field.name}.{f.name}" for f in dataclasses.fields(section)]
+        else:
+            keys.append(field.name)
+    assert len(keys) > 80
+    missing = [key for key in keys if f"| `{key}` |" not in page]
+    assert missing == []
+
+
+def test_the_readme_is_a_landing_page_whose_links_lead_somewhere() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 150
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    local = [link for link in links if not link.startswith(("http://", "https://"))]
+    assert local, "the README links into the docs"
+    assert [link for link in local if not (ROOT / link).exists()] == []
