@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import docs_reference  # noqa: E402 (scripts/ is not a package)
+import results_table  # noqa: E402
 
 
 def test_the_site_builds_with_strict_checks(tmp_path: Path) -> None:
@@ -86,3 +87,13 @@ def test_the_readme_is_a_landing_page_whose_links_lead_somewhere() -> None:
     local = [link for link in links if not link.startswith(("http://", "https://"))]
     assert local, "the README links into the docs"
     assert [link for link in local if not (ROOT / link).exists()] == []
+
+
+def test_todays_figures_are_what_the_result_files_say() -> None:
+    """README's and docs/benchmarks.md's first table is made from docs/results/ (a figure
+    changed there and not regenerated fails here)."""
+    made = results_table.table()
+    for page in results_table.PAGES:
+        text = page.read_text(encoding="utf-8")
+        assert results_table.with_table(text, made) == text, f"{page.name}: run results_table.py"
+    assert made.count("\n| ") == 1 + len(results_table.ROWS)  # the header and a row each
