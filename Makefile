@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup depth-model setup-test demo test bench lint docs
+.PHONY: setup depth-model setup-test demo test bench lint docs screenshots
 
 # Everything: what the demo needs, and the depth model the tests and `--depth` examples use.
 setup: $(VENV)/.installed depth-model
@@ -38,3 +38,7 @@ lint: $(VENV)/.installed
 docs: setup-test
 	$(BIN)/python scripts/docs_reference.py
 	$(BIN)/mkdocs build --strict
+
+# The docs' pictures (the serve live view, a frame with depth), made by a script: docs/images/.
+screenshots: setup-test
+	$(BIN)/python scripts/screenshots.py
