@@ -65,7 +65,7 @@ def live_view(port: int, out: Path) -> Path:
                 "--out",
                 folder,
                 "--no-plan",
-            ],  # fmt: skip
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -87,7 +87,7 @@ def live_view(port: int, out: Path) -> Path:
                         f"--screenshot={out}",
                         "--window-size=1280,900",
                         url,
-                    ],  # fmt: skip
+                    ],
                     check=True,
                     capture_output=True,
                     timeout=120,
@@ -130,7 +130,7 @@ def depth_frame(out: Path, index: int = 40) -> Path:
                 folder,
                 "-q",
                 "--no-plan",
-            ],  # fmt: skip
+            ],
             check=True,
             capture_output=True,
             timeout=900,
