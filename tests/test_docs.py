@@ -97,3 +97,13 @@ def test_todays_figures_are_what_the_result_files_say() -> None:
         text = page.read_text(encoding="utf-8")
         assert results_table.with_table(text, made) == text, f"{page.name}: run results_table.py"
     assert made.count("\n| ") == 1 + len(results_table.ROWS)  # the header and a row each
+
+
+def test_every_key_of_the_summary_and_a_telemetry_line_is_in_the_outputs_page() -> None:
+    from visionrt.telemetry import RunSummary, Telemetry
+
+    page = (ROOT / "docs" / "reference" / "outputs.md").read_text(encoding="utf-8")
+    summary = RunSummary(0, 0, {}, 0.0, 0.0, {}, {}, 0.0, 0.0).to_json()
+    line = Telemetry().snapshot()
+    keys = [*summary, *line, "gpu"]  # `gpu` in a line only where NVML sees a GPU
+    assert [key for key in keys if f"`{key}`" not in page] == []
