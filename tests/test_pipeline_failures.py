@@ -223,3 +223,44 @@ def test_model_file_picks_its_runtime(small_video: Path, tiny_model: Path) -> No
     pipeline.close()
     with pytest.raises(Exception, match=r"backend 'openvino' cannot read x\.pt: .*torch"):
         load_backend("openvino", tiny_model.with_name("x.pt"))
+
+
+class CountedSource(FrameSource):
+    closed = 0
+
+    def close(self) -> None:
+        CountedSource.closed += 1
+        super().close()
+
+
+@pytest.mark.parametrize(
+    ("model", "backend", "error"),
+    [
+        ("missing.onnx", "", "model file not found"),  # the detector cannot load
+        ("tiny", "onnxruntime", "warmup"),  # a task that fails at warm-up
+    ],
+)
+def test_a_pipeline_that_cannot_start_lets_go_of_its_sources(
+    tmp_path: Path,
+    tiny_model: Path,
+    model: str,
+    backend: str,
+    error: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue #35: a model that cannot load (or a task that fails to warm up) no longer leaves
+    the sources it was opened for open: each is closed once, and the error reaches the caller."""
+    from visionrt.errors import ModelLoadError
+    from visionrt.tasks.detect import DetectTask
+
+    def fail(*_: object) -> None:
+        raise RuntimeError("warmup failed")
+
+    if error == "warmup":
+        monkeypatch.setattr(DetectTask, "warm_up", fail)
+    CountedSource.closed = 0
+    sources = [CountedSource(grey_frames(3)), CountedSource(grey_frames(3))]
+    path = tiny_model if model == "tiny" else tmp_path / model
+    with pytest.raises((ModelLoadError, RuntimeError), match=error):
+        Pipeline(sources, path, backend, plan=False)  # type: ignore[arg-type]
+    assert CountedSource.closed == 2

@@ -17,6 +17,7 @@ from visionrt.errors import ConfigError
 from visionrt.fuse import Checkpoint, parse_analytics, resume_steps, take_checkpoint
 from visionrt.pipeline.audit import build_auditor, finish_audit
 from visionrt.pipeline.build import (
+    Parts,
     build_fusers,
     build_gating,
     build_parts,
@@ -130,18 +131,32 @@ class Pipeline:
         self.plan_use = planned.use if planned is not None else PlanUse(None, "")
         self.plan: Plan | None = self.plan_use.plan if self.plan_use.runs else None
         self.hooks = hooks or Hooks()
-        parts = build_parts(
-            self.sources,
-            self.names,
-            model,
-            backend,
-            backend_options,
-            self.postprocess,
-            self.options,
-            depth,
-            self._degraded,
-            sizes,
-        )
+        parts: Parts | None = None
+        try:  # a model that cannot load lets go of the sources it was opened for
+            parts = build_parts(
+                self.sources,
+                self.names,
+                model,
+                backend,
+                backend_options,
+                self.postprocess,
+                self.options,
+                depth,
+                self._degraded,
+                sizes,
+            )
+            self._adopt(parts, model)
+        except BaseException:
+            if getattr(self, "auditor", None) is not None:
+                self.auditor.close()
+            if parts is not None:
+                parts.close()
+            for source in self.sources:
+                source.close()
+            raise
+
+    def _adopt(self, parts: Parts, model: str | Path) -> None:
+        """Take the loaded tasks, build the audit and warm every task up."""
         self.parts, self.task, self.tasks = parts, parts.detector, parts.tasks
         self.postprocess, self.schedule = parts.postprocess, parts.schedule
         self.variants, self.degrader = parts.variants, parts.degrader
