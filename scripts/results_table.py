@@ -49,6 +49,22 @@ def plan_vs_peer() -> list[str]:
     ]
 
 
+def plan_vs_peer_no_bf16() -> list[str]:
+    data = _load("plan_no_bf16.json")
+    fps = {name: statistics.median(values) for name, values in data["fps"].items()}
+    ratio = statistics.median(data["plan_vs_peer"])
+    plan, hidden = data["plan"], ", ".join(data["hidden_cpu_features"])
+    return [
+        "the same, on a CPU without BF16 (this one with its BF16 flags hidden from visionrt:"
+        f" {hidden})",
+        _cpu(data["cpu"]),
+        f"{fps['plan']:.1f} vs {fps['peer']:.1f} FPS: **{ratio:.2f}×**, fidelity mAP50"
+        f" {plan['measured']['fidelity']:.3f} ({plan['label']})",
+        f"plan tuned {str(plan['at'])[:10]}",
+        "`scripts/bench_plan.py --hide-bf16` → plan_no_bf16.json",
+    ]
+
+
 def seed_cpu() -> list[str]:
     data = _load("depth_size.json")
     runs = data["runs"]["as typed (the plan's size)"]
@@ -80,7 +96,7 @@ def gpu_streams() -> list[str]:
     ]
 
 
-ROWS: list[Callable[[], list[str]]] = [plan_vs_peer, seed_cpu, gpu_streams]
+ROWS: list[Callable[[], list[str]]] = [plan_vs_peer, plan_vs_peer_no_bf16, seed_cpu, gpu_streams]
 
 
 def table() -> str:
