@@ -30,6 +30,7 @@ from services import (  # noqa: F401 (fixtures, found by pytest by name)
 from visionrt.errors import BackendUnavailable, ConfigError
 from visionrt.sinks.events import (
     EVENT_ACTIONS,
+    EncodedEvent,
     EventPublisher,
     encode_event,
     event_problems,
@@ -143,6 +144,67 @@ def test_mqtt_delivers_every_event_acknowledged(
     assert topics[events[1]["id"]] == f"{topic}/cam_1/zone"
     assert topics[events[-1]["id"]] == f"{topic}/lobby/slo"
     assert next(event for _, event in subscriber.messages) == events[0]
+
+
+def test_an_mqtt_event_waits_behind_those_queued_before_the_socket() -> None:
+    """paho sends what it queued while it had no socket only after the broker's CONNACK, and
+    what is published on the socket meanwhile at once: without waiting, an event published
+    while the connection comes up overtook the ones before it (the subscriber saw them out of
+    order, once in a full suite run). A fake paho client stands in, so the order is the
+    test's, not the network's."""
+    mqtt = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt (visionrt[serve])")
+    published: list[int] = []
+    looked = threading.Event()
+
+    class Info:
+        def __init__(self, mid: int, rc: int) -> None:
+            self.mid, self.rc = mid, rc
+
+    class FakeClient:
+        sock: object | None = None
+
+        def publish(self, topic: str, payload: bytes, qos: int) -> Info:
+            published.append(len(published) + 1)
+            no_socket = self.sock is None
+            return Info(
+                published[-1], mqtt.MQTT_ERR_NO_CONN if no_socket else mqtt.MQTT_ERR_SUCCESS
+            )
+
+        def socket(self) -> object | None:
+            if self.sock is not None:
+                looked.set()
+            return self.sock
+
+    class Report:
+        def __init__(self) -> None:
+            self.sent_count = 0
+
+        def sent(self) -> None:
+            self.sent_count += 1
+
+        def dropped(self, reason: str) -> None:
+            raise AssertionError(reason)
+
+        def retried(self) -> None:
+            pass
+
+    transport, client, report = MqttTransport(), FakeClient(), Report()
+    transport._client, transport._report = client, report  # open() without paho's thread
+    stop = threading.Event()
+    first, second = (EncodedEvent(f"e{i}", "cam", "zone", b"{}") for i in (1, 2))
+    transport.send(first, stop)  # no socket yet: paho queues it
+    client.sock = object()  # the socket is up, the CONNACK not in yet
+    sending = threading.Thread(target=transport.send, args=(second, stop), daemon=True)
+    sending.start()
+    wait_until(
+        lambda: looked.is_set() or len(published) == 2, what="the second send, waiting or not"
+    )
+    assert published == [1], "the second event went out ahead of the first"
+    transport._on_publish(None, None, 1, None, None)  # the first one's PUBACK, after CONNACK
+    sending.join(HANG_SECONDS)
+    assert not sending.is_alive()
+    assert published == [1, 2]
+    assert report.sent_count == 1  # the second one's acknowledgement is still to come
 
 
 def test_mqtt_broker_down_queues_a_bounded_number_and_counts_the_rest(

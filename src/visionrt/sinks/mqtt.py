@@ -15,6 +15,8 @@ if TYPE_CHECKING:  # the publisher passes these in; importing it here would be a
 log = logging.getLogger(__name__)
 
 _EXTRA = "pip install 'visionrt[serve]'"
+# How often a send waiting behind paho's backlog looks at its socket and the stop event.
+_BACKLOG_POLL_S = 0.05
 _STOP_WAIT_S = 2.0  # a hung broker holds paho's thread until keepalive runs out; close() won't
 
 
@@ -84,6 +86,11 @@ class MqttTransport:
         # the publishing thread to the lock (paho's thread can read the PUBACK first).
         self._pending: set[int] = set()
         self._early: set[int] = set()
+        # Messages paho queued while it had no socket: it sends them only once the broker
+        # acknowledges the connection, after any published on the socket meanwhile — so a new
+        # event waits for them while a socket is up (`_after_backlog`), and order holds.
+        self._backlog: set[int] = set()
+        self._flushed = threading.Condition(self._lock)
         self._connected = False
         self._report: DeliveryReport | None = None
         self._client: Any = None
@@ -116,6 +123,7 @@ class MqttTransport:
         assert self._report is not None, "send before open"
         mqtt, report = self._mqtt, self._report
         topic = f"{self.topic}/{_topic_level(event.source)}/{event.kind}"
+        self._after_backlog(stop)
         try:
             info = self._client.publish(topic, event.payload, qos=self.qos)
         except (ValueError, TypeError) as err:  # a topic or payload paho refuses
@@ -128,12 +136,22 @@ class MqttTransport:
                 self._early.discard(info.mid)
                 if not acknowledged:
                     self._pending.add(info.mid)
+                    if info.rc == mqtt.MQTT_ERR_NO_CONN:
+                        self._backlog.add(info.mid)
             if acknowledged:
                 report.sent()
         elif info.rc in (mqtt.MQTT_ERR_NO_CONN, mqtt.MQTT_ERR_QUEUE_SIZE):
             report.dropped("broker slow" if self._connected else "broker unreachable")
         else:
             report.dropped(f"MQTT error: {mqtt.error_string(info.rc)}")
+
+    def _after_backlog(self, stop: threading.Event) -> None:
+        """Wait while paho holds messages from before its socket and has a socket now: what is
+        published on it goes out at once, ahead of them (paho resends its queue only after the
+        broker's CONNACK). Without a socket a new message joins the queue behind them."""
+        with self._flushed:
+            while self._backlog and self._client.socket() is not None and not stop.is_set():
+                self._flushed.wait(_BACKLOG_POLL_S)
 
     def close(self) -> None:
         """Disconnect and stop paho's thread; acknowledgements that did not come are the
@@ -155,6 +173,9 @@ class MqttTransport:
             self._pending.discard(mid)
             if not known:
                 self._early.add(mid)
+            if mid in self._backlog:
+                self._backlog.discard(mid)
+                self._flushed.notify_all()
         if known and self._report is not None:
             if getattr(reason, "is_failure", False):  # MQTT 5 brokers can refuse a message
                 self._report.dropped(f"refused by the broker: {reason}")
@@ -178,6 +199,10 @@ class MqttTransport:
                 self.max_queued,
             )
         self._connected = False
+        if self.qos:  # paho sends every unacknowledged one again after the next CONNACK
+            with self._lock:
+                self._backlog |= self._pending
+                self._flushed.notify_all()
         if self.qos == 0:  # paho forgets unwritten QoS 0 messages on reconnect
             with self._lock:
                 lost, self._pending = len(self._pending), set()
