@@ -17,6 +17,7 @@ from visionrt.config.sizes import SizedDetector
 from visionrt.errors import ConfigError
 from visionrt.fuse import (
     AnalyticsFuser,
+    Checkpoint,
     DepthFuser,
     DepthSmoother,
     Fuser,
@@ -25,9 +26,13 @@ from visionrt.fuse import (
     SourceAnalytics,
     TrackFuser,
     make_tracker,
+    resume_steps,
 )
 from visionrt.pipeline.degrade import Change, Degrader, build_ladder
+from visionrt.pipeline.flow import Flow
 from visionrt.pipeline.gating import Gating
+from visionrt.pipeline.graph import Graph
+from visionrt.pipeline.schedule import Scheduler
 from visionrt.pipeline.sizes import Size, build_sized, detector_rows, detectors_note, frame_size
 from visionrt.pipeline.variants import degrade_variants
 from visionrt.postprocess import PostprocessOptions
@@ -336,4 +341,55 @@ def build_gating(parts: Parts, options: PipelineOptions, telemetry: Telemetry) -
         height * width,
         parts.planner,
         side * side,
+    )
+
+
+def build_graph(
+    parts: Parts,
+    sources: Sequence[Source],
+    names: Sequence[str],
+    named: Sequence[bool],
+    options: PipelineOptions,
+    analytics: Mapping[str, SourceAnalytics],
+    telemetry: Telemetry,
+    flow: Flow,
+    fail: Callable[[BaseException], None],
+    note: Callable[[str], None],
+    resume: Sequence[Checkpoint | None] = (),
+    service: bool = False,
+) -> Graph:
+    """The stage graph over `parts`: the scheduler (which lanes run on a frame; the latency
+    ladder's variants and the region lane after the tasks' lanes), each source's fusion steps
+    (a source with a checkpoint in `resume` goes on from it), motion gating; `fail` stops the run
+    on a stage's error, `note` says what the fusers find as frames come."""
+    first_variant = len(parts.lanes)
+    scheduler = Scheduler(
+        parts.schedule,
+        options,
+        [source.live for source in sources],
+        parts.degrader,
+        range(first_variant, first_variant + len(parts.variants)),
+        first_variant + len(parts.variants) if parts.regions is not None else -1,
+    )
+    fusers = build_fusers(parts, options, analytics, names, note)
+    for source_id, checkpoint in enumerate(resume):
+        if checkpoint is not None:
+            resume_steps(fusers[source_id], checkpoint)
+            scheduler.resume(source_id, checkpoint.since_detect)
+    return Graph(
+        sources,
+        names,
+        named,
+        parts.lanes,
+        scheduler,
+        fusers,
+        parts.detector.class_names,
+        options,
+        telemetry,
+        flow,
+        fail,
+        parts.variants,
+        build_gating(parts, options, telemetry),
+        parts.regions,
+        service=service,
     )

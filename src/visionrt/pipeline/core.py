@@ -14,12 +14,11 @@ from visionrt.backends import Backend, BackendOptions
 from visionrt.config.pipeline import DepthOptions, PipelineOptions
 from visionrt.config.sizes import Size, SizedDetector, parse_size_key
 from visionrt.errors import ConfigError
-from visionrt.fuse import Checkpoint, parse_analytics, resume_steps, take_checkpoint
+from visionrt.fuse import Checkpoint, parse_analytics, take_checkpoint
 from visionrt.pipeline.audit import build_auditor, finish_audit
 from visionrt.pipeline.build import (
     Parts,
-    build_fusers,
-    build_gating,
+    build_graph,
     build_parts,
     check_analytics,
     ladder_gates,
@@ -33,7 +32,6 @@ from visionrt.pipeline.output import OutputStage
 from visionrt.pipeline.plan_run import PlannedRun, plan_api
 from visionrt.pipeline.report import describe_parts, source_rows
 from visionrt.pipeline.roster import Roster
-from visionrt.pipeline.schedule import Scheduler
 from visionrt.plans import Plan, PlanUse
 from visionrt.postprocess import PostprocessOptions
 from visionrt.sinks import Sink
@@ -336,35 +334,18 @@ class Pipeline:
 
     # -- the run ---------------------------------------------------------------------------
     def _results(self) -> Iterator[FrameResult]:
-        first_variant = len(self.parts.lanes)
-        scheduler = Scheduler(
-            self.schedule,
-            self.options,
-            [source.live for source in self.sources],
-            self.degrader,
-            range(first_variant, first_variant + len(self.variants)),
-            first_variant + len(self.variants) if self.parts.regions is not None else -1,
-        )
-        fusers = build_fusers(self.parts, self.options, self.analytics, self.names, self.note)
-        for source_id, checkpoint in enumerate(self._resume):
-            if checkpoint is not None:
-                resume_steps(fusers[source_id], checkpoint)
-                scheduler.resume(source_id, checkpoint.since_detect)
-        graph = self._graph = Graph(
+        graph = self._graph = build_graph(
+            self.parts,
             self.sources,
             self.names,
             self.named,
-            self.parts.lanes,
-            scheduler,
-            fusers,
-            self.class_names,
             self.options,
+            self.analytics,
             self.telemetry,
             self._flow,
             self._fail,
-            self.variants,
-            build_gating(self.parts, self.options, self.telemetry),
-            self.parts.regions,
+            self.note,
+            self._resume,
             service=self.roster is not None,
         )
         if self.options.opencv_threads:
