@@ -180,6 +180,21 @@ def test_the_python_api_takes_the_plan_as_the_cli_does(
     assert "\n".join(api.notes) == note
 
 
+def test_the_python_apis_plan_is_proven_on_its_own_sources_only(
+    planned: dict[str, Path],
+) -> None:
+    """A Pipeline over source objects (no file to read a size from) proves its plan on none of
+    them — not on the demo video a command given no source reads; over a file, on its size."""
+    from visionrt.pipeline.plan_run import plan_api
+
+    alone = plan_api(None, [], False, planned["model"], "", None, None, None, None)
+    assert alone is not None
+    assert not any("geometry:" in note for note in alone.notes), alone.notes
+    video = plan_api(None, [str(DEMO_VIDEO)], False, planned["model"], "", None, None, None, None)
+    assert video is not None
+    assert any("geometry: 576×768" in note for note in video.notes), video.notes
+
+
 def test_a_plan_for_another_model_is_set_aside_by_name(planned: dict[str, Path]) -> None:
     values = _values(model=str(planned["other"]))
     config, note = configure_run(planned["plan_file"], False, None, None, values)

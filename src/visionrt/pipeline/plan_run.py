@@ -48,6 +48,7 @@ def plan_run(
     live: bool | None = None,
     say: Say | None = None,
     fingerprint: dict[str, Any] | None = None,
+    proven_on: Sequence[str] | None = None,
 ) -> PlannedRun:
     """`own` (the user's configuration, defaults filled in) under its plan. `given` is what the
     user set, as a nested dict (`config.given_options`: an explicit default is a choice too):
@@ -55,7 +56,8 @@ def plan_run(
     the machine `fingerprint` describes) serves the run only when the user chose no backend or
     configuration-picking setting (`plans.use_plan`), and the user's settings stay over it.
     `live` (None: told from the sources' strings) picks the plan's live settings; `say` gets a
-    proof's progress on a new frame size (seconds of checks)."""
+    proof's progress on a new frame size (seconds of checks), made on the sources `proven_on`
+    (None: `own`'s, or the demo video a run given none reads)."""
     request = PlanRequest(
         model=Path(own.model) if own.model else None,
         chosen=_chosen(given),
@@ -65,8 +67,8 @@ def plan_run(
     )
     use = use_plan(request, plan, fingerprint=fingerprint)
     if use.sections is not None:
-        specs = [spec for spec in own.sources if spec] or [str(DEMO_VIDEO)]
-        use = settle(use, specs, own.postprocess.conf, say)
+        specs = proven_on if proven_on is not None else own.sources or (str(DEMO_VIDEO),)
+        use = settle(use, [spec for spec in specs if spec], own.postprocess.conf, say)
     cfg, notes = own, [use.note]
     if use.runs:
         cfg, gating_note = _with_gating(use, own, given)
@@ -98,7 +100,7 @@ def plan_api(
     if plan is False:
         return None
     own, given = api_request(specs, model, backend, backend_options, options, depth, sizes)
-    return plan_run(own, given, None if plan in (None, True) else plan, live)
+    return plan_run(own, given, None if plan in (None, True) else plan, live, proven_on=specs)
 
 
 def with_defaults(config: RunConfig) -> RunConfig:
