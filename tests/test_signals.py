@@ -234,3 +234,26 @@ cli.main(["doctor"])
     )
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip() == "visionrt: error: interrupted (SIGINT)"
+
+
+def test_a_signal_inside_a_native_import_is_one_line_and_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tune's handler raises KeyboardInterrupt where the signal lands; inside `import openvino`
+    that became "ImportError: initialization failed" and a traceback, exit 1 (SIGTERM during a
+    demo's tune, once in a loaded full test run). It is a signal: one line, exit 130."""
+    from visionrt.cli import main as cli_main
+
+    class App:
+        def __call__(self, **_: object) -> int:
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as interrupt:
+                raise ImportError("initialization failed") from interrupt
+
+    monkeypatch.setattr(cli_main, "app", App())
+    monkeypatch.setattr(cli_main, "_register_optional", lambda: None)  # the real app's, once
+    with pytest.raises(SystemExit) as exit_:
+        cli_main.main(["tune"])
+    assert exit_.value.code == 130
+    assert capsys.readouterr().err.strip().splitlines() == ["visionrt: error: interrupted"]
