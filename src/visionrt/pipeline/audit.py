@@ -1,10 +1,11 @@
 """What a run audits against and how often: the references and budgets a plan gives, the rate
-(on by default when a reference is known), and the reference tasks the lane builds."""
+(on by default when a reference is known), and the reference tasks the lane builds — from the
+loaded tasks and the options, not from the Pipeline."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -18,9 +19,11 @@ from visionrt.models import is_architecture_only
 from visionrt.tasks.base import Task
 
 if TYPE_CHECKING:
-    from visionrt.config.pipeline import DepthOptions
-    from visionrt.pipeline.core import Pipeline
-    from visionrt.plans import Plan
+    from visionrt.config.pipeline import DepthOptions, PipelineOptions
+    from visionrt.pipeline.build import Parts
+    from visionrt.plans import Plan, PlanUse
+    from visionrt.sources import Source
+    from visionrt.telemetry import Telemetry
 
 DEFAULT_RATE = 0.02  # cost measured in docs/results/audit_cost.json (scripts/bench_audit.py)
 DEFAULT_MIN_FIDELITY = 0.95  # tune's own default budget
@@ -55,11 +58,20 @@ def planned_audit(options: Options, plan: Plan | None) -> Options:
     return replace(options, **changes) if changes else options  # type: ignore[type-var]
 
 
-def build_auditor(pipeline: Pipeline, model: str | Path) -> tuple[Auditor | None, list[str]]:
-    """The run's audit lane (None: no audit) and the lines saying what it audits, for a
-    pipeline whose tasks are loaded; `model` is the detector file it runs. A ConfigError when
-    an audit was asked for (`pipeline.audit` given) that cannot run."""
-    options = pipeline.options
+def build_auditor(
+    parts: Parts,
+    options: PipelineOptions,
+    model: str | Path,
+    sources: Sequence[Source],
+    names: Sequence[str],
+    telemetry: Telemetry,
+    live: bool,
+    tell: Callable[[AuditEvent], None],
+) -> tuple[Auditor | None, list[str]]:
+    """The run's audit lane (None: no audit) and the lines saying what it audits, over the
+    loaded tasks (`parts`); `model` is the detector file the run loads, `tell` is told of each
+    event (on the audit's thread). A ConfigError when an audit was asked for (`pipeline.audit`
+    given) that cannot run."""
     if options.audit == 0:
         return None, []
     explicit = options.audit is not None
@@ -70,13 +82,13 @@ def build_auditor(pipeline: Pipeline, model: str | Path) -> tuple[Auditor | None
             f"--audit: no FP32 reference for {Path(model).name}: set pipeline.audit_reference"
             " to the ONNX model it was made from"
         )
-    if detect is not None and _detector_is(pipeline, model, detect[0]):
+    if detect is not None and _detector_is(parts, options, model, detect[0]):
         detect = _as_itself(detect, "detector", explicit, notes)
-    depth_options, depth = pipeline.depth_options, None
+    depth_options, depth = parts.depth, None
     if depth_options is not None:
         given, model = depth_options.audit_reference, depth_options.model
         depth = _reference(given, model, explicit, "depth model", notes)
-        if depth is not None and _depth_is(pipeline, depth_options, depth[0]):
+        if depth is not None and _depth_is(parts.tasks[1], depth_options, depth[0]):
             depth = _as_itself(depth, "depth model", explicit, notes)
     if detect is None and depth is None:
         return None, notes
@@ -95,14 +107,14 @@ def build_auditor(pipeline: Pipeline, model: str | Path) -> tuple[Auditor | None
     )
     auditor = Auditor(
         settings,
-        pipeline.names,
-        pipeline.telemetry,
-        detect=_detect_builder(pipeline, detect[0]) if detect else None,
-        depth=_depth_builder(pipeline, depth_options, depth[0])
+        names,
+        telemetry,
+        detect=_detect_builder(parts, options, detect[0]) if detect else None,
+        depth=_depth_builder(parts, sources, depth_options, depth[0])
         if depth_options and depth
         else None,
-        on_event=lambda event: _tell(pipeline, event),
-        live=pipeline.live,
+        on_event=tell,
+        live=live,
     )
     against = " and ".join(
         found[0].name + (" (architecture-only: random weights)" if found[1] else "")
@@ -179,33 +191,33 @@ def _plain(task: Task) -> bool:
     return (info.runtime, info.precision, info.device) == (REFERENCE_BACKEND, "fp32", "cpu")
 
 
-def _detector_is(pipeline: Pipeline, model: str | Path, reference: Path) -> bool:
+def _detector_is(
+    parts: Parts, options: PipelineOptions, model: str | Path, reference: Path
+) -> bool:
     """The run delivers what the reference sees: the same file in ONNX Runtime FP32 at its own
     input size on every source (no detectors of other frame sizes), no tiles, tracking or
     latency ladder."""
-    options, task = pipeline.options, pipeline.task
+    task = parts.detector
     return (
         _same(model, reference)
         and _plain(task)
         and task.input_hw == task.spec.input_size
-        and not (options.track or options.tile or options.slo_ms or pipeline.parts.sized)
+        and not (options.track or options.tile or options.slo_ms or parts.sized)
     )
 
 
-def _depth_is(pipeline: Pipeline, depth: DepthOptions, reference: Path) -> bool:
-    task = pipeline.tasks[1]
+def _depth_is(task: Task, depth: DepthOptions, reference: Path) -> bool:
     resized = depth.audit_short_side not in (None, depth.input_short_side)
     return _same(depth.model, reference) and _plain(task) and not (depth.smoothing or resized)
 
 
-def _detect_builder(pipeline: Pipeline, reference: Path) -> Callable[[], Task]:
+def _detect_builder(parts: Parts, options: PipelineOptions, reference: Path) -> Callable[[], Task]:
     from visionrt.tasks import DetectTask, TiledDetectTask
 
     # The user's threshold: tracking lowers the detector's for ByteTrack's second stage only.
-    post = replace(pipeline.postprocess, conf=pipeline.parts.tracker_high)
-    options = pipeline.options
+    post = replace(parts.postprocess, conf=parts.tracker_high)
     if options.tile:
-        source_hw = pipeline.task.source_hw  # type: ignore[union-attr]
+        source_hw = parts.detector.source_hw  # type: ignore[union-attr]
         return lambda: TiledDetectTask(
             reference, REFERENCE_BACKEND, REFERENCE_OPTIONS, post,
             tiling=options.tiling(), source_hw=source_hw,
@@ -213,10 +225,13 @@ def _detect_builder(pipeline: Pipeline, reference: Path) -> Callable[[], Task]:
     return lambda: DetectTask(reference, REFERENCE_BACKEND, REFERENCE_OPTIONS, post)
 
 
-def _depth_builder(pipeline: Pipeline, depth: DepthOptions, reference: Path) -> Callable[[], Task]:
+def _depth_builder(
+    parts: Parts, sources: Sequence[Source], depth: DepthOptions, reference: Path
+) -> Callable[[], Task]:
     from visionrt.tasks.depth import DepthTask
 
-    first = pipeline.sources[pipeline.depth_sources()[0]]
+    on = [i for i, lanes in enumerate(parts.schedule) if len(lanes) > 1]
+    first = sources[on[0]]
     size = getattr(first, "size", None)
     return lambda: DepthTask(
         reference,
@@ -228,29 +243,26 @@ def _depth_builder(pipeline: Pipeline, depth: DepthOptions, reference: Path) -> 
     )
 
 
-def _tell(pipeline: Pipeline, event: AuditEvent) -> None:
-    if pipeline.hooks.on_audit is not None:  # read at the event: a service may set it late
-        pipeline.hooks.on_audit(event)
-    else:  # no one to tell: the logger says it
-        log.warning("%s", event)
-
-
 def _or(value: float | None, default: float) -> float:
     return default if value is None else float(value)
 
 
-def finish_audit(pipeline: Pipeline, drain: bool) -> None:
+def finish_audit(
+    auditor: Auditor,
+    names: Sequence[str],
+    sources: Sequence[Source],
+    plan_use: PlanUse,
+    drain: bool,
+) -> list[str]:
     """The run ended: let the lane finish (`drain`: file mode waits for what is queued), and
     give its verdict on each file source's frame size back to the cached plan
-    (`geometry.remember_audit`), with a note line for each size it refuted."""
+    (`geometry.remember_audit`); a note line for each size it refuted."""
     from visionrt.accuracy.geometry import remember_audit
 
-    auditor = pipeline.auditor
-    if auditor is None:
-        return
     auditor.finish(drain=drain)
-    files = zip(pipeline.names, pipeline.sources, strict=True)
+    files = zip(names, sources, strict=True)
     sizes = {n: s.size for n, s in files if not s.live and getattr(s, "size", None)}
-    for line in remember_audit(pipeline.plan_use, sizes, auditor.report()):
-        pipeline.notes.append(line)
+    lines = remember_audit(plan_use, sizes, auditor.report())
+    for line in lines:
         log.info("%s", line)
+    return lines

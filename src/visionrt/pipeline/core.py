@@ -10,6 +10,7 @@ from typing import Any
 
 import cv2
 
+from visionrt.accuracy.audit_window import AuditEvent
 from visionrt.backends import Backend, BackendOptions
 from visionrt.config.pipeline import DepthOptions, PipelineOptions
 from visionrt.config.sizes import Size, SizedDetector, parse_size_key
@@ -172,7 +173,10 @@ class Pipeline:
         self._started = self._closed = False
         self._errors: list[BaseException] = []
         # The live accuracy audit (None: off); `hooks.on_audit` is told of each event.
-        self.auditor, notes = build_auditor(self, model)
+        self.auditor, notes = build_auditor(
+            parts, self.options, model, self.sources, self.names, self.telemetry, self.live,
+            self._audited,
+        )  # fmt: skip
         self.notes.extend(notes)
         if self.auditor is not None:
             self.telemetry.add_figures(self.auditor.figures)
@@ -184,6 +188,12 @@ class Pipeline:
         self.telemetry.count("slo: step down" if down else "slo: step up")
         if self.hooks.on_degrade is not None:
             self.hooks.on_degrade(change)
+
+    def _audited(self, event: AuditEvent) -> None:
+        if self.hooks.on_audit is not None:  # read at the event: a service may set it late
+            self.hooks.on_audit(event)
+        else:  # no one to tell: the logger says it
+            log.warning("%s", event)
 
     def note(self, note: str) -> None:
         """Keep `note` (summary `notes`) and say it now: to `hooks.on_note`, or as a warning."""
@@ -371,7 +381,10 @@ class Pipeline:
             self.telemetry.stop()
             graph.finish()
             # The audit: a file run that completed waits for queued samples; nothing else does.
-            finish_audit(self, completed and not (self.live or self._interrupted or self._errors))
+            if self.auditor is not None:
+                drain = completed and not (self.live or self._interrupted or self._errors)
+                names, sources = self.names, self.sources
+                self.notes += finish_audit(self.auditor, names, sources, self.plan_use, drain)
         if self._errors:
             raise self._errors[0]
 
