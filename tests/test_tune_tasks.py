@@ -61,6 +61,18 @@ def test_the_live_twin_is_kept_only_when_faster_and_accurate(
     assert (not trial.why_out) == chosen, trial.why_out
 
 
+def test_a_slower_live_twin_says_why_once() -> None:
+    """The table's status for a live twin set aside read "live: live: p50 …"."""
+    from visionrt.cli.tune_tables import status_text
+    from visionrt.tune.search import SearchResult
+
+    best = Trial(INT8, [_measured(33.4)], reached=2)
+    trial = tune_live(best, lambda candidate, frames: _measured(40.0), Limits(), 300)
+    assert trial is not None
+    text = status_text(trial, SearchResult([best, trial], best, None, live=trial))
+    assert text == "live: p50 40 ms, not below 33 ms"
+
+
 def test_depth_candidates_follow_the_hardware() -> None:
     both = frozenset({"onnxruntime", "openvino"})
     labels = [

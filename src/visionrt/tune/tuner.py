@@ -276,7 +276,7 @@ def tune_live(
     trial.reached = best.reached
     trial.why_out = limits.why(trial.last)
     if not trial.why_out and trial.last.p50_ms >= best.last.p50_ms:
-        trial.why_out = f"live: p50 {trial.last.p50_ms:.0f} ms, not below {best.last.p50_ms:.0f} ms"
+        trial.why_out = f"p50 {trial.last.p50_ms:.0f} ms, not below {best.last.p50_ms:.0f} ms"
     if on_trial is not None:
         on_trial(trial, frames)
     return trial
