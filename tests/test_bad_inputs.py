@@ -170,6 +170,10 @@ CASES = [
     ("VIDEO -m MODEL --track --set analytics.small.zones.z=[[true,0],[5,0],[5,5]]", 2, "numbers"),
     ("VIDEO -m MODEL --track --config ROOT/unnamed-zone.yaml", 2, "analytics.small.zones.'"),
     ("VIDEO -m MODEL --plan ROOT/list.yaml --no-plan", 2, "--plan and --no-plan"),
+    # A flag taken as the value of the one before it.
+    ("VIDEO -m MODEL --out --no-video", 2, "--out: expected a value, got the flag --no-video"),
+    ("VIDEO -m MODEL --telemetry --track", 2, "--telemetry: expected a value, got the flag"),
+    ("VIDEO -m MODEL --set --track", 2, "--set '--track': expected KEY=VALUE"),
 ]
 
 

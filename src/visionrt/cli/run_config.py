@@ -25,6 +25,7 @@ def flag_values(**flags: Any) -> dict[str, Any]:
     its own: adding one is adding the parameter."""
     values: dict[str, Any] = {}
     for name, given in flags.items():
+        _refuse_a_flag_as_value(name, given)
         key, convert = _RENAMED.get(name) or (flag_key(name), _as_given)
         *sections, leaf = key.split(".")
         node = values
@@ -32,6 +33,17 @@ def flag_values(**flags: Any) -> dict[str, Any]:
             node = node.setdefault(section, {})
         node[leaf] = convert(given)
     return values
+
+
+def _refuse_a_flag_as_value(name: str, given: Any) -> None:
+    """A flag right after one that takes a value is taken as that value (`--out --no-video`
+    wrote into a folder named `--no-video`): refused, naming both."""
+    for value in given if isinstance(given, list | tuple) else [given]:
+        if isinstance(value, str | Path) and str(value).startswith("--") and name != "sources":
+            flag = "--" + name.rstrip("_").replace("_", "-")
+            raise ConfigError(
+                f"{flag}: expected a value, got the flag {value} ({flag} was given none)"
+            )
 
 
 def _as_given(value: Any) -> Any:
