@@ -37,9 +37,12 @@ def flag_values(**flags: Any) -> dict[str, Any]:
 
 def _refuse_a_flag_as_value(name: str, given: Any) -> None:
     """A flag right after one that takes a value is taken as that value (`--out --no-video`
-    wrote into a folder named `--no-video`): refused, naming both."""
+    wrote into a folder named `--no-video`): refused, naming both. (`--ray`'s address check
+    says so in its own words, with what an address looks like.)"""
+    if name in ("sources", "ray"):
+        return
     for value in given if isinstance(given, list | tuple) else [given]:
-        if isinstance(value, str | Path) and str(value).startswith("--") and name != "sources":
+        if isinstance(value, str | Path) and str(value).startswith("--"):
             flag = "--" + name.rstrip("_").replace("_", "-")
             raise ConfigError(
                 f"{flag}: expected a value, got the flag {value} ({flag} was given none)"
