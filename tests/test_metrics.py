@@ -156,6 +156,33 @@ def test_metrics_beyond_this_machine_need_a_token_and_every_scrape_sends_it() ->
         server.close()
 
 
+def test_a_local_endpoint_serves_only_requests_that_name_this_machine() -> None:
+    """Without a token the endpoint is this machine's alone: a page of another site whose DNS
+    name was rebound to 127.0.0.1 sends its own name in Host, and gets a 421, not the
+    metrics; a scrape by 127.0.0.1, localhost or ::1 at the endpoint's port is served."""
+    import http.client
+
+    server = MetricsServer(0).start()
+    try:
+
+        def get(host: str) -> int:
+            connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+            try:
+                connection.request("GET", "/metrics", headers={"Host": host})
+                return connection.getresponse().status
+            finally:
+                connection.close()
+
+        port = server.port
+        assert get(f"127.0.0.1:{port}") == 200
+        assert get(f"localhost:{port}") == 200
+        assert get(f"rebound.example:{port}") == 421
+        assert get(f"127.0.0.1:{port + 1}") == 421
+        assert "visionrt_build_info" in scrape(server.url)  # what Prometheus and tests send
+    finally:
+        server.close()
+
+
 def test_cli_rejects_a_bad_metrics_port(tmp_path: Path, tiny_model: Path) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "visionrt.cli.main", "run", "synthetic:64x48:3", "-m",

@@ -275,8 +275,15 @@ def serve_registry(registry: Any, host: str, port: int, token: str = "") -> tupl
 
     app = make_wsgi_app(registry)
     expected = f"Bearer {token}".encode()
+    names = {*LOCAL_HOSTS, host.strip("[]").lower()}
 
     def guarded(environ: dict[str, Any], start: Callable[..., Any]) -> Iterable[bytes]:
+        # Without a token the endpoint is this machine's alone: a page of another site that
+        # rebinds its DNS name to 127.0.0.1 sends its own name in Host, and is refused.
+        asked = str(environ.get("HTTP_HOST", ""))
+        if not token and not _names_this(asked, names, str(environ.get("SERVER_PORT", ""))):
+            start("421 Misdirected Request", [("Content-Type", "text/plain")])
+            return [f"Host '{asked}' is not this endpoint\n".encode()]
         given = environ.get("HTTP_AUTHORIZATION", "").encode()
         if token and not hmac.compare_digest(given, expected):
             start("401 Unauthorized", [("WWW-Authenticate", "Bearer")])
@@ -295,6 +302,19 @@ def serve_registry(registry: Any, host: str, port: int, token: str = "") -> tupl
     thread = threading.Thread(target=server.serve_forever, daemon=True, name="metrics-http")
     thread.start()
     return server, thread
+
+
+def _names_this(asked: str, names: set[str], port: str) -> bool:
+    """Whether a Host header (`name:port`, `[::1]:port`; no port: HTTP's 80) names this
+    endpoint: one of `names` at `port`."""
+    if asked.startswith("["):
+        name, _, rest = asked[1:].partition("]")
+        given = rest[1:] if rest.startswith(":") else ""
+    elif asked.count(":") == 1:
+        name, _, given = asked.partition(":")
+    else:
+        name, given = asked, ""
+    return name.lower() in names and (given or "80") == port
 
 
 def scrape(url: str, timeout: float = 5.0, token: str = "") -> str:
