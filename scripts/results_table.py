@@ -34,48 +34,52 @@ def _cpu(text: str) -> str:
     return f"2 vCPU {text}" + (f", {kind}" if kind else "")
 
 
-def plan_vs_peer() -> list[str]:
-    data = _load("plan.json")
-    fps = {name: statistics.median(values) for name, values in data["fps"].items()}
+def _plan_row(name: str, what: str, how: str) -> list[str]:
+    """A `scripts/bench_plan.py` result: the plan against the peer, medians of its rounds."""
+    data = _load(name)
+    fps = {key: statistics.median(values) for key, values in data["fps"].items()}
     ratio = statistics.median(data["plan_vs_peer"])
     plan = data["plan"]
     return [
-        "plain `visionrt run` on the tuned plan vs Ultralytics' best (its own OpenVINO export)",
+        what.format(hidden=", ".join(data.get("hidden_cpu_features", []))),
         _cpu(data["cpu"]),
         f"{fps['plan']:.1f} vs {fps['peer']:.1f} FPS: **{ratio:.2f}×**, fidelity mAP50"
         f" {plan['measured']['fidelity']:.3f} ({plan['label']})",
         f"plan tuned {str(plan['at'])[:10]}",
-        "`scripts/bench_plan.py` → plan.json",
+        f"`{how}` → {name}",
     ]
+
+
+def plan_vs_peer() -> list[str]:
+    return _plan_row(
+        "plan.json",
+        "plain `visionrt run` on the tuned plan vs Ultralytics' best (its own OpenVINO export)",
+        "scripts/bench_plan.py",
+    )
 
 
 def plan_vs_peer_no_bf16() -> list[str]:
-    data = _load("plan_no_bf16.json")
-    fps = {name: statistics.median(values) for name, values in data["fps"].items()}
-    ratio = statistics.median(data["plan_vs_peer"])
-    plan, hidden = data["plan"], ", ".join(data["hidden_cpu_features"])
-    return [
+    return _plan_row(
+        "plan_no_bf16.json",
         "the same, on a CPU without BF16 (this one with its BF16 flags hidden from visionrt:"
-        f" {hidden})",
-        _cpu(data["cpu"]),
-        f"{fps['plan']:.1f} vs {fps['peer']:.1f} FPS: **{ratio:.2f}×**, fidelity mAP50"
-        f" {plan['measured']['fidelity']:.3f} ({plan['label']})",
-        f"plan tuned {str(plan['at'])[:10]}",
-        "`scripts/bench_plan.py --hide-bf16` → plan_no_bf16.json",
-    ]
+        " {hidden})",
+        "scripts/bench_plan.py --hide-bf16",
+    )
 
 
 def cpu_efficiency() -> list[str]:
     data = _load("vs_peer.json")
     best = max(data["variants"], key=lambda v: statistics.median(v["end_to_end_fps"]))
     ms = statistics.median(best["model_only_ms_p50"])
+    runtime, precision = best["variant"].split("+")[0].split(":")[:2]
+    hint = ", throughput hint" if "hint=throughput" in best["variant"] else ""
     return [
         "the fastest CPU configuration: model-only ceiling and what end to end keeps of it",
         "2 vCPU AMD EPYC (the file does not name the CPU kind)",
         f"model-only {ms:.1f} ms a frame ({1000 / ms:.1f} FPS), end to end"
         f" {statistics.median(best['end_to_end_fps']):.1f} FPS: efficiency"
         f" {statistics.median(best['efficiency']):.3f}; fidelity mAP50"
-        f" {best['fidelity_map50']:.3f} (openvino int8 512×640, throughput hint)",
+        f" {best['fidelity_map50']:.3f} ({runtime} {precision}{hint})",
         "issue #3's run",
         "`scripts/bench_vs_peer.py --runs 3` → vs_peer.json",
     ]

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -185,12 +186,16 @@ def test_the_python_apis_plan_is_proven_on_its_own_sources_only(
 ) -> None:
     """A Pipeline over source objects (no file to read a size from) proves its plan on none of
     them — not on the demo video a command given no source reads; over a file, on its size."""
-    from visionrt.pipeline.plan_run import plan_api
+    from visionrt.pipeline.plan_run import api_request, plan_run
 
-    alone = plan_api(None, [], False, planned["model"], "", None, None, None, None)
+    def plan_api(specs: list[str]) -> Any:  # as Pipeline(plan=None) decides
+        own, given = api_request(specs, planned["model"], "", None, None, None, None)
+        return plan_run(own, given, None, False, proven_on=specs)
+
+    alone = plan_api([])
     assert alone is not None
     assert not any("geometry:" in note for note in alone.notes), alone.notes
-    video = plan_api(None, [str(DEMO_VIDEO)], False, planned["model"], "", None, None, None, None)
+    video = plan_api([str(DEMO_VIDEO)])
     assert video is not None
     assert any("geometry: 576×768" in note for note in video.notes), video.notes
 

@@ -30,7 +30,7 @@ from visionrt.pipeline.gating import motion_summary
 from visionrt.pipeline.graph import Graph
 from visionrt.pipeline.hooks import Hooks
 from visionrt.pipeline.output import OutputStage
-from visionrt.pipeline.plan_run import PlannedRun, plan_api
+from visionrt.pipeline.plan_run import PlannedRun, api_request, plan_run
 from visionrt.pipeline.report import describe_parts, source_rows
 from visionrt.pipeline.roster import Roster
 from visionrt.plans import Plan, PlanUse
@@ -109,17 +109,17 @@ class Pipeline:
             # The plan whose configuration runs, decided once (`pipeline.plan_run`); a caller
             # that settled it already (`pipeline_for`) passes the decision.
             planned = plan if isinstance(plan, PlannedRun) else None
-            if planned is None and isinstance(backend, str):
+            if planned is None and plan is not False and isinstance(backend, str):
                 on = [spec for spec in specs if spec]
-                settled = (model, backend, backend_options, options, depth, sizes)
-                planned = plan_api(plan, on, self.live, *settled)  # type: ignore[arg-type]
-                if planned is not None:
-                    cfg = planned.config
-                    model, backend, backend_options = cfg.model, cfg.backend, cfg.inference
-                    self.options, depth = cfg.pipeline, cfg.depth
-                    sizes = {parse_size_key(key): chosen for key, chosen in cfg.sizes.items()}
-                    for note in planned.notes:
-                        log.info("%s", note)
+                own, given = api_request(on, model, backend, backend_options, options, depth, sizes)
+                plan_file = plan if isinstance(plan, str | Path) else None  # None, True: cached
+                planned = plan_run(own, given, plan_file, self.live, proven_on=on)
+                cfg = planned.config
+                model, backend, backend_options = cfg.model, cfg.backend, cfg.inference
+                self.options, depth = cfg.pipeline, cfg.depth
+                sizes = {parse_size_key(key): sized for key, sized in cfg.sizes.items()}
+                for note in planned.notes:
+                    log.info("%s", note)
         except BaseException:
             for source in self.sources:
                 source.close()
@@ -266,7 +266,7 @@ class Pipeline:
             return {}
         depths = {name: read() for name, read in self._graph.depths().items()}
         if self._writer is not None:
-            depths["fused"] = self._writer.thread.queue.qsize()
+            depths["fused"] = self._writer.queue.qsize()
         return depths
 
     @property

@@ -18,11 +18,12 @@ from visionrt.telemetry import Telemetry
 from visionrt.types import FrameResult
 
 
-class SinkThread:
-    """Writes each result into every sink, in the order given, then calls `on_result`. A sink
-    that raises (or `on_result`) is reported to `on_error` once and the thread stops taking
-    results; `failed` names the sink. Results already queued when the run aborts are still
-    written: they were delivered. Closing the sinks is the caller's, after `finish`."""
+class OutputStage:
+    """A run's sink stage from start to end: each result written into every sink, in the order
+    given, on the sink thread (then `on_result`), and every sink finalized however the run ended
+    (`outputs`: the files written). A sink that raises (or `on_result`) is reported to
+    `on_error` once and the thread stops taking results; only that sink keeps its `.partial`
+    name. Results already queued when the run aborts are still written: they were delivered."""
 
     def __init__(
         self,
@@ -36,14 +37,16 @@ class SinkThread:
         self.telemetry, self._on_error = telemetry, on_error
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=size)
         self.failed: Sink | None = None
+        self.outputs: list[str] = []
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._write, name="sink", daemon=True)
+        telemetry.register_gauge("fused", self.queue.qsize)
 
     def start(self) -> None:
         self._thread.start()
 
     def put(self, result: FrameResult) -> bool:
-        """Queue a result; False once the thread stopped on an error."""
+        """Queue `result` for the sinks; False once one failed (the run is then aborting)."""
         while not self._stopped.is_set():
             try:
                 self.queue.put(result, timeout=POLL)
@@ -52,15 +55,39 @@ class SinkThread:
                 continue
         return False
 
-    def finish(self) -> None:
-        """Let the thread write what is queued, then end it."""
+    def finish(self, complete: bool = True) -> SinkError | None:
+        """Write what is queued, then finalize every sink (none where not `complete`: a run
+        cut short whose files must not look whole); the first error finalizing one."""
         while self._thread.is_alive():
             try:
                 self.queue.put(END, timeout=POLL)
                 break
             except queue.Full:
                 continue
-        self._thread.join()
+        if self._thread.ident is not None:
+            self._thread.join()
+        outputs, error = close_sinks(self.sinks, self.failed, complete)
+        self.outputs = [str(path) for path in outputs]
+        return error
+
+    def drain(self, results: Iterator[FrameResult], errors: list[BaseException]) -> None:
+        """Write every result of `results` (the run's), then finalize the sinks. An error that
+        ends the results is added to `errors` and raised; one finalizing a sink is too, where
+        nothing failed before it."""
+        self.start()
+        try:
+            for result in results:
+                # False once a sink failed: the run is then aborting, and `results` raises the
+                # sink's error as it ends (a `break` here would close it and lose that).
+                self.put(result)
+        except BaseException as err:
+            errors.append(err)
+            raise
+        finally:
+            close_error = self.finish()
+            if close_error is not None and not errors:
+                errors.append(close_error)
+                raise close_error
 
     def _write(self) -> None:
         try:
@@ -85,59 +112,6 @@ class SinkThread:
             self._on_error(err)
         finally:
             self._stopped.set()
-
-
-class OutputStage:
-    """A run's sink stage from start to end: results in, each written into every sink on the
-    sink thread (`SinkThread`), every sink finalized however the run ended (`outputs`: the files
-    written). Only a sink that failed itself keeps its `.partial` name."""
-
-    def __init__(
-        self,
-        sinks: Sequence[Sink],
-        on_result: Callable[[FrameResult], Any] | None,
-        telemetry: Telemetry,
-        on_error: Callable[[BaseException], None],
-        size: int,
-    ) -> None:
-        self.sinks = list(sinks)
-        self.thread = SinkThread(sinks, on_result, telemetry, on_error, size)
-        self.outputs: list[str] = []
-        telemetry.register_gauge("fused", self.thread.queue.qsize)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def put(self, result: FrameResult) -> bool:
-        """Queue `result` for the sinks; False once one failed (the run is then aborting)."""
-        return self.thread.put(result)
-
-    def finish(self, complete: bool = True) -> SinkError | None:
-        """Write what is queued, then finalize every sink (none where not `complete`: a run
-        cut short whose files must not look whole); the first error finalizing one."""
-        self.thread.finish()
-        outputs, error = close_sinks(self.sinks, self.thread.failed, complete)
-        self.outputs = [str(path) for path in outputs]
-        return error
-
-    def drain(self, results: Iterator[FrameResult], errors: list[BaseException]) -> None:
-        """Write every result of `results` (the run's), then finalize the sinks. An error that
-        ends the results is added to `errors` and raised; one finalizing a sink is too, where
-        nothing failed before it."""
-        self.start()
-        try:
-            for result in results:
-                # False once a sink failed: the run is then aborting, and `results` raises the
-                # sink's error as it ends (a `break` here would close it and lose that).
-                self.put(result)
-        except BaseException as err:
-            errors.append(err)
-            raise
-        finally:
-            close_error = self.finish()
-            if close_error is not None and not errors:
-                errors.append(close_error)
-                raise close_error
 
 
 def close_sinks(

@@ -2,8 +2,8 @@
 what it changes — the detector (proven on each source size: `accuracy.geometry.settle`), the
 detectors of other sizes, the motion gating `tune` kept, the region model, the depth model's
 plan and the live audit's reference and budget — each with a line saying which, or why none.
-`run`, `serve`, a cluster's nodes and the Python API (`Pipeline(plan=None)`) come through
-`plan_run`; the CLI only prints what it says."""
+`run`, `serve`, a cluster's nodes and the Python API (`Pipeline(plan=None)`, through
+`api_request`) come through `plan_run`; the CLI only prints what it says."""
 
 from __future__ import annotations
 
@@ -82,25 +82,6 @@ def plan_run(
     cfg, depth_note = _with_depth_plan(cfg, given.get("depth") or {}, fingerprint)
     notes.append(depth_note)
     return PlannedRun(cfg, tuple(note for note in notes if note), use)
-
-
-def plan_api(
-    plan: str | Path | bool | None,
-    specs: Sequence[str],
-    live: bool,
-    model: str | Path,
-    backend: str,
-    backend_options: BackendOptions | None,
-    options: PipelineOptions | None,
-    depth: DepthOptions | None,
-    sizes: Mapping[Size, SizedDetector] | None,
-) -> PlannedRun | None:
-    """The Python API's run under its plan (`Pipeline`'s arguments: `plan` None or True the
-    cached one, a path that file), or None where `plan` is False (the model as given)."""
-    if plan is False:
-        return None
-    own, given = api_request(specs, model, backend, backend_options, options, depth, sizes)
-    return plan_run(own, given, None if plan in (None, True) else plan, live, proven_on=specs)
 
 
 def with_defaults(config: RunConfig) -> RunConfig:
