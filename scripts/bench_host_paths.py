@@ -5,6 +5,10 @@ CUDA), uint8 (folded, as OpenVINO's) and frames (staged for a device, which does
 
 Usage: .venv/bin/python scripts/bench_host_paths.py [--video V] [--streams 1,8,32] [--frames 150]
        [--runs 3] [--forms float32,uint8,frames] [--json out.json]
+A form may name how the decoder delivers pictures after a colon (`source.pixels`): `frames:bgr`
+is the frames path with FFmpeg's BGR conversion, as it was before frames travelled as I420.
+With `--before SRC` (an older checkout's src, e.g. from `git worktree add`), a form written
+`before/frames` runs that tree through PYTHONPATH, with the same virtual environment.
 With no GPU, the frames form measures the host's share alone (the null backend on the CPU skips
 what a device would do); with --device cuda it does that work on the GPU.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -26,14 +31,24 @@ from visionrt.paths import DEMO_VIDEO
 VISIONRT = str(Path(sys.executable).parent / "visionrt")
 
 
-def run(video: str, streams: int, frames: int, form: str, device: str) -> dict[str, Any]:
+def run(
+    video: str, streams: int, frames: int, form: str, device: str, before: Path | None
+) -> dict[str, Any]:
     sources = [f"s{i}={video}" for i in range(streams)]
+    env = dict(os.environ)
+    if form.startswith("before/"):
+        if before is None:
+            sys.exit(f"{form}: give the older checkout's src with --before")
+        env["PYTHONPATH"], form = str(before), form.removeprefix("before/")
     with tempfile.TemporaryDirectory() as out:
         command = [VISIONRT, "run", *sources, "--backend", "null", "--batch", str(streams)]
+        form, _, pixels = form.partition(":")
         command += ["--set", f"inference.settings.input={form}", "--device", device]
+        if pixels:
+            command += ["--set", f"source.pixels={pixels}"]
         command += ["--no-plan", "--no-video", "--no-jsonl", "-q", "--json", "-o", out]
         command += ["--max-frames", str(frames)]
-        proc = subprocess.run(command, capture_output=True, text=True)
+        proc = subprocess.run(command, capture_output=True, text=True, env=env)
     if proc.returncode:
         sys.exit(f"visionrt run failed: {proc.stderr.strip().splitlines()[-1:]}")
     summary: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -55,6 +70,7 @@ def main() -> None:
     parser.add_argument("--forms", default="float32,uint8,frames")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--before", type=Path, default=None, help="an older checkout's src")
     args = parser.parse_args()
     counts = [int(c) for c in args.streams.split(",")]
     forms = args.forms.split(",")
@@ -63,7 +79,7 @@ def main() -> None:
     for index in range(args.runs):
         for count in counts:
             for form in forms:
-                summary = run(args.video, count, args.frames, form, args.device)
+                summary = run(args.video, count, args.frames, form, args.device, args.before)
                 fps[form, count].append(summary["fps"])
                 cpu[form, count].append(summary["cpu_percent"])
         line = ", ".join(f"{f} ×{c} {v[-1]:.0f}" for (f, c), v in fps.items())
@@ -81,7 +97,8 @@ def main() -> None:
     if args.json:
         data = {"cpu": cpu_model(), "video": args.video, "frames": args.frames,
                 "fps": {f"{f}x{c}": v for (f, c), v in fps.items()},
-                "cpu_percent": {f"{f}x{c}": v for (f, c), v in cpu.items()}}  # fmt: skip
+                "cpu_percent": {f"{f}x{c}": v for (f, c), v in cpu.items()},
+                "before": str(args.before or ""), "forms": forms}  # fmt: skip
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(data, indent=2), encoding="utf-8")
 

@@ -29,12 +29,11 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def detections(model: Path, video: Path, backend: str, options: BackendOptions, frames: int,
-               sources: int = 1) -> dict[tuple[str, int], object]:  # fmt: skip
+               sources: int = 1, pixels: str = "auto") -> dict[tuple[str, int], object]:  # fmt: skip
     """Each (source, frame index)'s detections from a pipeline run."""
     specs = [f"s{i}={video}" for i in range(sources)]
-    pipeline = Pipeline(
-        specs, model, backend, options, source_options=SourceOptions(max_frames=frames), plan=False
-    )
+    reading = SourceOptions(max_frames=frames, pixels=pixels)
+    pipeline = Pipeline(specs, model, backend, options, source_options=reading, plan=False)
     try:
         return {(r.frame.source_name or "", r.frame.index): r.detections for r in pipeline}
     finally:
@@ -182,11 +181,17 @@ def test_demo_detections_through_the_frames_path_equal_the_host_path(
     demo_model: Path, demo_video: Path
 ) -> None:
     # Two sources batched by 3: batches mix sources and end partial. The device letterbox is
-    # exact on these frames, so the model sees the same input and the boxes agree to rounding.
-    host = detections(demo_model, demo_video, "torch", BackendOptions(batch=3), 6, sources=2)
+    # exact on these frames, so the model sees the same input and the boxes agree to rounding;
+    # the frames path takes the decoder's I420 planes (converted on the device as OpenCV does),
+    # so the host path is given the same pictures (source.pixels i420: OpenCV's conversion).
     framed = BackendOptions(batch=3, settings={"input": "frames"})
+    host = detections(demo_model, demo_video, "torch", BackendOptions(batch=3), 6, 2, "i420")
     device = detections(demo_model, demo_video, "torch", framed, 6, sources=2)
     assert sum(len(d) for d in host.values()) >= 12
+    assert_same_detections(host, device)
+    # And with FFmpeg's BGR (source.pixels bgr) both ways, as before I420 frames.
+    host = detections(demo_model, demo_video, "torch", BackendOptions(batch=3), 6, 2)
+    device = detections(demo_model, demo_video, "torch", framed, 6, sources=2, pixels="bgr")
     assert_same_detections(host, device)
 
 

@@ -85,7 +85,7 @@ def test_the_video_sink_draws_them_only_when_asked(
 
     monkeypatch.setattr(video, "annotate", keep)
     image = np.zeros((160, 200, 3), np.uint8)
-    frame = Frame(source_id=0, index=0, image=image, timestamp=0.0, captured_at=0.0)
+    frame = Frame(source_id=0, index=0, pixels=image, timestamp=0.0, captured_at=0.0)
     result = FrameResult(
         frame,
         person(),

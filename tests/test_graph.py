@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import HANG_SECONDS, write_video
+from conftest import HANG_SECONDS, until, write_video
 
 from visionrt import BackendOptions, Pipeline, PipelineOptions, SourceOptions
 from visionrt.errors import ConfigError
@@ -147,10 +147,72 @@ def test_a_take_wakes_only_the_producers_it_made_room_for(
         box.put(source, f"{source}a", live=False)
         box.put(source, f"{source}b", live=False)
     ready, rooms = made[0], made[1:]
-    assert ready.notified == 16
+    assert ready.notified == 0  # no consumer was waiting: nobody to wake
     assert len(rooms) == 8
     assert box.take(3) == ["0a", "1a", "2a"]
     assert [room.notified for room in rooms] == [1, 1, 1, 0, 0, 0, 0, 0]
+    assert box.take(3) == ["3a", "4a", "5a"]
+    assert box.take(3) == ["6a", "7a", "0b"]  # 0 had room already: its producer is not woken
+    assert [room.notified for room in rooms] == [1] * 8
+
+
+def test_a_waiting_producer_is_woken_once_its_inbox_is_half_drained(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[Any] = []
+
+    class Counted(threading.Condition):
+        def __init__(self, lock: Any) -> None:
+            super().__init__(lock)
+            self.notified = 0
+            made.append(self)
+
+        def notify(self, n: int = 1) -> None:
+            self.notified += 1
+            super().notify(n)
+
+    _conditions(monkeypatch, Counted)
+    box = _inboxes(capacity=4)
+    for index in range(4):
+        box.put(0, index, live=False)
+    room = made[1]
+    assert [box.take(1) for _ in range(4)] == [[0], [1], [2], [3]]
+    assert room.notified == 1  # at 2 left, not at 3, 1 or 0
+    box.put(0, 4, live=False)
+    producer = threading.Thread(target=lambda: [box.put(0, i, live=False) for i in range(5, 9)])
+    producer.start()  # fills the inbox (4 to 7), then waits to put 8
+    until(lambda: box.depth() == 4, "the inbox full")
+    assert box.take(2) == [4, 5]  # 2 left: the producer is woken and puts 8
+    producer.join(HANG_SECONDS)
+    assert not producer.is_alive()
+    assert box.take(4) == [6, 7, 8]
+
+
+def test_a_put_wakes_a_waiting_consumer_and_only_then(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[Any] = []
+
+    class Counted(threading.Condition):
+        def __init__(self, lock: Any) -> None:
+            super().__init__(lock)
+            self.notified = 0
+            made.append(self)
+
+        def notify(self, n: int = 1) -> None:
+            self.notified += 1
+            super().notify(n)
+
+    _conditions(monkeypatch, Counted)
+    box = _inboxes(capacity=4)
+    taken: list[list[str]] = []
+    consumer = threading.Thread(target=lambda: taken.append(box.take(1)))
+    consumer.start()
+    until(lambda: box._idle == 1, "the consumer waiting")
+    box.put(0, "a", live=False)
+    consumer.join(HANG_SECONDS)
+    assert taken == [["a"]]
+    assert made[0].notified == 1
+    box.put(0, "b", live=False)  # nobody waits now
+    assert made[0].notified == 1
 
 
 def test_take_waits_up_to_the_batch_wait_then_goes_with_what_is_there(

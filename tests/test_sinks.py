@@ -31,7 +31,7 @@ def _results(count: int) -> list[FrameResult]:
             Frame(
                 source_id=0,
                 index=i,
-                image=np.full((48, 64, 3), 10 * i, np.uint8),
+                pixels=np.full((48, 64, 3), 10 * i, np.uint8),
                 timestamp=i / 25,
                 captured_at=time.perf_counter(),
                 source_name="s",

@@ -17,20 +17,49 @@ from visionrt.errors import ConfigError
 class Frame:
     """One decoded picture.
 
-    `image` is H×W×3 uint8 BGR. `timestamp` is seconds from the source's start (media time for
-    files, wall-clock since open for live sources); `captured_at` is `time.perf_counter()` when
-    the frame left the decoder, used for glass-to-result latency. `item` is the file the
-    picture came from where a source has many (an image folder or glob; "" otherwise): kept
-    when a user's name for the source replaces `source_name`.
+    `pixels` is the picture as decoded: H×W×3 uint8 BGR, or — from a decoder asked for it
+    (`Source.want_i420`), for frames whose next stop is a device — planar YUV 4:2:0 (I420,
+    BT.601 limited range) as one (H·3/2)×W uint8 array: the Y plane, then U and V at half
+    size. `image` is always BGR: an I420 frame is converted (OpenCV) on first use and kept.
+    `timestamp` is seconds from the source's start (media time for files, wall-clock since open
+    for live sources); `captured_at` is `time.perf_counter()` when the frame left the decoder,
+    used for glass-to-result latency. `item` is the file the picture came from where a source
+    has many (an image folder or glob; "" otherwise): kept when a user's name for the source
+    replaces `source_name`.
     """
 
     source_id: int
     index: int
-    image: npt.NDArray[np.uint8]
+    pixels: npt.NDArray[np.uint8]
     timestamp: float
     captured_at: float
     source_name: str = ""
     item: str = ""
+    _bgr: npt.NDArray[np.uint8] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def image(self) -> npt.NDArray[np.uint8]:
+        """H×W×3 uint8 BGR."""
+        if self.pixels.ndim == 3:
+            return self.pixels
+        if self._bgr is None:  # two threads may both convert: the same result, kept once
+            import cv2
+
+            object.__setattr__(self, "_bgr", cv2.cvtColor(self.pixels, cv2.COLOR_YUV2BGR_I420))
+        assert self._bgr is not None
+        return self._bgr
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(height, width) of the picture."""
+        return picture_hw(self.pixels)
+
+
+def picture_hw(pixels: npt.NDArray[np.uint8]) -> tuple[int, int]:
+    """(height, width) of a picture held as `Frame.pixels` holds one (BGR or I420)."""
+    if pixels.ndim == 2:
+        return pixels.shape[0] * 2 // 3, pixels.shape[1]
+    return pixels.shape[0], pixels.shape[1]
 
 
 @dataclass(frozen=True, slots=True)

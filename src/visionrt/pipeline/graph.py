@@ -46,6 +46,7 @@ class Lane:
         prefix: str | None = None,
     ) -> None:
         self.index, self.task = index, task
+        self.i420 = bool(getattr(task, "takes_i420", False))  # given Frame.pixels as decoded
         self.concurrency = max(1, task.backend.concurrency)
         # Live: a frame or two waits per source at most, so latency cannot build up. Large
         # buffers (a 4K frame's tiles: ~160 MB) wait one per source: memory, not speed, binds.
@@ -126,8 +127,17 @@ class Graph:
         in_flight = sum(lane.concurrency * lane.task.batch for lane in self.lanes)
         self.inferred: queue.Queue[Any] = queue.Queue(maxsize=options.queue_size + in_flight)
         self._next_seq = [0] * len(sources)
+        # Decoders keep YUV frames as they are when the detector's device converts them.
         self.source_side = Readers(
-            sources, labels, named, self.decoded, telemetry, flow, self._guard, service
+            sources,
+            labels,
+            named,
+            self.decoded,
+            telemetry,
+            flow,
+            self._guard,
+            service,
+            i420=self.lanes[0].i420,
         )
         # The source side's lists, which grow as a service's sources are added.
         self.sources, self.labels = self.source_side.sources, self.source_side.labels
@@ -241,7 +251,8 @@ class Graph:
                     frame.image, lane.buffers[slot], decision.windows
                 )
             else:
-                geometry = lane.task.prepare(frame.image, lane.buffers[slot], lane.geometry[slot])
+                image = frame.pixels if lane.i420 else frame.image
+                geometry = lane.task.prepare(image, lane.buffers[slot], lane.geometry[slot])
             lane.geometry[slot] = geometry
             seconds = time.perf_counter() - started
             item.timings[lane.stage["preprocess"]] = seconds

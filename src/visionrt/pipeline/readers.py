@@ -25,8 +25,9 @@ SOURCE_FAILED = "source: failed"  # a service's source that raised: it ended, th
 class Readers:
     """`sources[i]` is read by thread `threads[i]` into `decoded` under the name `labels[i]`
     (`named[i]`: the user's name, which replaces its path in its frames). `guard` runs a thread's
-    work and reports what it raises. The last reader to end closes `decoded`; a service's
-    readers (`service`) hold it open until `release()`."""
+    work and reports what it raises; `i420` asks each source for YUV frames (Source.want_i420).
+    The last reader to end closes `decoded`; a service's readers (`service`) hold it open until
+    `release()`."""
 
     def __init__(
         self,
@@ -38,12 +39,13 @@ class Readers:
         flow: Flow,
         guard: Callable[..., None],
         service: bool = False,
+        i420: bool = False,
     ) -> None:
         # Own lists: a service appends to them (`add`) while the stages index them.
         self.sources, self.labels, self.named = list(sources), list(labels), list(named)
         self.live = [s.live for s in sources]
         self.decoded, self.telemetry, self.flow, self._guard = decoded, telemetry, flow, guard
-        self.service = service
+        self.service, self.i420 = service, i420
         # A service's source that fails ends alone (its error in `failures`); a run's fails it.
         # (`service` itself turns False when the service is stopped.)
         self.serving = service
@@ -112,6 +114,8 @@ class Readers:
         label = self.labels[source_id]
         seen = {key: 0 for key, _ in SOURCE_EVENTS}
         try:
+            if self.i420:
+                source.want_i420()
             frames = source.frames()
             while True:
                 started = time.perf_counter()

@@ -30,7 +30,8 @@ SLOT_SIZES = 3
 
 
 class FrameSlot:
-    """One frame on its way to the device: the decoded BGR bytes and their letterbox.
+    """One frame on its way to the device: its decoded bytes (`Frame.pixels`: BGR, or I420 that
+    `upload` converts on the device) and their letterbox.
 
     `stage` copies the frame into memory the slot owns (the frame's own buffer, a decoder's or
     a worker's shared memory, is then free at once); `allocate` makes that memory, pinned for
@@ -40,7 +41,7 @@ class FrameSlot:
     def __init__(self, stage: bool, allocate: Callable[[tuple[int, ...]], Any] | None = None):
         self.stage = stage
         self._allocate = allocate or (lambda shape: torch.from_numpy(np.empty(shape, np.uint8)))
-        self.tensor: Tensor | None = None  # (H, W, 3) uint8, host
+        self.tensor: Tensor | None = None  # (H, W, 3) or I420 (H·3/2, W) uint8, host
         self.box: Letterbox | None = None
         self._kept: dict[tuple[int, ...], Tensor] = {}  # by shape, the latest last
 
@@ -49,8 +50,9 @@ class FrameSlot:
         return self.tensor.nbytes if self.tensor is not None else FRAME_SLOT_GUESS
 
     def hold(self, image: npt.NDArray[np.uint8], box: Letterbox | None) -> None:
-        """Take `image` (H×W×3 BGR uint8) and the letterbox it goes in with (None: a model
-        whose input is the whole frame resized, as a depth model's)."""
+        """Take `image` (as `Frame.pixels`: H×W×3 BGR or (H·3/2)×W I420, uint8) and the
+        letterbox it goes in with (None: a model whose input is the whole frame resized, as a
+        depth model's)."""
         self.box = box
         if not self.stage:
             self.tensor = torch.from_numpy(np.ascontiguousarray(image))
@@ -63,15 +65,60 @@ class FrameSlot:
         self._kept[image.shape] = self.tensor = tensor
         tensor.numpy()[...] = image  # numpy copies without the GIL
 
+    def bgr(self) -> npt.NDArray[np.uint8]:
+        """The held frame as H×W×3 BGR on the host (converted by OpenCV from I420, as
+        `Frame.image` is): for work the host does again, such as an FP32 recompute."""
+        assert self.tensor is not None, "a slot is read after hold()"
+        pixels = self.tensor.numpy()
+        if pixels.ndim == 3:
+            return pixels
+        import cv2
+
+        return cv2.cvtColor(pixels, cv2.COLOR_YUV2BGR_I420)  # type: ignore[no-any-return]
+
 
 def upload(slots: Sequence[FrameSlot], device: torch.device) -> list[Tensor]:
-    """The slots' frames on `device` (uint8, H×W×3), copied without blocking the host where the
-    memory is pinned; on the CPU, the frames themselves."""
+    """The slots' frames on `device` as uint8 H×W×3 BGR, copied without blocking the host where
+    the memory is pinned (on the CPU, the frames themselves); I420 frames go up as they are and
+    are converted there (`i420_to_bgr`), those of one size together."""
     frames = []
-    for slot in slots:
+    planar: dict[tuple[int, ...], list[int]] = {}
+    for row, slot in enumerate(slots):
         assert slot.tensor is not None, "a slot is uploaded after hold()"
         frames.append(slot.tensor.to(device, non_blocking=True))
+        if slot.tensor.dim() == 2:
+            planar.setdefault(tuple(slot.tensor.shape), []).append(row)
+    for rows in planar.values():
+        converted = i420_to_bgr(torch.stack([frames[r] for r in rows]))
+        for index, row in enumerate(rows):
+            frames[row] = converted[index]
     return frames
+
+
+# OpenCV's BT.601 limited-range YUV → RGB in fixed point (1/2**20), the coefficients of its
+# COLOR_YUV2BGR_I420: R = 1.164 (Y - 16) + 1.596 (V - 128), G = ... - 0.813 (V - 128) - 0.391
+# (U - 128), B = ... + 2.018 (U - 128).
+_CY, _CUB, _CUG, _CVG, _CVR, _SHIFT = 1220542, 2116026, -409993, -852492, 1673527, 20
+
+
+def i420_to_bgr(planes: Tensor) -> Tensor:
+    """(N, H·3/2, W) uint8 I420 (even H and W) → (N, H, W, 3) uint8 BGR, equal to
+    cv2.cvtColor(COLOR_YUV2BGR_I420) pixel for pixel (each chroma sample serves its 2×2 block)."""
+    count, rows, width = planes.shape
+    height = rows * 2 // 3
+    flat = planes.reshape(count, rows * width)
+    luma_size, chroma_size = height * width, (height // 2) * (width // 2)
+    chroma_hw = (count, height // 2, width // 2)
+    u = flat[:, luma_size : luma_size + chroma_size].reshape(chroma_hw).to(torch.int32) - 128
+    v = flat[:, luma_size + chroma_size :].reshape(chroma_hw).to(torch.int32) - 128
+    luma = flat[:, :luma_size].reshape(count, height, width).to(torch.int32)
+    luma = (luma - 16).clamp_(min=0) * _CY
+    half = 1 << (_SHIFT - 1)
+    channels = []
+    for term in (half + _CUB * u, half + _CVG * v + _CUG * u, half + _CVR * v):  # B, G, R
+        full = term.repeat_interleave(2, dim=1).repeat_interleave(2, dim=2)
+        channels.append(((luma + full) >> _SHIFT).clamp_(0, 255))
+    return torch.stack(channels, dim=-1).to(torch.uint8)
 
 
 _WEIGHTS: dict[tuple[int, int, str], tuple[Tensor, Tensor, Tensor, Tensor]] = {}

@@ -76,7 +76,7 @@ class DepthVideoSink(VideoSink):
         picture = colorize_depth(result.depth, self.colormap)
         detections = result.detections if self.boxes else Detections.empty()
         super().write(
-            replace(result, frame=replace(result.frame, image=picture), detections=detections)
+            replace(result, frame=replace(result.frame, pixels=picture), detections=detections)
         )
 
 

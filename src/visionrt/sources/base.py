@@ -45,8 +45,15 @@ class SourceOptions:
     # stream has no frame to start at, and is refused.
     start_frame: int = 0
     end_frame: int = 0
+    # How a video's decoder delivers pictures (`Frame.pixels`): auto keeps YUV 4:2:0 frames as
+    # I420 when the detector's device converts them (Source.want_i420) and converts to BGR in
+    # FFmpeg otherwise; bgr always converts in FFmpeg; i420 always keeps them, and what needs
+    # BGR on the host converts with OpenCV (BT.601, a level or two from FFmpeg's on some pixels).
+    pixels: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.pixels not in ("auto", "bgr", "i420"):
+            raise ConfigError(f"source.pixels: expected auto, bgr or i420, got '{self.pixels}'")
         if self.mode not in ("auto", "file", "live"):
             raise ConfigError(f"source.mode: expected auto, file or live, got '{self.mode}'")
         if self.workers not in ("auto", "thread", "process"):
@@ -107,6 +114,16 @@ class Source(ABC):
     def __init__(self) -> None:
         self.stats = SourceStats()
         self._stopped = False
+        self.i420 = False  # see want_i420; a video source with `pixels` i420 starts so
+
+    def want_i420(self) -> None:
+        """Deliver frames as I420 where the decoder has them so (`Frame.pixels`), from the next
+        frame on, unless `source.pixels` is bgr: their consumer uploads them to a device and
+        converts there, so the host skips the colour conversion (half of decoding) and half the
+        bytes. A source without YUV frames, or a picture of odd size, still delivers BGR;
+        `Frame.image` is BGR either way."""
+        options: SourceOptions | None = getattr(self, "options", None)
+        self.i420 = options is None or options.pixels != "bgr"
 
     @abstractmethod
     def frames(self) -> Iterator[Frame]:

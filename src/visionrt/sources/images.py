@@ -66,7 +66,7 @@ class ImageSource(Source):
             yield Frame(
                 source_id=self.source_id,
                 index=index,
-                image=image,
+                pixels=image,
                 timestamp=float(index),
                 captured_at=time.perf_counter(),
                 source_name=str(path),

@@ -139,6 +139,13 @@ class ProcessSource(Source):
         worker = self._worker
         return worker.process.pid if worker is not None else None
 
+    def want_i420(self) -> None:
+        super().want_i420()
+        if self.i420:  # the worker running now is told; one started later starts so
+            self._worker_options = replace(self._worker_options, pixels="i420")
+            if self._worker is not None:
+                self._worker.send(("i420",))
+
     def stop(self) -> None:
         super().stop()
         worker = self._worker
@@ -171,7 +178,7 @@ class ProcessSource(Source):
         return Frame(
             source_id=self.source_id,
             index=index,
-            image=ring.lease(slot),
+            pixels=ring.lease(slot),
             timestamp=stamp,
             captured_at=captured - time.monotonic() + time.perf_counter(),
             source_name=source_name,

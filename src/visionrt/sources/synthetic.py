@@ -55,7 +55,7 @@ class SyntheticSource(Source):
             yield Frame(
                 source_id=self.source_id,
                 index=index,
-                image=image,
+                pixels=image,
                 timestamp=index / self.fps,
                 captured_at=time.perf_counter(),
                 source_name=self.name,

@@ -24,6 +24,7 @@ class VideoSource(Source):
         self.source_id = source_id
         self.options = options
         self.kind = kind
+        self.i420 = options.pixels == "i420"
         self.paced = options.realtime and kind == "file"
         auto_live = kind != "file" or self.paced
         self.live = auto_live if options.mode == "auto" else options.mode == "live"
@@ -144,7 +145,7 @@ class VideoSource(Source):
                         yield Frame(
                             source_id=self.source_id,
                             index=index,
-                            image=frame.to_ndarray(format="bgr24"),
+                            pixels=self._pixels(frame),
                             timestamp=stamp,
                             captured_at=now,
                             source_name=self.name,
@@ -194,6 +195,14 @@ class VideoSource(Source):
         finally:
             if in_gap:
                 self.stats.gap_seconds += time.perf_counter() - last_at
+
+    def _pixels(self, frame: Any) -> Any:
+        """`frame` as `Frame.pixels`: its own I420 planes, copied, where asked for and it has
+        them (full-range "yuvj" frames and odd sizes are converted, as OpenCV's I420 reading
+        is limited-range and whole chroma samples); BGR otherwise."""
+        if self.i420 and frame.format.name == "yuv420p" and not (frame.width | frame.height) & 1:
+            return frame.to_ndarray()
+        return frame.to_ndarray(format="bgr24")
 
     def _place(self, start: int, end: int) -> tuple[int | None, int | None]:
         """The timestamps of frames `start` (when > 0: the container seeks to the keyframe

@@ -55,7 +55,8 @@ def work(
     with an index from `skip` on through a free slot, until the end or the parent's "stop".
 
     Replies: ready, error, shape (asks for a ring), attached, frame, stats, end. Commands: ring
-    (offered, also unasked when the parent grows it), free (a slot back), stop."""
+    (offered, also unasked when the parent grows it), free (a slot back), i420 (frames as
+    YUV planes from now on: Source.want_i420), stop."""
     # Ctrl+C goes to the whole process group; the parent decides what ends the worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     reply = _replier(replies)
@@ -106,7 +107,7 @@ def _pump(source: Source, slots: _Slots, reply: Callable[[Message], None], skip:
     for frame in source.frames():
         if frame.index < skip:  # a restarted file worker: these were delivered already
             continue
-        placed = slots.put(frame.image, wait=not source.live)
+        placed = slots.put(frame.pixels, wait=not source.live)
         if placed is None:
             if slots.stopped:
                 return
@@ -167,6 +168,8 @@ class _Slots:
                     self._offer = message[1:]
                 elif message[0] == "stop":
                     self.stopped = True
+                elif message[0] == "i420":
+                    self._source.want_i420()
                 self._changed.notify_all()
             if message[0] == "stop":
                 self._source.stop()

@@ -53,7 +53,9 @@ def out_of_memory_as(what: str, fix: str) -> Iterator[None]:
 
 class Task(Protocol):
     """`name` keys the task's results ("detect", "depth"); `batch` is the largest batch one
-    `infer` call takes; `backend` is the loaded runtime."""
+    `infer` call takes; `backend` is the loaded runtime. A task whose `takes_i420` is true (its
+    frames go to a device, which converts them) is given `Frame.pixels` as decoded, BGR or I420;
+    any other, BGR."""
 
     name: str
     batch: int

@@ -20,7 +20,7 @@ from visionrt.models import SELF_DESCRIBING, model_metadata, read_model_spec, re
 from visionrt.postprocess.depth import depth_to_source, nonfinite_rows
 from visionrt.preprocess.depth import PATCH, depth_input_size, depth_into
 from visionrt.tasks.base import batch_buffers, out_of_memory_as
-from visionrt.types import DepthGeometry, DepthMap
+from visionrt.types import DepthGeometry, DepthMap, picture_hw
 
 ON_NONFINITE = ("recompute", "fail")
 # The telemetry event `drain_events` reports, one per decoded frame that was recomputed.
@@ -218,12 +218,17 @@ class DepthTask:
             return self.device.new_slot()
         return np.empty((1, 3, *self.input_hw), np.float32)
 
+    @property
+    def takes_i420(self) -> bool:
+        """`prepare` takes I420 pixels too (`Frame.pixels`): the device converts them."""
+        return self.device is not None
+
     def prepare(self, image: npt.NDArray[np.uint8], buffer: Any, last: Any = None) -> DepthGeometry:
         """Resize and normalize `image` into `buffer` (or hold it in its slot, for the device
         to do that); every pixel is written (no padding), so `last` is not needed."""
         if self.device is not None:
             buffer.hold(image, None)
-            return DepthGeometry((int(image.shape[0]), int(image.shape[1])), self.input_hw)
+            return DepthGeometry(picture_hw(image), self.input_hw)
         return depth_into(image, buffer[0], self.input_hw)
 
     def _run(self, backend: Backend, tensor: npt.NDArray[np.float32]) -> npt.NDArray[Any]:
@@ -258,7 +263,7 @@ class DepthTask:
     def _host_input(self, slot: Any) -> npt.NDArray[np.float32]:
         """A slot's frame prepared on the host, (3, H, W) float32."""
         row = np.empty((3, *self.input_hw), np.float32)
-        depth_into(slot.tensor.numpy(), row, self.input_hw)
+        depth_into(slot.bgr(), row, self.input_hw)
         return row
 
     def _recover(self, tensor: npt.NDArray[np.float32]) -> npt.NDArray[Any]:

@@ -24,7 +24,7 @@ from visionrt.postprocess import HeadLayout, PostprocessOptions, detect_layout
 from visionrt.postprocess.yolo import decode_one
 from visionrt.preprocess import InputLayout, compute_letterbox, letterbox_into
 from visionrt.tasks.base import batch_buffers, out_of_memory_as
-from visionrt.types import Detections, Letterbox
+from visionrt.types import Detections, Letterbox, picture_hw
 
 if TYPE_CHECKING:
     from visionrt.tasks.device_detect import DeviceDetect
@@ -167,12 +167,17 @@ class DetectTask:
             return np.empty((1, height, width, 3), np.uint8)
         return np.empty((1, 3, height, width), np.float32)
 
+    @property
+    def takes_i420(self) -> bool:
+        """`prepare` takes I420 pixels too (`Frame.pixels`): the device converts them."""
+        return self.device is not None
+
     def prepare(
         self, image: npt.NDArray[np.uint8], buffer: npt.NDArray[Any], last: Letterbox | None
     ) -> Letterbox:
         """Letterbox `image` into `buffer` (one batch row); `last` is the geometry the buffer
         holds already (its padding is then kept). Returns the geometry to map boxes back."""
-        box = compute_letterbox(image.shape[:2], self.input_hw)
+        box = compute_letterbox(picture_hw(image), self.input_hw)
         if self.device is not None:
             buffer.hold(image, box)
         else:
