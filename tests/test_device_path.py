@@ -28,8 +28,15 @@ pytestmark = pytest.mark.torch
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-def detections(model: Path, video: Path, backend: str, options: BackendOptions, frames: int,
-               sources: int = 1, pixels: str = "auto") -> dict[tuple[str, int], object]:  # fmt: skip
+def detections(
+    model: Path,
+    video: Path,
+    backend: str,
+    options: BackendOptions,
+    frames: int,
+    sources: int = 1,
+    pixels: str = "auto",
+) -> dict[tuple[str, int], object]:
     """Each (source, frame index)'s detections from a pipeline run."""
     specs = [f"s{i}={video}" for i in range(sources)]
     reading = SourceOptions(max_frames=frames, pixels=pixels)
