@@ -100,7 +100,8 @@ def test_pixels_bgr_refuses_i420_and_i420_starts_so(small_video: Path) -> None:
     source = open_source(str(small_video), options=SourceOptions(pixels="i420"))
     assert all(f.pixels.ndim == 2 for f in source.frames())
     source.close()
-    with pytest.raises(ConfigError, match=r"source\.pixels: expected auto, bgr or i420, got 'nv12'"):
+    wrong = r"source\.pixels: expected auto, bgr or i420, got 'nv12'"
+    with pytest.raises(ConfigError, match=wrong):
         SourceOptions(pixels="nv12")
 
 
