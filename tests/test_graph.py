@@ -156,38 +156,6 @@ def test_a_take_wakes_only_the_producers_it_made_room_for(
     assert [room.notified for room in rooms] == [1] * 8
 
 
-def test_a_waiting_producer_is_woken_once_its_inbox_is_half_drained(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    made: list[Any] = []
-
-    class Counted(threading.Condition):
-        def __init__(self, lock: Any) -> None:
-            super().__init__(lock)
-            self.notified = 0
-            made.append(self)
-
-        def notify(self, n: int = 1) -> None:
-            self.notified += 1
-            super().notify(n)
-
-    _conditions(monkeypatch, Counted)
-    box = _inboxes(capacity=4)
-    for index in range(4):
-        box.put(0, index, live=False)
-    room = made[1]
-    assert [box.take(1) for _ in range(4)] == [[0], [1], [2], [3]]
-    assert room.notified == 1  # at 2 left, not at 3, 1 or 0
-    box.put(0, 4, live=False)
-    producer = threading.Thread(target=lambda: [box.put(0, i, live=False) for i in range(5, 9)])
-    producer.start()  # fills the inbox (4 to 7), then waits to put 8
-    until(lambda: box.depth() == 4, "the inbox full")
-    assert box.take(2) == [4, 5]  # 2 left: the producer is woken and puts 8
-    producer.join(HANG_SECONDS)
-    assert not producer.is_alive()
-    assert box.take(4) == [6, 7, 8]
-
-
 def test_a_put_wakes_a_waiting_consumer_and_only_then(monkeypatch: pytest.MonkeyPatch) -> None:
     made: list[Any] = []
 
