@@ -21,7 +21,10 @@ class SourceOptions:
     `max_frames` 0 means all. `workers`: decode in a thread of this process, or in a worker
     process of its own that hands frames over through shared memory; auto: a process for each
     camera and stream when there are two or more of them (each camera in its own worker, none
-    of them stalled by another's decoding or the GIL), threads otherwise."""
+    of them stalled by another's decoding or the GIL), threads otherwise. `pixels`: how a
+    video's frames are delivered: auto keeps YUV 4:2:0 frames as I420 when the detector's
+    device converts them, bgr always converts in FFmpeg, i420 always keeps them (host work that
+    needs BGR converts with OpenCV)."""
 
     mode: str = "auto"
     max_frames: int = 0
