@@ -44,6 +44,7 @@ class FrameSlot:
         self.tensor: Tensor | None = None  # (H, W, 3) or I420 (H·3/2, W) uint8, host
         self.box: Letterbox | None = None
         self._kept: dict[tuple[int, ...], Tensor] = {}  # by shape, the latest last
+        self._view: npt.NDArray[np.uint8] | None = None  # the host tensor's array
 
     @property
     def nbytes(self) -> int:
@@ -57,13 +58,15 @@ class FrameSlot:
         if not self.stage:
             self.tensor = torch.from_numpy(np.ascontiguousarray(image))
             return
-        tensor = self._kept.pop(image.shape, None)
-        if tensor is None:
-            tensor = self._allocate(image.shape)
-            if len(self._kept) >= SLOT_SIZES:
-                del self._kept[next(iter(self._kept))]  # the size least recently held
-        self._kept[image.shape] = self.tensor = tensor
-        tensor.numpy()[...] = image  # numpy copies without the GIL
+        if self._view is None or self._view.shape != image.shape:  # a size other than last
+            tensor = self._kept.pop(image.shape, None)
+            if tensor is None:
+                tensor = self._allocate(image.shape)
+                if len(self._kept) >= SLOT_SIZES:
+                    del self._kept[next(iter(self._kept))]  # the size least recently held
+            self._kept[image.shape] = self.tensor = tensor
+            self._view = tensor.numpy()
+        np.copyto(self._view, image)  # numpy copies without the GIL
 
     def bgr(self) -> npt.NDArray[np.uint8]:
         """The held frame as H×W×3 BGR on the host (converted by OpenCV from I420, as

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from enum import Enum
 
@@ -29,6 +30,7 @@ class InputLayout(Enum):
     FRAMES = "frames"
 
 
+@functools.lru_cache(maxsize=256)  # a few frame sizes per run, asked for at every frame
 def compute_letterbox(source_hw: tuple[int, int], input_hw: tuple[int, int]) -> Letterbox:
     """Fit the source inside the input keeping its aspect ratio, centred, as Ultralytics does."""
     src_h, src_w = source_hw
