@@ -152,3 +152,25 @@ def test_a_pipeline_asks_for_i420_only_when_its_detector_takes_frames(
     assert len(results) == 80
     assert {r.frame.pixels.ndim for r in results} == {ndim}
     assert {r.frame.image.shape for r in results} == {(96, 128, 3)}
+
+
+def test_a_slot_keeps_memory_for_three_sizes_and_copies_each_frame() -> None:
+    allocated: list[tuple[int, ...]] = []
+
+    def allocate(shape: tuple[int, ...]) -> torch.Tensor:
+        allocated.append(shape)
+        return torch.empty(shape, dtype=torch.uint8)
+
+    slot = FrameSlot(stage=True, allocate=allocate)
+    sizes = [(6, 8, 3), (9, 8), (4, 4, 3)]
+    for round_ in range(3):
+        for shape in sizes:
+            pixels = np.full(shape, round_ * 10 + len(shape), np.uint8)
+            slot.hold(pixels, None)
+            assert slot.tensor is not None
+            np.testing.assert_array_equal(slot.tensor.numpy(), pixels)
+            assert not np.shares_memory(slot.tensor.numpy(), pixels)  # staged: a copy
+    assert allocated == sizes  # each size once, kept
+    slot.hold(np.zeros((2, 2, 3), np.uint8), None)  # a fourth: the least recent goes
+    slot.hold(np.ones((6, 8, 3), np.uint8), None)
+    assert allocated == [*sizes, (2, 2, 3), (6, 8, 3)]
