@@ -282,9 +282,10 @@ def test_cuda_frames_path_matches_the_cuda_host_path(
     # fp32 on both paths (tf32 off): the device letterbox equals the host's on these frames,
     # so the boxes agree as the model's own runs do (cuDNN may pick other kernels for other
     # batch sizes: by IoU, not bit for bit). Batches of 4 over 3 sources end partial, which
-    # with CUDA graphs replays the smaller power-of-two graphs.
+    # with CUDA graphs replays the smaller power-of-two graphs. The host path is given the
+    # pictures the frames path converts on the device (I420, OpenCV's conversion).
     host_options = BackendOptions(device="cuda", batch=4, settings={**settings, "input": "arrays"})
-    host = detections(demo_model, demo_video, "torch", host_options, 9, sources=3)
+    host = detections(demo_model, demo_video, "torch", host_options, 9, 3, pixels="i420")
     framed = BackendOptions(device="cuda", batch=4, settings=settings)
     device = detections(demo_model, demo_video, "torch", framed, 9, sources=3)
     total, share = matched_share(host, device, iou=0.98)
@@ -297,7 +298,10 @@ def test_cuda_frames_path_matches_the_cuda_host_path(
 @pytest.mark.slow
 @needs_cuda
 def test_cuda_fp16_frames_path_matches_fp32_by_iou(demo_model: Path, demo_video: Path) -> None:
-    reference = detections(demo_model, demo_video, "torch", BackendOptions(device="cuda"), 8)
+    # The reference (batch 1: the host path) is given the frames path's pictures (I420).
+    reference = detections(
+        demo_model, demo_video, "torch", BackendOptions(device="cuda"), 8, pixels="i420"
+    )
     options = BackendOptions(
         device="cuda", precision="fp16", batch=8, settings={"cuda_graphs": "true"}
     )

@@ -174,3 +174,40 @@ def test_a_slot_keeps_memory_for_three_sizes_and_copies_each_frame() -> None:
     slot.hold(np.zeros((2, 2, 3), np.uint8), None)  # a fourth: the least recent goes
     slot.hold(np.ones((6, 8, 3), np.uint8), None)
     assert allocated == [*sizes, (2, 2, 3), (6, 8, 3)]
+
+
+def test_depth_through_the_frames_path_takes_i420_as_its_bgr(tiny_depth: Path) -> None:
+    from visionrt.tasks.depth import DepthTask
+
+    framed = BackendOptions(input_size=(28, 42), settings={"input": "frames"})
+    task = DepthTask(tiny_depth, "torch", framed)
+    assert task.takes_i420
+    planes = np.random.default_rng(3).integers(0, 256, (2, 40 * 3 // 2, 60), np.uint8)
+
+    def maps(pictures: list[np.ndarray]) -> list[np.ndarray]:
+        buffers = [task.new_buffer() for _ in pictures]
+        geometry = [task.prepare(p, b, None) for p, b in zip(pictures, buffers, strict=True)]
+        assert all(g.source_hw == (40, 60) for g in geometry)
+        return [row.values for row in task.infer(buffers)]
+
+    for got, want in zip(maps(list(planes)), maps([_bgr(p) for p in planes]), strict=True):
+        np.testing.assert_array_equal(got, want)
+    task.close()
+
+
+def test_a_pipelines_depth_lane_gets_the_i420_frames_too(
+    small_video: Path, tiny_model: Path, tiny_depth: Path
+) -> None:
+    from visionrt.pipeline import DepthOptions
+
+    framed = BackendOptions(input_size=(28, 42), settings={"input": "frames"})
+    depth = DepthOptions(tiny_depth, backend="torch", inference=framed, short_side=28)
+    detector = BackendOptions(batch=2, settings={"input": "frames"})
+    pipeline = Pipeline([str(small_video)], tiny_model, "null", detector, depth=depth, plan=False)
+    try:
+        results = list(pipeline)
+    finally:
+        pipeline.close()
+    assert len(results) == 40
+    assert all(r.frame.pixels.ndim == 2 for r in results)
+    assert all(r.depth is not None and r.depth.values.shape == (96, 128) for r in results)
