@@ -56,6 +56,29 @@ def _conditions(
     monkeypatch.setattr(inbox, "threading", fake)
 
 
+def _counted_conditions(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The inbox's conditions, in the order it makes them, each counting its wake-ups
+    (`notified`: one per notify, 100 per notify_all)."""
+    made: list[Any] = []
+
+    class Counted(threading.Condition):
+        def __init__(self, lock: Any) -> None:
+            super().__init__(lock)
+            self.notified = 0
+            made.append(self)
+
+        def notify(self, n: int = 1) -> None:
+            self.notified += 1
+            super().notify(n)
+
+        def notify_all(self) -> None:
+            self.notified += 100
+            super().notify_all()
+
+    _conditions(monkeypatch, Counted)
+    return made
+
+
 class _WatchedCondition(threading.Condition):
     """An inbox condition telling the test when a thread waits on it."""
 
@@ -125,23 +148,7 @@ def test_file_mode_put_waits_for_room_and_nothing_is_lost(
 def test_a_take_wakes_only_the_producers_it_made_room_for(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    made: list[Any] = []
-
-    class Counted(threading.Condition):
-        def __init__(self, lock: Any) -> None:
-            super().__init__(lock)
-            self.notified = 0
-            made.append(self)
-
-        def notify(self, n: int = 1) -> None:
-            self.notified += 1
-            super().notify(n)
-
-        def notify_all(self) -> None:
-            self.notified += 100
-            super().notify_all()
-
-    _conditions(monkeypatch, Counted)
+    made = _counted_conditions(monkeypatch)
     box = _inboxes(capacity=2)
     for source in range(8):  # 8 cameras' inboxes full
         box.put(source, f"{source}a", live=False)
@@ -157,19 +164,7 @@ def test_a_take_wakes_only_the_producers_it_made_room_for(
 
 
 def test_a_put_wakes_a_waiting_consumer_and_only_then(monkeypatch: pytest.MonkeyPatch) -> None:
-    made: list[Any] = []
-
-    class Counted(threading.Condition):
-        def __init__(self, lock: Any) -> None:
-            super().__init__(lock)
-            self.notified = 0
-            made.append(self)
-
-        def notify(self, n: int = 1) -> None:
-            self.notified += 1
-            super().notify(n)
-
-    _conditions(monkeypatch, Counted)
+    made = _counted_conditions(monkeypatch)
     box = _inboxes(capacity=4)
     taken: list[list[str]] = []
     consumer = threading.Thread(target=lambda: taken.append(box.take(1)))
