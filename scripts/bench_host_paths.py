@@ -8,7 +8,9 @@ Usage: .venv/bin/python scripts/bench_host_paths.py [--video V] [--streams 1,8,3
 A form may name how the decoder delivers pictures after a colon (`source.pixels`): `frames:bgr`
 is the frames path with FFmpeg's BGR conversion, as it was before frames travelled as I420.
 With `--before SRC` (an older checkout's src, e.g. from `git worktree add`), a form written
-`before/frames` runs that tree through PYTHONPATH, with the same virtual environment.
+`before/frames` runs that tree through PYTHONPATH, with the same virtual environment. A form
+ending `@P` runs the streams on P worker processes (`--ray processes --workers P`, each worker
+a pipeline of its share of the streams, batched by that share).
 With no GPU, the frames form measures the host's share alone (the null backend on the CPU skips
 what a device would do); with --device cuda it does that work on the GPU.
 """
@@ -40,8 +42,14 @@ def run(
         if before is None:
             sys.exit(f"{form}: give the older checkout's src with --before")
         env["PYTHONPATH"], form = str(before), form.removeprefix("before/")
+    form, _, processes = form.partition("@")
+    share = -(-streams // int(processes or 1))  # each worker process's streams
     with tempfile.TemporaryDirectory() as out:
-        command = [VISIONRT, "run", *sources, "--backend", "null", "--batch", str(streams)]
+        command = [VISIONRT, "run", *sources, "--backend", "null", "--batch", str(share)]
+        if processes:
+            command += ["--ray", "processes", "--workers", processes]
+            command += ["--set", "cluster.worker_cpus=1"]
+            command += ["--set", f"cluster.files_per_worker={share}"]
         form, _, pixels = form.partition(":")
         command += ["--set", f"inference.settings.input={form}", "--device", device]
         if pixels:

@@ -204,7 +204,8 @@ def run_command(
         str | None,
         Opt(
             help="Run the sources on Ray workers: local (an embedded Ray on this machine), auto"
-            " or HOST:PORT (a running cluster). Needs visionrt[ray]."
+            " or HOST:PORT (a running cluster; these need visionrt[ray]); or processes: worker"
+            " processes on this machine, no Ray (several pipelines where one is host-bound)."
         ),
     ] = None,
     workers: Annotated[

@@ -72,6 +72,9 @@ class DepthConfig(DepthOptions):
             raise ConfigError(f"depth.maps: expected png, npy or nothing, got '{self.maps}'")
 
 
+PROCESSES = "processes"  # cluster.address: worker processes of this machine, no Ray
+
+
 def check_address(address: str, what: str) -> None:
     """A Ray address `--ray` takes: local, auto, HOST:PORT (or Ray's own ray://HOST:PORT); a
     ConfigError naming `what` otherwise, before Ray is asked (it raises a traceback)."""
@@ -82,13 +85,16 @@ def check_address(address: str, what: str) -> None:
         return
     # A flag right after --ray (`--ray --no-video`) is taken as its value.
     flag = " (a flag: --ray was given no address)" if address.startswith("-") else ""
-    raise ConfigError(f"{what}: expected local, auto or HOST:PORT, got '{address}'{flag}")
+    also = ", processes" if what.startswith("cluster.address") else ""
+    raise ConfigError(f"{what}: expected local, auto{also} or HOST:PORT, got '{address}'{flag}")
 
 
 @dataclass(frozen=True, slots=True)
 class ClusterOptions:
     """`--ray`: the sources run on a Ray cluster. `address` "local" (an embedded Ray on this
-    machine), "auto" or "host:port" (a running cluster), "" (one process, no cluster);
+    machine), "auto" or "host:port" (a running cluster), "processes" (worker processes on this
+    machine, no Ray: several pipelines where one process's GIL binds), "" (one process, no
+    cluster);
     `workers` "auto" (as many as the cluster's CPUs, or GPUs, hold) or a number; each worker's
     CPUs (2: fewer model loads and more sources batched together than 1-CPU workers, which
     ran as fast on one machine once unpinned) and GPUs; a unit whose worker died is tried at most
@@ -106,7 +112,7 @@ class ClusterOptions:
     range_frames: int = 2000
 
     def __post_init__(self) -> None:
-        if self.address:
+        if self.address and self.address != PROCESSES:
             check_address(self.address, "cluster.address (--ray)")
         if self.workers != "auto" and not (self.workers.isdigit() and int(self.workers) > 0):
             raise ConfigError(f"cluster.workers: expected auto or a number > 0, got {self.workers}")

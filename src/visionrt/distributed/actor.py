@@ -20,17 +20,27 @@ BATCH_FRAMES = 32  # frames per Batch report, at most
 
 
 class UnitRunner:
-    """The body of a worker actor (RayExecutor wraps it with `ray.remote`): runs one group of
-    units at a time as a fresh Pipeline over that group's sources."""
+    """The body of a worker actor (RayExecutor wraps it with `ray.remote`; a ProcessExecutor's
+    worker process runs it with `node` "local"): runs one group of units at a time as a fresh
+    Pipeline over that group's sources."""
 
-    def __init__(self, worker: str, cpus: float, metrics: tuple[str, str] | None = None) -> None:
-        import ray
-
+    def __init__(
+        self,
+        worker: str,
+        cpus: float,
+        metrics: tuple[str, str] | None = None,
+        node: str | None = None,
+    ) -> None:
         self.worker = worker
-        self.resources = ray.get_runtime_context().get_assigned_resources()
+        if node is None:  # a Ray actor
+            import ray
+
+            self.resources = ray.get_runtime_context().get_assigned_resources()
+            self.node = ray.get_runtime_context().get_node_id()
+        else:
+            self.resources, self.node = {"CPU": cpus}, node
         # Ray reserves CPUs but pins no threads: size the runtimes to the reservation.
         self.threads = max(1, int(self.resources.get("CPU", cpus)))
-        self.node = ray.get_runtime_context().get_node_id()
         self.metrics: MetricsServer | None = None
         self.metrics_at = ""
         self.pipeline: Any = None  # the group's Pipeline while it runs (`stop` ends it)

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from visionrt.config import RunConfig
-from visionrt.distributed.coordinator import RunStop
+from visionrt.config import PROCESSES, RunConfig
+from visionrt.distributed.coordinator import Executor, RunStop
 from visionrt.distributed.files import check_models
 from visionrt.distributed.metrics import ClusterMetrics
 from visionrt.distributed.plans import GroupPlans
@@ -37,14 +37,15 @@ def run_on_ray(
     before_writing: Callable[[], None] | None = None,
 ) -> tuple[RunSummary, ClusterReport]:
     """Run `cfg`'s sources on the Ray cluster `cfg.cluster.address` names ("" or "local": an
-    embedded Ray on this machine). A worker on this machine's kind runs `cfg` (its plan lines:
-    `plan_note`); one on another kind runs `resolve(fingerprint)` (None: `cfg` too). With
-    `output.metrics_port` the cluster's totals are served there and each worker serves its
-    own metrics, listed in TARGETS. `say` gets the lines worth printing (workers, plan groups,
-    metrics). `stop` ends the run early (see RunStop; its `started` is set once the workers
-    are up). `before_writing` is called once the workers are up, before any output is written
-    (see run_on_cluster). The summary (not yet written) and the report; outputs are
-    finalized."""
+    embedded Ray on this machine; "processes": worker processes here, no Ray). A worker on
+    this machine's kind runs `cfg` (its plan lines: `plan_note`); one on another kind runs
+    `resolve(fingerprint)` (None: `cfg` too). With `output.metrics_port` the cluster's totals
+    are served there and each Ray worker serves its own metrics, listed in TARGETS. `say` gets
+    the lines worth printing (workers, plan groups, metrics). `stop` ends the run early (see
+    RunStop; its `started` is set once the workers are up). `before_writing` is called once
+    the workers are up, before any output is written (see run_on_cluster). The summary (not
+    yet written) and the report; outputs are finalized."""
+    from visionrt.distributed.processes import ProcessExecutor
     from visionrt.distributed.ray_executor import RayExecutor
 
     if cfg.output.telemetry:  # a path that cannot be written fails before Ray starts
@@ -64,7 +65,7 @@ def run_on_ray(
 
     cluster = cfg.cluster
     plans = GroupPlans(settings)
-    address = None if cluster.address in ("", "local") else cluster.address
+    address = None if cluster.address in ("", "local", PROCESSES) else cluster.address
     metrics, worker_metrics = None, None
     if cfg.output.metrics_port:  # the cluster's totals here; each worker's own endpoint
         targets = Path(cfg.output.dir) / TARGETS
@@ -72,18 +73,27 @@ def run_on_ray(
         metrics = ClusterMetrics(targets, cfg.output.metrics_port, host, metrics_token)
         worker_metrics = (host, metrics_token)
         tell(f"metrics: {metrics.url} (cluster totals); workers listed in {targets}")
+    count = 0 if cluster.workers == "auto" else int(cluster.workers)  # 0: what fits
     try:
-        executor = RayExecutor(
-            address,
-            0 if cluster.workers == "auto" else int(cluster.workers),  # 0: what fits
-            cluster.worker_cpus,
-            cluster.worker_gpus,
-            worker_settings(cfg),
-            settings_for=plans.settings_for,
-            metrics=worker_metrics,
-        )
-        try:
+        executor: Executor
+        if cluster.address == PROCESSES:
+            # No Ray: the workers' own metrics endpoints need it; the totals are served here.
+            executor = ProcessExecutor(
+                count, cluster.worker_cpus, worker_settings(cfg), settings_for=plans.settings_for
+            )
+            tell(f"processes: {len(executor.workers())} worker process(es) on this machine")
+        else:
+            executor = RayExecutor(
+                address,
+                count,
+                cluster.worker_cpus,
+                cluster.worker_gpus,
+                worker_settings(cfg),
+                settings_for=plans.settings_for,
+                metrics=worker_metrics,
+            )
             tell(f"ray: {len(executor.workers())} worker(s) at {cluster.address or 'local'}")
+        try:
             for key, group in plans.report().items():  # which plan each kind of machine runs
                 tell(f"plan group {key} ({len(group['workers'])} worker(s), {group['cpu']}):")
                 for line in group["plan"].splitlines() or ["no plan: the configuration as given"]:

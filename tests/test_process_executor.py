@@ -1,0 +1,247 @@
+"""Worker processes of this machine, no Ray (`--ray processes`): units stream every frame once
+in order, equal to a single-process run; a killed worker is Lost, replaced, and its unit
+resumes; a stop ends a group with what it read; `run --ray processes` writes what a plain run
+writes; Ctrl-C finalizes the outputs and leaves no process behind."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import conftest
+import psutil
+import pytest
+from conftest import HANG_SECONDS, write_video
+
+from visionrt.config import ClusterOptions
+from visionrt.distributed.processes import ProcessExecutor
+from visionrt.distributed.units import Batch, Done, Failed, Lost, Report, WorkUnit
+from visionrt.errors import ConfigError
+from visionrt.pipeline import Pipeline
+
+LONG = 2000  # frames of the long video
+
+
+@pytest.fixture(scope="module")
+def executor(tiny_model: Path) -> Iterator[ProcessExecutor]:
+    run = {"model": str(tiny_model), "backend": "onnxruntime"}
+    workers = ProcessExecutor(2, worker_cpus=1, run=run)
+    try:
+        yield workers
+    finally:
+        workers.close()
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("process_media")
+    return {
+        "a": write_video(folder / "a.mp4", frames=45),
+        "b": write_video(folder / "b.mp4", frames=30, width=96, height=128),
+        # Longer than a worker can run ahead of a driver that reads nothing (the pipe's buffer:
+        # some hundreds of frames' lines), so a stop or a kill finds it mid-file.
+        "long": write_video(folder / "long.mp4", frames=LONG),
+    }
+
+
+def collect(executor: ProcessExecutor, units: int) -> list[Report]:
+    """Reports until `units` units ended (Done or Failed) or a worker was Lost."""
+    out: list[Report] = []
+
+    def ended() -> bool:
+        if sum(isinstance(r, Done | Failed) for r in out) >= units:
+            return True
+        out.extend(executor.reports(1.0))
+        return any(isinstance(r, Lost) for r in out)
+
+    conftest.until(ended, f"{units} unit(s) ended")
+    return out
+
+
+def ready(executor: ProcessExecutor, workers: int = 2) -> list[Report]:
+    out: list[Report] = []
+
+    def up() -> bool:
+        if len(executor.workers()) >= workers:
+            return True
+        out.extend(executor.reports(1.0))
+        return False
+
+    conftest.until(up, f"{workers} workers ready")
+    return out
+
+
+def lines(reports: list[Report], unit_id: int) -> list[tuple[int, str]]:
+    return [f for r in reports if isinstance(r, Batch) and r.unit_id == unit_id for f in r.frames]
+
+
+def reference(name: str, video: Path, model: Path) -> list[dict]:
+    pipeline = Pipeline([f"{name}={video}"], model, "onnxruntime", plan=False)
+    try:
+        return [result.to_json() for result in pipeline]
+    finally:
+        pipeline.close()
+
+
+def test_units_stream_every_frame_once_equal_to_one_process(
+    executor: ProcessExecutor, videos: dict[str, Path], tiny_model: Path
+) -> None:
+    workers = sorted(executor.workers())
+    assert len(workers) == 2
+    assert {executor.info(w)["pid"] for w in workers}.isdisjoint({os.getpid()})
+    for unit_id, (worker, name) in enumerate(zip(workers, ("a", "b"), strict=True)):
+        executor.start(worker, (WorkUnit(unit_id, name, str(videos[name])),))
+    reports = collect(executor, 2)
+    assert sorted((r.unit_id, r.worker) for r in reports if isinstance(r, Done)) == [
+        (0, workers[0]),
+        (1, workers[1]),
+    ]
+    for unit_id, name, frames in ((0, "a", 45), (1, "b", 30)):
+        got = lines(reports, unit_id)
+        assert [index for index, _ in got] == list(range(frames))
+        records = [json.loads(line) for _, line in got]
+        assert records == reference(name, videos[name], tiny_model)
+    done = next(r for r in reports if isinstance(r, Done) and r.unit_id == 0)
+    assert done.summary["frames_out"] == 45
+    assert done.summary["worker"]["threads"] == 1
+    assert done.summary["worker"]["node"] == "local"
+
+
+def test_a_busy_worker_cannot_start_another_group_and_an_idle_one_cannot_stop(
+    executor: ProcessExecutor, videos: dict[str, Path]
+) -> None:
+    assert ready(executor) == []
+    worker = min(executor.workers())
+    assert not executor.stop(worker)  # idle: nothing to stop
+    executor.start(worker, (WorkUnit(5, "a", str(videos["a"])),))
+    with pytest.raises(RuntimeError, match="is not idle"):
+        executor.start(worker, (WorkUnit(6, "b", str(videos["b"])),))
+    assert isinstance(collect(executor, 1)[-1], Done)
+
+
+def test_a_stopped_group_ends_with_the_frames_it_read(
+    executor: ProcessExecutor, videos: dict[str, Path]
+) -> None:
+    assert ready(executor) == []
+    worker = min(executor.workers())
+    executor.start(worker, (WorkUnit(7, "long", str(videos["long"])),))
+    first: list[Report] = []
+    while not first:
+        first = executor.reports(10.0)
+    assert executor.stop(worker)
+    reports = first + collect(executor, 1)
+    assert isinstance(reports[-1], Done)
+    sent = [index for index, _ in lines(reports, 7)]
+    assert sent == list(range(len(sent)))
+    assert 0 < len(sent) < LONG
+
+
+def test_a_killed_worker_is_lost_replaced_and_its_unit_resumes(
+    executor: ProcessExecutor, videos: dict[str, Path]
+) -> None:
+    assert ready(executor) == []
+    victim = min(executor.workers())
+    unit = WorkUnit(9, "long", str(videos["long"]))
+    executor.start(victim, (unit,))
+    first: list[Report] = []
+    while not first:
+        first = executor.reports(10.0)
+    assert all(isinstance(r, Batch) for r in first)
+    # The pipe's buffer holds the worker a few batches ahead: it is still mid-file.
+    os.kill(executor.info(victim)["pid"], signal.SIGKILL)
+    reports = collect(executor, 1)
+    assert reports[-1] == Lost(victim)
+    assert victim not in executor.workers()
+    sent = lines(first + reports, 9)
+    assert [index for index, _ in sent] == list(range(len(sent)))
+    assert len(sent) < LONG
+    survivors = executor.workers()
+    assert ready(executor) == []  # its replacement, under a new name
+    (replacement,) = executor.workers() - survivors
+    executor.start(replacement, (unit.retried(resume_at=len(sent)),))
+    reports = collect(executor, 1)
+    assert isinstance(reports[-1], Done)
+    assert [index for index, _ in lines(reports, 9)] == list(range(len(sent), LONG))
+
+
+def test_a_bad_option_fails_before_any_process_starts(tiny_model: Path) -> None:
+    before = {p.pid for p in psutil.Process().children()}
+    with pytest.raises(ConfigError, match="unknown option"):
+        ProcessExecutor(1, run={"model": str(tiny_model), "pipeline": {"nope": 1}})
+    assert {p.pid for p in psutil.Process().children()} == before
+    ClusterOptions(address="processes")  # an address of its own, not Ray's
+    with pytest.raises(ConfigError, match="expected local, auto, processes or HOST:PORT"):
+        ClusterOptions(address="procs")
+
+
+def _run(sources: list[str], model: Path, out: Path, *extra: str) -> subprocess.Popen[str]:
+    command = [
+        sys.executable, "-m", "visionrt.cli.main", "run", *sources, "--model", str(model),
+        "--backend", "onnxruntime", "--no-plan", "--out", str(out), *extra,
+    ]  # fmt: skip
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_run_on_processes_writes_what_a_plain_run_writes(
+    videos: dict[str, Path], tiny_model: Path, tmp_path: Path
+) -> None:
+    sources = [f"a={videos['a']}", f"b={videos['b']}"]
+    common = ["--no-video", "--track"]
+    for out, extra in (("plain", []), ("processes", ["--ray", "processes", "--workers", "2"])):
+        run = _run(sources, tiny_model, tmp_path / out, *common, *extra)
+        _, stderr = run.communicate(timeout=HANG_SECONDS)
+        assert run.returncode == 0, stderr
+    assert "processes: 2 worker process(es) on this machine" in stderr
+
+    def by_source(folder: str) -> dict[str, list[dict]]:
+        rows: dict[str, list[dict]] = {}
+        for line in (tmp_path / folder / "detections.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            rows.setdefault(row["source"], []).append(row)
+        return rows
+
+    assert by_source("processes") == by_source("plain")
+    summary = json.loads((tmp_path / "processes" / "summary.json").read_text())
+    assert summary["accounted"]
+    assert summary["frames_out"] == 75
+    assert summary["cluster"]["attempts"] == 2
+
+
+def test_ctrl_c_ends_a_run_on_processes_with_its_outputs_finalized(
+    videos: dict[str, Path], tiny_model: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    sources = [f"a={videos['a']}", f"b={videos['b']}"]
+    looped = ("--realtime", "--set", "source.loop=true")  # streams that never end
+    run = _run(sources, tiny_model, out, "--ray", "processes", "--workers", "2", "-q", *looped)
+    partial = out / "detections.partial.jsonl"
+    seen: dict[int, Any] = {}
+
+    def enough() -> bool:
+        assert run.poll() is None, run.communicate()[1]
+        with contextlib.suppress(psutil.Error):
+            seen.update({p.pid: p for p in psutil.Process(run.pid).children(recursive=True)})
+        return partial.exists() and len(partial.read_text().splitlines()) >= 20
+
+    conftest.until(enough, "20 frames committed")
+    assert len(seen) >= 2  # the worker processes
+    run.send_signal(signal.SIGINT)
+    _, stderr = run.communicate(timeout=HANG_SECONDS)
+    assert run.returncode == 130, stderr
+    said = stderr.strip().splitlines()[-1]
+    assert said.startswith("visionrt: error: interrupted: outputs finalized with"), stderr
+    assert "Traceback" not in stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"]
+    assert summary["accounted"]
+    frames = (out / "detections.jsonl").read_text().splitlines()
+    assert len(frames) == summary["frames_out"] >= 20
+    _gone, alive = psutil.wait_procs(list(seen.values()), timeout=HANG_SECONDS)
+    assert not alive, [p.name() for p in alive]
