@@ -2,7 +2,7 @@
 (scripts/gpu_bundle.py), run the CUDA tests and every GPU measurement, print one table.
 
 Usage (there): python3 scripts/gpu_check.py [--out DIR] [--steps a,b,... | detector | depth]
-`--steps detector` (issue #33's figures, ~6 min) and `--steps depth` (issue #34's: the depth
+`--steps detector` (issue #33's figures, ~7 min) and `--steps depth` (issue #34's: the depth
 model built there, depth model-only and through DepthTask, the seed scenario, ~5 min) each fit
 one call of the device tool; the default runs both, in order.
 Each step runs as its own process under its own time limit, so a step that hangs or is cut off
@@ -195,6 +195,40 @@ def streams(kind: str, counts: list[int]) -> dict[str, Any]:
     return result
 
 
+def processes(workers: list[int], count: int = 64) -> dict[str, Any]:
+    """`count` streams over N worker processes of this machine (`--ray processes`), each a
+    pipeline of its share batched together: past one process's GIL. The FPS counts the
+    workers' start (imports, CUDA, graphs) in the run's time."""
+    result: dict[str, Any] = {}
+    cores = os.cpu_count() or 1
+    for n in workers:
+        share = -(-count // n)
+        extra = [*TORCH, "--batch", str(min(share, 64)), "--ray", "processes"]
+        extra += ["--workers", str(n), "--set", f"cluster.worker_cpus={max(1, cores // n)}"]
+        extra += ["--set", f"cluster.files_per_worker={share}"]
+        out = Path("/tmp/gpu_check_runs") / f"processes{n}"
+        shutil.rmtree(out, ignore_errors=True)
+        sources = [f"s{i}={VIDEO}" for i in range(count)]
+        command = [*CLI, "run", *sources, "--no-video", "--no-jsonl", "-q", "--json", "--no-plan"]
+        command += ["-o", str(out), "--max-frames", "300", *extra]
+        started = time.perf_counter()
+        proc = subprocess.run(command, capture_output=True, text=True, env=env(), cwd=ROOT)
+        if proc.returncode:
+            result[f"{n}"] = {"rc": proc.returncode, "error": proc.stderr.strip().splitlines()[-6:]}
+        else:
+            summary = json.loads(proc.stdout.strip().splitlines()[-1])
+            result[f"{n}"] = {
+                "streams": count,
+                "workers": n,
+                "fps": summary["fps"],
+                "frames_out": summary["frames_out"],
+                "accounted": summary.get("accounted"),
+                "wall_s": time.perf_counter() - started,
+            }
+        print("processes", n, json.dumps(result[f"{n}"]), flush=True)
+    return result
+
+
 def live(form: str = "auto") -> dict[str, Any]:
     extra = ["--set", f"inference.settings.input={form}"]
     return run_streams(1, 100, [*TORCH, "--realtime", *extra], f"live-{form}")
@@ -373,6 +407,7 @@ STEPS: dict[str, tuple[int, Any]] = {
     "machine": (30, machine),
     "torch_streams": (140, lambda: streams("torch", [1, 8, 32, 64])),
     "ceiling": (40, lambda: ceiling([1, 8, 32, 64])),
+    "processes": (150, lambda: processes([4, 8])),
     "depth": (170, depth),  # waits for the depth model's build (started first)
     "seed": (150, seed),
     "null_streams": (70, lambda: {k: streams(k, [1, 32]) for k in ("null-float32", "null-frames")}),
@@ -444,6 +479,10 @@ def table(results: dict[str, Any]) -> str:
                     lines.append(run_line("null", kind, runs))
         elif name.endswith("_streams") and isinstance(value, dict) and "error" not in value:
             lines += [run_line(name, n, r) for n, r in value.items()]
+        elif name == "processes" and isinstance(value, dict) and "error" not in value:
+            for n, r in value.items():
+                figure = f"{r['fps']:.0f} FPS" if "fps" in r else f"failed: {r}"
+                lines.append(f"| 64 streams on {n} worker processes | {figure} |")
         elif name.startswith("live") and isinstance(value, dict) and "fps" in value:
             lines.append(
                 f"| {name} 1 stream | p50 {value['latency_p50_ms']:.2f} ms, p99"
