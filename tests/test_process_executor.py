@@ -245,3 +245,30 @@ def test_ctrl_c_ends_a_run_on_processes_with_its_outputs_finalized(
     assert len(frames) == summary["frames_out"] >= 20
     _gone, alive = psutil.wait_procs(list(seen.values()), timeout=HANG_SECONDS)
     assert not alive, [p.name() for p in alive]
+
+
+def test_sigterm_while_the_workers_start_leaves_nothing_running(
+    videos: dict[str, Path], tiny_model: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    run = _run([f"a={videos['a']}"], tiny_model, out, "--ray", "processes", "--workers", "2")
+    seen: dict[int, Any] = {}
+
+    def workers_spawned() -> bool:
+        assert run.poll() is None, run.communicate()[1]
+        with contextlib.suppress(psutil.Error):
+            children = psutil.Process(run.pid).children(recursive=True)
+            seen.update({p.pid: p for p in children})
+            return sum("multiprocessing" in " ".join(p.cmdline()) for p in children) >= 2
+        return False
+
+    conftest.until(workers_spawned, "the worker processes spawned")
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=HANG_SECONDS)
+    assert run.returncode == 130, stderr
+    said = stderr.strip().splitlines()[-1]
+    assert said == "visionrt: error: interrupted (SIGTERM) while starting: nothing processed"
+    assert "Traceback" not in stderr
+    assert not (out / "detections.jsonl").exists()
+    _gone, alive = psutil.wait_procs(list(seen.values()), timeout=HANG_SECONDS)
+    assert not alive, [p.name() for p in alive]
