@@ -211,7 +211,11 @@ def test_run_on_processes_writes_what_a_plain_run_writes(
     summary = json.loads((tmp_path / "processes" / "summary.json").read_text())
     assert summary["accounted"]
     assert summary["frames_out"] == 75
-    assert summary["cluster"]["attempts"] == 2
+    cluster = summary["cluster"]
+    assert cluster["attempts"] == 2
+    # The workers' start is told apart from the running rate.
+    assert 0 < cluster["first_result_seconds"] <= cluster["seconds"]
+    assert cluster["fps_after_first_result"] > 0
 
 
 def test_ctrl_c_ends_a_run_on_processes_with_its_outputs_finalized(

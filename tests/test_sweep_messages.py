@@ -123,8 +123,9 @@ RUN_CASES = [
      "pipeline.slo_model: depth.onnx is not a detector"),
     # #32, 13: a flag after --ray is taken as its address (Ray's ValueError traceback before).
     ("VIDEO -m MODEL --ray --no-video", 2,
-     "cluster.address (--ray): expected local, auto or HOST:PORT, got '--no-video' (a flag"),
-    ("VIDEO -m MODEL --ray head", 2, "expected local, auto or HOST:PORT, got 'head'"),
+     "cluster.address (--ray): expected local, auto, processes or HOST:PORT, got '--no-video'"
+     " (a flag"),
+    ("VIDEO -m MODEL --ray head", 2, "expected local, auto, processes or HOST:PORT, got 'head'"),
     # #32, 16: ranges whose words contradicted the value refused ("expected 0 to 3600, got 0").
     ("VIDEO -m MODEL --set pipeline.motion_refresh=0", 2,
      "pipeline.motion_refresh: expected seconds > 0, at most 3600"),

@@ -104,6 +104,7 @@ class Coordinator:
         self.on_progress, self.on_sample = on_progress, on_sample
         self.stop = stop or RunStop()
         self._ending: float | None = None  # when the stop was acted on (monotonic)
+        self._started = time.monotonic()  # run() starts the clock again
         self.no_workers_grace, self.regroup_after = no_workers_grace, regroup_after
         self.queue: deque[WorkUnit] = deque(units)
         self.report = ClusterReport()
@@ -132,7 +133,7 @@ class Coordinator:
 
     def run(self) -> ClusterReport:
         """Until every unit is done or its source failed; the report (its `failed` sources)."""
-        started = time.monotonic()
+        started = self._started = time.monotonic()
         alone_since: float | None = None
         self.stop.started.set()
         try:
@@ -285,6 +286,9 @@ class Coordinator:
         if unit is None:
             return
         if isinstance(report, Batch):
+            if not self.report.first_result:  # the workers' start ends here, roughly
+                self.report.first_result = time.monotonic() - self._started
+                self.report.first_frames = len(report.frames)
             self._commit(unit, report)
             return
         del units[report.unit_id]

@@ -63,6 +63,10 @@ class ClusterReport:
     worker_info: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: dict[str, SourceState] = field(default_factory=dict)
     seconds: float = 0.0
+    # When the first frames came back (seconds from the start: the workers' start, model loads
+    # and warm-up included) and how many: the rate after them is the running rate.
+    first_result: float = 0.0
+    first_frames: int = 0
 
     @property
     def failed(self) -> dict[str, str]:
@@ -97,4 +101,13 @@ class ClusterReport:
                 for name, s in self.sources.items()
             },
             "seconds": round(self.seconds, 3),
+            "first_result_seconds": round(self.first_result, 3),
+            "fps_after_first_result": self.fps_after_first_result(),
         }
+
+    def fps_after_first_result(self) -> float:
+        """Frames written after the first ones came back, over the time since: the run's rate
+        without its workers' start (0.0 before two results)."""
+        running = self.seconds - self.first_result
+        frames = sum(s.written for s in self.sources.values()) - self.first_frames
+        return round(frames / running, 2) if self.first_result and running > 0 else 0.0
