@@ -276,3 +276,44 @@ def test_sigterm_while_the_workers_start_leaves_nothing_running(
     assert not (out / "detections.jsonl").exists()
     _gone, alive = psutil.wait_procs(list(seen.values()), timeout=HANG_SECONDS)
     assert not alive, [p.name() for p in alive]
+
+
+def test_ctrl_c_at_the_terminal_while_workers_import_is_one_line(
+    videos: dict[str, Path], tiny_model: Path, tmp_path: Path
+) -> None:
+    """Ctrl-C goes to the whole process group: the workers, still importing, ignore it (they
+    start with SIGINT ignored), and the run says one line; no worker's traceback."""
+    command = [
+        sys.executable, "-m", "visionrt.cli.main", "run", f"a={videos['long']}", "--model",
+        str(tiny_model), "--backend", "onnxruntime", "--no-plan", "--out", str(tmp_path / "o"),
+        "--ray", "processes", "--workers", "2",
+    ]  # fmt: skip
+    run = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    def spawned() -> bool:
+        assert run.poll() is None, run.communicate()[1]
+        with contextlib.suppress(psutil.Error):
+            children = psutil.Process(run.pid).children()
+            return sum("multiprocessing" in " ".join(p.cmdline()) for p in children) >= 2
+        return False
+
+    def ignoring_sigint(pid: int) -> bool:
+        status = Path(f"/proc/{pid}/status").read_text()
+        ignored = int(next(line for line in status.splitlines() if line.startswith("SigIgn:"))
+                      .split()[1], 16)  # fmt: skip
+        return bool(ignored & (1 << (signal.SIGINT - 1)))
+
+    conftest.until(spawned, "the worker processes spawned")
+    # The driver ignores SIGINT only while it forks and execs a worker (its children inherit
+    # that); once it takes it again, both workers are past their start.
+    conftest.until(lambda: not ignoring_sigint(run.pid), "the driver taking SIGINT again")
+    workers = [
+        p for p in psutil.Process(run.pid).children() if "multiprocessing" in " ".join(p.cmdline())
+    ]
+    assert all(ignoring_sigint(p.pid) for p in workers)  # from their first instruction
+    os.killpg(run.pid, signal.SIGINT)
+    _, stderr = run.communicate(timeout=HANG_SECONDS)
+    assert run.returncode == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    assert "KeyboardInterrupt" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].startswith("visionrt: error: interrupted")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -30,6 +29,7 @@ from visionrt.distributed.actor import UnitRunner, group_key
 from visionrt.distributed.units import Done, Failed, Group, Lost, Report
 from visionrt.errors import ConfigError
 from visionrt.sources.registry import usable_cores
+from visionrt.spawning import ignore_interrupts, start_shielded
 
 START_SECONDS = 120.0  # a worker's interpreter start and imports (torch: tens of seconds)
 EXIT_SECONDS = 5.0  # a worker's own exit, after "exit", before it is killed
@@ -40,7 +40,7 @@ Message = tuple[Any, ...]
 def work(name: str, cpus: float, commands: Connection, replies: Connection) -> None:
     """A worker process: say "ready" with `UnitRunner.describe()`, then run each group sent
     ("group", units, settings) and send its reports, until "exit" or the driver is gone."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides what ends a worker
+    ignore_interrupts()  # Ctrl-C goes to the process group: the driver decides
     runner = UnitRunner(name, cpus, node="local")
     groups: list[Message] = []
     arrived = threading.Condition()
@@ -90,6 +90,7 @@ class _Worker:
     settings: Mapping[str, Any] = field(default_factory=dict)
     units: dict[int, int] = field(default_factory=dict)  # unit id → attempt, not yet ended
     key: tuple[tuple[int, int], ...] = ()
+    child_ends: list[Connection] = field(default_factory=list)  # until the child has started
 
 
 class ProcessExecutor:
@@ -122,6 +123,7 @@ class ProcessExecutor:
         self._count = 0
         self._replacements = workers if replacements is None else replacements
         self._lost: list[Report] = []
+        self._starting: list[threading.Thread] = []
         try:
             for _ in range(workers):
                 self._spawn()
@@ -172,33 +174,43 @@ class ProcessExecutor:
 
     def close(self) -> None:
         """End every worker: "exit" (a running group stops), then a kill after EXIT_SECONDS."""
+        for starting in self._starting:  # a start a signal interrupted the wait for
+            starting.join()
         workers, self._workers = list(self._workers.values()), {}
         for state in workers:
             with contextlib.suppress(OSError, ValueError):
                 state.commands.send(("exit",))
         deadline = time.monotonic() + EXIT_SECONDS
         for state in workers:
-            state.process.join(max(0.0, deadline - time.monotonic()))
-            if state.process.is_alive():
-                state.process.kill()
-                state.process.join()
-            state.commands.close()
-            state.replies.close()
+            if state.process.pid is not None:
+                state.process.join(max(0.0, deadline - time.monotonic()))
+                if state.process.is_alive():
+                    state.process.kill()
+                    state.process.join()
+            for end in (state.commands, state.replies, *state.child_ends):
+                end.close()
 
     # -- internals ------------------------------------------------------------------------
     def _spawn(self) -> None:
         self._count += 1
         name = f"p{self._count}"
-        commands, theirs = self._context.Pipe(duplex=False)
-        ours, replies = self._context.Pipe(duplex=False)
+        their_commands, commands = self._context.Pipe(duplex=False)
+        replies, their_replies = self._context.Pipe(duplex=False)
         process = self._context.Process(
-            target=work, args=(name, self._cpus, commands, replies), name=f"visionrt-{name}",
-            daemon=True,
+            target=work, args=(name, self._cpus, their_commands, their_replies),
+            name=f"visionrt-{name}", daemon=True,
         )  # fmt: skip
-        process.start()
-        commands.close()  # the child's ends: only it holds them now
-        replies.close()
-        self._workers[name] = _Worker(process, theirs, ours)
+        state = _Worker(process, commands, replies, child_ends=[their_commands, their_replies])
+        self._workers[name] = state
+        # A signal's exception cannot cut the start short (visionrt.spawning); close() waits for
+        # a start whose wait it interrupted, then ends the child.
+        starting = start_shielded(process)
+        self._starting.append(starting)
+        starting.join()
+        self._starting.remove(starting)
+        for end in state.child_ends:  # only the child holds them now
+            end.close()
+        state.child_ends = []
 
     def _send(self, worker: str, message: Message) -> None:
         # A worker that died is reported by _settle.

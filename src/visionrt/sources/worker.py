@@ -27,6 +27,7 @@ import numpy.typing as npt
 from visionrt.errors import SourceError, VisionRTError
 from visionrt.sources.base import Source, SourceOptions, SourceStats
 from visionrt.sources.kinds import open_here
+from visionrt.spawning import ignore_interrupts, start_shielded
 
 SLOT_ALIGN = 64  # bytes: each slot starts on a cache line
 STOP_SECONDS = 1.0  # a stopped worker gets this long to end on its own, then SIGTERM, SIGKILL
@@ -57,8 +58,7 @@ def work(
     Replies: ready, error, shape (asks for a ring), attached, frame, stats, end. Commands: ring
     (offered, also unasked when the parent grows it), free (a slot back), i420 (frames as
     YUV planes from now on: Source.want_i420), stop."""
-    # Ctrl+C goes to the whole process group; the parent decides what ends the worker.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_interrupts()  # Ctrl+C goes to the whole process group; the parent decides
     reply = _replier(replies)
     try:
         try:
@@ -244,7 +244,7 @@ class WorkerProcess:
             name=f"visionrt-source-{source_id}",
             daemon=True,
         )
-        self.process.start()
+        start_shielded(self.process).join()
         commands_in.close()  # the worker's ends: their EOF must come when the worker dies
         replies_out.close()
         self.info: dict[str, Any] = {}
