@@ -84,3 +84,12 @@ def test_letterbox_into_uint8_layout_is_bgr_bytes() -> None:
     )
     assert out[0, 0].tolist() == [114, 114, 114]
     assert out[320, 320].tolist() == [7, 0, 0]
+
+
+def test_a_letterbox_is_the_same_whatever_sequence_gives_the_sizes() -> None:
+    # Sizes come as tuples, lists (a plan read from JSON) or NumPy arrays; the geometry is
+    # computed once per size and holds plain ints.
+    box = compute_letterbox((576, 768), (640, 640))
+    assert compute_letterbox([576, 768], [640, 640]) == box
+    assert compute_letterbox(np.array([576, 768]), (640, 640)) is box
+    assert all(type(v) is int for v in (*box.source_hw, *box.input_hw))

@@ -30,9 +30,13 @@ class InputLayout(Enum):
     FRAMES = "frames"
 
 
-@functools.lru_cache(maxsize=256)  # a few frame sizes per run, asked for at every frame
 def compute_letterbox(source_hw: tuple[int, int], input_hw: tuple[int, int]) -> Letterbox:
     """Fit the source inside the input keeping its aspect ratio, centred, as Ultralytics does."""
+    return _letterbox((int(source_hw[0]), int(source_hw[1])), (int(input_hw[0]), int(input_hw[1])))
+
+
+@functools.lru_cache(maxsize=256)  # a few frame sizes per run, asked for at every frame
+def _letterbox(source_hw: tuple[int, int], input_hw: tuple[int, int]) -> Letterbox:
     src_h, src_w = source_hw
     in_h, in_w = input_hw
     scale = min(in_h / src_h, in_w / src_w)
