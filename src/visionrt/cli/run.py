@@ -209,7 +209,11 @@ def run_command(
         ),
     ] = None,
     workers: Annotated[
-        str | None, Opt(help="--ray: workers, auto (what the cluster holds) or a number.")
+        str | None,
+        Opt(
+            help="--ray: workers, auto (what the cluster holds; for processes, this machine's"
+            " cores / --worker-cpus) or a number."
+        ),
     ] = None,
     worker_cpus: Annotated[float | None, Opt(help="--ray: CPUs per worker (2).")] = None,
     worker_gpus: Annotated[float | None, Opt(help="--ray: GPUs per worker (0).")] = None,
