@@ -19,12 +19,12 @@ import conftest
 import psutil
 import pytest
 from conftest import HANG_SECONDS, write_video
+from executor_reports import collect, lines, ready, reference
 
 from visionrt.config import ClusterOptions
 from visionrt.distributed.processes import ProcessExecutor
-from visionrt.distributed.units import Batch, Done, Failed, Lost, Report, WorkUnit
+from visionrt.distributed.units import Batch, Done, Lost, Report, WorkUnit
 from visionrt.errors import ConfigError
-from visionrt.pipeline import Pipeline
 
 LONG = 2000  # frames of the long video
 
@@ -49,45 +49,6 @@ def videos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         # some hundreds of frames' lines), so a stop or a kill finds it mid-file.
         "long": write_video(folder / "long.mp4", frames=LONG),
     }
-
-
-def collect(executor: ProcessExecutor, units: int) -> list[Report]:
-    """Reports until `units` units ended (Done or Failed) or a worker was Lost."""
-    out: list[Report] = []
-
-    def ended() -> bool:
-        if sum(isinstance(r, Done | Failed) for r in out) >= units:
-            return True
-        out.extend(executor.reports(1.0))
-        return any(isinstance(r, Lost) for r in out)
-
-    conftest.until(ended, f"{units} unit(s) ended")
-    return out
-
-
-def ready(executor: ProcessExecutor, workers: int = 2) -> list[Report]:
-    out: list[Report] = []
-
-    def up() -> bool:
-        if len(executor.workers()) >= workers:
-            return True
-        out.extend(executor.reports(1.0))
-        return False
-
-    conftest.until(up, f"{workers} workers ready")
-    return out
-
-
-def lines(reports: list[Report], unit_id: int) -> list[tuple[int, str]]:
-    return [f for r in reports if isinstance(r, Batch) and r.unit_id == unit_id for f in r.frames]
-
-
-def reference(name: str, video: Path, model: Path) -> list[dict]:
-    pipeline = Pipeline([f"{name}={video}"], model, "onnxruntime", plan=False)
-    try:
-        return [result.to_json() for result in pipeline]
-    finally:
-        pipeline.close()
 
 
 def test_units_stream_every_frame_once_equal_to_one_process(

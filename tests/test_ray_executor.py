@@ -15,9 +15,9 @@ from typing import Any
 import conftest
 import pytest
 from conftest import HANG_SECONDS, write_video
+from executor_reports import collect, lines, ready, reference
 
 from visionrt.distributed.units import Batch, Done, Failed, Lost, Report, WorkUnit
-from visionrt.pipeline import Pipeline
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'visionrt[ray]'")
 from visionrt.distributed.ray_executor import RayExecutor  # noqa: E402
@@ -50,48 +50,6 @@ def videos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "b": write_video(folder / "b.mp4", frames=30, width=96, height=128),
         "long": write_video(folder / "long.mp4", frames=600),
     }
-
-
-def collect(executor: RayExecutor, units: int, timeout: float = HANG_SECONDS) -> list[Report]:
-    """Reports until `units` units ended (Done or Failed) or a worker was Lost (`timeout` only
-    guards against a hang)."""
-    out: list[Report] = []
-
-    def ended() -> bool:
-        if sum(isinstance(r, Done | Failed) for r in out) >= units:
-            return True
-        out.extend(executor.reports(1.0))
-        return any(isinstance(r, Lost) for r in out)
-
-    conftest.until(ended, f"{units} unit(s) ended", timeout)
-    return out
-
-
-def ready(executor: RayExecutor, workers: int = 2) -> list[Report]:
-    """Wait until `workers` workers are ready: a replacement for one an earlier test killed
-    may still be starting (seconds on a loaded machine). The reports that came meanwhile."""
-    out: list[Report] = []
-
-    def up() -> bool:
-        if len(executor.workers()) >= workers:
-            return True
-        out.extend(executor.reports(1.0))
-        return False
-
-    conftest.until(up, f"{workers} workers ready")
-    return out
-
-
-def lines(reports: list[Report], unit_id: int) -> list[tuple[int, str]]:
-    return [f for r in reports if isinstance(r, Batch) and r.unit_id == unit_id for f in r.frames]
-
-
-def reference(name: str, video: Path, model: Path) -> list[dict]:
-    pipeline = Pipeline([f"{name}={video}"], model, "onnxruntime", plan=False)
-    try:
-        return [result.to_json() for result in pipeline]
-    finally:
-        pipeline.close()
 
 
 def test_units_stream_every_frame_once_equal_to_one_process(

@@ -1,0 +1,57 @@
+"""What the executor tests (Ray actors, worker processes) read from an executor: its reports
+until units end, its workers ready, a unit's frames, and the single-process run to compare."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import conftest
+from conftest import HANG_SECONDS
+
+from visionrt.distributed.coordinator import Executor
+from visionrt.distributed.units import Batch, Done, Failed, Lost, Report
+from visionrt.pipeline import Pipeline
+
+
+def collect(executor: Executor, units: int, timeout: float = HANG_SECONDS) -> list[Report]:
+    """Reports until `units` units ended (Done or Failed) or a worker was Lost (`timeout` only
+    guards against a hang)."""
+    out: list[Report] = []
+
+    def ended() -> bool:
+        if sum(isinstance(r, Done | Failed) for r in out) >= units:
+            return True
+        out.extend(executor.reports(1.0))
+        return any(isinstance(r, Lost) for r in out)
+
+    conftest.until(ended, f"{units} unit(s) ended", timeout)
+    return out
+
+
+def ready(executor: Executor, workers: int = 2) -> list[Report]:
+    """Wait until `workers` workers are ready: a replacement for one an earlier test killed
+    may still be starting (seconds on a loaded machine). The reports that came meanwhile."""
+    out: list[Report] = []
+
+    def up() -> bool:
+        if len(executor.workers()) >= workers:
+            return True
+        out.extend(executor.reports(1.0))
+        return False
+
+    conftest.until(up, f"{workers} workers ready")
+    return out
+
+
+def lines(reports: list[Report], unit_id: int) -> list[tuple[int, str]]:
+    """The (frame index, JSONL line) pairs `unit_id`'s batches carried, in the order sent."""
+    return [f for r in reports if isinstance(r, Batch) and r.unit_id == unit_id for f in r.frames]
+
+
+def reference(name: str, video: Path, model: Path) -> list[dict]:
+    """`video`'s records from a plain single-process run (onnxruntime), named `name`."""
+    pipeline = Pipeline([f"{name}={video}"], model, "onnxruntime", plan=False)
+    try:
+        return [result.to_json() for result in pipeline]
+    finally:
+        pipeline.close()
