@@ -3,13 +3,14 @@ until units end, its workers ready, a unit's frames, and the single-process run 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import conftest
 from conftest import HANG_SECONDS
 
 from visionrt.distributed.coordinator import Executor
-from visionrt.distributed.units import Batch, Done, Failed, Lost, Report
+from visionrt.distributed.units import Batch, Done, Failed, Lost, Report, WorkUnit
 from visionrt.pipeline import Pipeline
 
 
@@ -55,3 +56,26 @@ def reference(name: str, video: Path, model: Path) -> list[dict]:
         return [result.to_json() for result in pipeline]
     finally:
         pipeline.close()
+
+
+def two_units_equal_one_process(
+    executor: Executor, videos: dict[str, Path], model: Path
+) -> list[Report]:
+    """Units for videos "a" (45 frames) and "b" (30) on the executor's two workers, one each:
+    each streams every frame once, in order, records equal to a single-process run's (to_json
+    holds no timings, and one source per Pipeline numbers both 0). The reports."""
+    workers = sorted(executor.workers())
+    assert len(workers) == 2
+    for unit_id, (worker, name) in enumerate(zip(workers, ("a", "b"), strict=True)):
+        executor.start(worker, (WorkUnit(unit_id, name, str(videos[name])),))
+    reports = collect(executor, 2)
+    assert sorted((r.unit_id, r.worker) for r in reports if isinstance(r, Done)) == [
+        (0, workers[0]),
+        (1, workers[1]),
+    ]
+    for unit_id, name, frames in ((0, "a", 45), (1, "b", 30)):
+        got = lines(reports, unit_id)
+        assert [index for index, _ in got] == list(range(frames))
+        records = [json.loads(line) for _, line in got]
+        assert records == reference(name, videos[name], model)
+    return reports

@@ -19,7 +19,7 @@ import conftest
 import psutil
 import pytest
 from conftest import HANG_SECONDS, write_video
-from executor_reports import collect, lines, ready, reference
+from executor_reports import collect, lines, ready, two_units_equal_one_process
 
 from visionrt.config import ClusterOptions
 from visionrt.distributed.processes import ProcessExecutor
@@ -54,21 +54,8 @@ def videos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_units_stream_every_frame_once_equal_to_one_process(
     executor: ProcessExecutor, videos: dict[str, Path], tiny_model: Path
 ) -> None:
-    workers = sorted(executor.workers())
-    assert len(workers) == 2
-    assert {executor.info(w)["pid"] for w in workers}.isdisjoint({os.getpid()})
-    for unit_id, (worker, name) in enumerate(zip(workers, ("a", "b"), strict=True)):
-        executor.start(worker, (WorkUnit(unit_id, name, str(videos[name])),))
-    reports = collect(executor, 2)
-    assert sorted((r.unit_id, r.worker) for r in reports if isinstance(r, Done)) == [
-        (0, workers[0]),
-        (1, workers[1]),
-    ]
-    for unit_id, name, frames in ((0, "a", 45), (1, "b", 30)):
-        got = lines(reports, unit_id)
-        assert [index for index, _ in got] == list(range(frames))
-        records = [json.loads(line) for _, line in got]
-        assert records == reference(name, videos[name], tiny_model)
+    reports = two_units_equal_one_process(executor, videos, tiny_model)
+    assert {executor.info(w)["pid"] for w in executor.workers()}.isdisjoint({os.getpid()})
     done = next(r for r in reports if isinstance(r, Done) and r.unit_id == 0)
     assert done.summary["frames_out"] == 45
     assert done.summary["worker"]["threads"] == 1

@@ -15,7 +15,7 @@ from typing import Any
 import conftest
 import pytest
 from conftest import HANG_SECONDS, write_video
-from executor_reports import collect, lines, ready, reference
+from executor_reports import collect, lines, ready, reference, two_units_equal_one_process
 
 from visionrt.distributed.units import Batch, Done, Failed, Lost, Report, WorkUnit
 
@@ -55,22 +55,7 @@ def videos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_units_stream_every_frame_once_equal_to_one_process(
     executor: RayExecutor, videos: dict[str, Path], tiny_model: Path
 ) -> None:
-    workers = sorted(executor.workers())
-    assert len(workers) == 2
-    for unit_id, (worker, name) in enumerate(zip(workers, ("a", "b"), strict=True)):
-        executor.start(worker, (WorkUnit(unit_id, name, str(videos[name])),))
-    reports = collect(executor, 2)
-    assert sorted((r.unit_id, r.worker) for r in reports if isinstance(r, Done)) == [
-        (0, workers[0]),
-        (1, workers[1]),
-    ]
-    for unit_id, name, frames in ((0, "a", 45), (1, "b", 30)):
-        got = lines(reports, unit_id)
-        assert [index for index, _ in got] == list(range(frames))
-        # to_json holds no timings: the records are equal outright (one source per Pipeline,
-        # so source_id is 0 on both sides).
-        records = [json.loads(line) for _, line in got]
-        assert records == reference(name, videos[name], tiny_model)
+    reports = two_units_equal_one_process(executor, videos, tiny_model)
     batches = [r for r in reports if isinstance(r, Batch)]
     assert all(0 < len(b.frames) <= 32 for b in batches)
     done = next(r for r in reports if isinstance(r, Done) and r.unit_id == 0)
