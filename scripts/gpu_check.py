@@ -250,7 +250,12 @@ DEPTH_BUILD = Path("/tmp/gpu_check_depth_build.log")
 
 def build_depth() -> subprocess.Popen[bytes] | None:
     """Start building the architecture-only DAv2-S ONNX in the background (about a minute on
-    16 cores; transformers and onnxscript are there): the depth steps wait for it."""
+    16 cores; transformers and onnxscript are there): the depth steps wait for it. (Here, in
+    the check's own process, visionrt is imported from the checkout: steps get it through
+    env().)"""
+    for path in (str(SITE), str(ROOT / "src")):
+        if path not in sys.path:
+            sys.path.insert(0, path)
     from visionrt.models import depth_model_target
 
     if Path(depth_model_target()).is_file():
