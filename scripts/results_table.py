@@ -103,7 +103,8 @@ def seed_cpu() -> list[str]:
 
 
 def gpu_streams() -> list[str]:
-    data = _load("gpu_check_h200_frames.json")
+    name = "gpu_check_h200_i420_processes.json"
+    data = _load(name)
     run, ceiling = data["torch_streams"]["32"], data["ceiling"]["b32"]["fps"]
     gpu = data["machine"]["gpu"].split(",")[0]
     return [
@@ -111,8 +112,25 @@ def gpu_streams() -> list[str]:
         f"one {gpu}",
         f"{run['fps']:,.0f} FPS; model-only {ceiling:,.0f} FPS at batch 32: efficiency"
         f" {run['fps'] / ceiling:.2f} (GPU busy {run['gpu_busy']:.2f}: host-bound)",
-        "2026-11-27",
-        "`scripts/gpu_check.sh` → gpu_check_h200_frames.json",
+        "2026-11-28",
+        f"`scripts/gpu_check.sh` → {name}",
+    ]
+
+
+def seed_gpu() -> list[str]:
+    name = "gpu_check_h200_depth.json"
+    data = _load(name)
+    seed = data["seed"]
+    gpu = data["machine"]["gpu"].split(",")[0]
+    typed, fast = seed["as typed"]["fps_per_camera"], seed["fp16 graphs"]["fps_per_camera"]
+    return [
+        "the seed scenario as typed on a GPU (the GPU by default: torch fp32), and with fp16 +"
+        " CUDA graphs",
+        f"one {gpu}",
+        f"{typed['rgb']:.1f} FPS per camera as typed; {fast['rgb']:.1f} with fp16 + graphs"
+        " (architecture-only depth weights)",
+        "2026-11-28",
+        f"`scripts/gpu_check.sh --steps depth` → {name}",
     ]
 
 
@@ -122,6 +140,7 @@ ROWS: list[Callable[[], list[str]]] = [
     cpu_efficiency,
     seed_cpu,
     gpu_streams,
+    seed_gpu,
 ]
 
 
