@@ -4,6 +4,8 @@ until units end, its workers ready, a unit's frames, and the single-process run 
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import conftest
@@ -78,4 +80,35 @@ def two_units_equal_one_process(
         assert [index for index, _ in got] == list(range(frames))
         records = [json.loads(line) for _, line in got]
         assert records == reference(name, videos[name], model)
+    return reports
+
+
+def killed_mid_file_resumes(executor: Executor, video: Path, frames: int) -> list[Report]:
+    """A unit of `video` (`frames` long) whose worker is SIGKILLed after its first reports:
+    Lost, its frames so far in order and fewer than all; resumed on the replacement after the
+    last frame sent, which then sends the rest. The resumed attempt's reports.
+
+    The worker can run only a few batches ahead of a driver that reads nothing (Ray's generator
+    back-pressure, a pipe's buffer), so it is still mid-file when it is killed."""
+    victim = min(executor.workers())
+    unit = WorkUnit(9, "long", str(video))
+    executor.start(victim, (unit,))
+    first: list[Report] = []
+    while not first:
+        first = executor.reports(10.0)
+    assert all(isinstance(r, Batch) for r in first)
+    os.kill(executor.info(victim)["pid"], signal.SIGKILL)
+    reports = collect(executor, 1)
+    assert reports[-1] == Lost(victim)
+    survivors = executor.workers()
+    assert victim not in survivors
+    sent = lines(first + reports, 9)
+    assert [index for index, _ in sent] == list(range(len(sent)))
+    assert len(sent) < frames
+    assert ready(executor) == []  # its replacement, under a new name
+    (replacement,) = executor.workers() - survivors
+    executor.start(replacement, (unit.retried(resume_at=len(sent)),))
+    reports = collect(executor, 1)
+    assert isinstance(reports[-1], Done)
+    assert [index for index, _ in lines(reports, 9)] == list(range(len(sent), frames))
     return reports

@@ -19,11 +19,18 @@ import conftest
 import psutil
 import pytest
 from conftest import HANG_SECONDS, write_video
-from executor_reports import collect, lines, ready, two_units_equal_one_process
+from executor_reports import (
+    collect,
+    killed_mid_file_resumes,
+    lines,
+    ready,
+    two_units_equal_one_process,
+)
 
 from visionrt.config import ClusterOptions
 from visionrt.distributed.processes import ProcessExecutor
-from visionrt.distributed.units import Batch, Done, Lost, Report, WorkUnit
+from visionrt.distributed.report import ClusterReport, SourceState
+from visionrt.distributed.units import Done, Report, WorkUnit
 from visionrt.errors import ConfigError
 
 LONG = 2000  # frames of the long video
@@ -95,28 +102,7 @@ def test_a_killed_worker_is_lost_replaced_and_its_unit_resumes(
     executor: ProcessExecutor, videos: dict[str, Path]
 ) -> None:
     assert ready(executor) == []
-    victim = min(executor.workers())
-    unit = WorkUnit(9, "long", str(videos["long"]))
-    executor.start(victim, (unit,))
-    first: list[Report] = []
-    while not first:
-        first = executor.reports(10.0)
-    assert all(isinstance(r, Batch) for r in first)
-    # The pipe's buffer holds the worker a few batches ahead: it is still mid-file.
-    os.kill(executor.info(victim)["pid"], signal.SIGKILL)
-    reports = collect(executor, 1)
-    assert reports[-1] == Lost(victim)
-    assert victim not in executor.workers()
-    sent = lines(first + reports, 9)
-    assert [index for index, _ in sent] == list(range(len(sent)))
-    assert len(sent) < LONG
-    survivors = executor.workers()
-    assert ready(executor) == []  # its replacement, under a new name
-    (replacement,) = executor.workers() - survivors
-    executor.start(replacement, (unit.retried(resume_at=len(sent)),))
-    reports = collect(executor, 1)
-    assert isinstance(reports[-1], Done)
-    assert [index for index, _ in lines(reports, 9)] == list(range(len(sent), LONG))
+    killed_mid_file_resumes(executor, videos["long"], LONG)
 
 
 def test_a_bad_option_fails_before_any_process_starts(tiny_model: Path) -> None:
@@ -161,9 +147,16 @@ def test_run_on_processes_writes_what_a_plain_run_writes(
     assert summary["frames_out"] == 75
     cluster = summary["cluster"]
     assert cluster["attempts"] == 2
-    # The workers' start is told apart from the running rate.
-    assert 0 < cluster["first_result_seconds"] <= cluster["seconds"]
-    assert cluster["fps_after_first_result"] > 0
+    # The workers' start is told apart from the running rate (its arithmetic: below).
+    assert {"first_result_seconds", "fps_after_first_result"} <= cluster.keys()
+
+
+def test_the_running_rate_leaves_out_the_start_and_the_first_frames() -> None:
+    report = ClusterReport(seconds=10.0, first_result=4.0, first_frames=32)
+    report.sources = {"a": SourceState(written=332), "b": SourceState(written=300)}
+    assert report.fps_after_first_result() == 100.0  # (632 - 32) frames over 6 s
+    assert report.to_json()["first_result_seconds"] == 4.0
+    assert ClusterReport(seconds=10.0).fps_after_first_result() == 0.0  # no result yet
 
 
 def test_ctrl_c_ends_a_run_on_processes_with_its_outputs_finalized(

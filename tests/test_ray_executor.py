@@ -15,9 +15,16 @@ from typing import Any
 import conftest
 import pytest
 from conftest import HANG_SECONDS, write_video
-from executor_reports import collect, lines, ready, reference, two_units_equal_one_process
+from executor_reports import (
+    collect,
+    killed_mid_file_resumes,
+    lines,
+    ready,
+    reference,
+    two_units_equal_one_process,
+)
 
-from visionrt.distributed.units import Batch, Done, Failed, Lost, Report, WorkUnit
+from visionrt.distributed.units import Batch, Done, Failed, WorkUnit
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'visionrt[ray]'")
 from visionrt.distributed.ray_executor import RayExecutor  # noqa: E402
@@ -126,30 +133,8 @@ def test_a_bad_file_in_a_group_fails_alone_and_the_rest_runs_on(
 def test_killed_actor_is_lost_and_its_unit_resumes_on_a_new_worker(
     executor: RayExecutor, videos: dict[str, Path]
 ) -> None:
-    victim = min(executor.workers())
-    unit = WorkUnit(9, "long", str(videos["long"]))
-    executor.start(victim, (unit,))
-    first: list[Report] = []
-    while not first:
-        first = executor.reports(10.0)
-    assert all(isinstance(r, Batch) for r in first)
-    # Not asking for more reports leaves the actor blocked a few batches ahead (Ray's
-    # generator backpressure), so it is still mid-file when it is killed.
-    os.kill(executor.info(victim)["pid"], signal.SIGKILL)
-    reports = collect(executor, 1)
-    assert reports[-1] == Lost(victim)
-    survivors = executor.workers()
-    assert victim not in survivors
-    sent = lines(first + reports, 9)
-    assert [index for index, _ in sent] == list(range(len(sent)))
-    assert len(sent) < 600
-    assert ready(executor) == []  # its replacement, under a new id
-    (replacement,) = executor.workers() - survivors
-    executor.start(replacement, (unit.retried(resume_at=len(sent)),))
-    reports = collect(executor, 1)
-    assert isinstance(reports[-1], Done)
+    reports = killed_mid_file_resumes(executor, videos["long"], 600)
     assert reports[-1].attempt == 2
-    assert [index for index, _ in lines(reports, 9)] == list(range(len(sent), 600))
 
 
 def test_a_run_whose_actor_is_killed_mid_file_completes_every_frame_once(
