@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -42,8 +43,7 @@ def work(name: str, cpus: float, commands: Connection, replies: Connection) -> N
     ("group", units, settings) and send its reports, until "exit" or the driver is gone."""
     ignore_interrupts()  # Ctrl-C goes to the process group: the driver decides
     runner = UnitRunner(name, cpus, node="local")
-    groups: list[Message] = []
-    arrived = threading.Condition()
+    groups: queue.Queue[Message] = queue.Queue()  # groups to run, then "exit"
 
     def read() -> None:
         while True:
@@ -54,9 +54,7 @@ def work(name: str, cpus: float, commands: Connection, replies: Connection) -> N
             if message[0] == "stop":
                 runner.stop(message[1])
                 continue
-            with arrived:
-                groups.append(message)
-                arrived.notify()
+            groups.put(message)
             if message[0] == "exit":
                 if runner.pipeline is not None:  # a running group ends with its frames
                     runner.pipeline.stop()
@@ -65,13 +63,7 @@ def work(name: str, cpus: float, commands: Connection, replies: Connection) -> N
     threading.Thread(target=read, name="commands", daemon=True).start()
     try:
         replies.send(("ready", runner.describe()))
-        while True:
-            with arrived:
-                while not groups:
-                    arrived.wait()
-                message = groups.pop(0)
-            if message[0] == "exit":
-                return
+        while (message := groups.get())[0] != "exit":
             _, units, settings = message
             for report in runner.run_group(units, settings, {}, ""):
                 replies.send(("report", report))
@@ -241,20 +233,19 @@ class ProcessExecutor:
                 kind, body = state.replies.recv()
                 if kind == "ready":
                     state.info = body
-                    self._settled(name, state)
+                    state.settings = (
+                        self.settings_for(name, body) if self.settings_for else self.run
+                    )
                     continue
                 out.append(body)
                 if isinstance(body, Done | Failed):
                     state.units.pop(body.unit_id, None)
         except (EOFError, OSError):
             pass
-        if not state.process.is_alive() or state.replies.closed:
+        if not state.process.is_alive():
             state.process.join(0.1)
             out.append(self._forget(name))
         return out
-
-    def _settled(self, name: str, state: _Worker) -> None:
-        state.settings = self.settings_for(name, state.info) if self.settings_for else self.run
 
     def _forget(self, name: str) -> Report:
         """`name` died: its units go back to the coordinator, a new worker takes its place."""

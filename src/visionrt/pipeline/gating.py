@@ -59,7 +59,7 @@ class Gating:
         if self.planner is None:
             return moved, None
         item.motion_boxes = motion.boxes
-        planner, source_id, hw = self.planner, frame.source_id, frame.image.shape[:2]
+        planner, source_id, hw = self.planner, frame.source_id, frame.size
         return moved, lambda: planner.plan(source_id, motion.boxes, (int(hw[0]), int(hw[1])))
 
     def decided(self, item: Item, decision: Decision, label: str) -> None:

@@ -48,10 +48,8 @@ class SourceOptions:
     # stream has no frame to start at, and is refused.
     start_frame: int = 0
     end_frame: int = 0
-    # How a video's decoder delivers pictures (`Frame.pixels`): auto keeps YUV 4:2:0 frames as
-    # I420 when the detector's device converts them (Source.want_i420) and converts to BGR in
-    # FFmpeg otherwise; bgr always converts in FFmpeg; i420 always keeps them, and what needs
-    # BGR on the host converts with OpenCV (BT.601, a level or two from FFmpeg's on some pixels).
+    # (See the docstring; Source.want_i420 is auto's request. OpenCV's BT.601 BGR is a level or
+    # two from FFmpeg's on some pixels.)
     pixels: str = "auto"
 
     def __post_init__(self) -> None:
