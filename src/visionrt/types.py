@@ -43,9 +43,7 @@ class Frame:
         if self.pixels.ndim == 3:
             return self.pixels
         if self._bgr is None:  # two threads may both convert: the same result, kept once
-            import cv2
-
-            object.__setattr__(self, "_bgr", cv2.cvtColor(self.pixels, cv2.COLOR_YUV2BGR_I420))
+            object.__setattr__(self, "_bgr", as_bgr(self.pixels))
         assert self._bgr is not None
         return self._bgr
 
@@ -53,6 +51,15 @@ class Frame:
     def size(self) -> tuple[int, int]:
         """(height, width) of the picture."""
         return picture_hw(self.pixels)
+
+
+def as_bgr(pixels: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+    """A picture held as `Frame.pixels` holds one, as H×W×3 BGR (I420 converted by OpenCV)."""
+    if pixels.ndim == 3:
+        return pixels
+    import cv2
+
+    return cv2.cvtColor(pixels, cv2.COLOR_YUV2BGR_I420)  # type: ignore[no-any-return]
 
 
 def picture_hw(pixels: npt.NDArray[np.uint8]) -> tuple[int, int]:

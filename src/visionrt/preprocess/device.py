@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from visionrt.preprocess.letterbox import PAD_VALUE
-from visionrt.types import Letterbox
+from visionrt.types import Letterbox, as_bgr
 
 # Bytes of one frame slot reported before a frame has arrived (its size is not known yet): a
 # 1080p frame, so a lane sizes its pool as for frames of that order.
@@ -72,12 +72,7 @@ class FrameSlot:
         """The held frame as H×W×3 BGR on the host (converted by OpenCV from I420, as
         `Frame.image` is): for work the host does again, such as an FP32 recompute."""
         assert self.tensor is not None, "a slot is read after hold()"
-        pixels = self.tensor.numpy()
-        if pixels.ndim == 3:
-            return pixels
-        import cv2
-
-        return cv2.cvtColor(pixels, cv2.COLOR_YUV2BGR_I420)  # type: ignore[no-any-return]
+        return as_bgr(self.tensor.numpy())
 
 
 def upload(slots: Sequence[FrameSlot], device: torch.device) -> list[Tensor]:
