@@ -17,6 +17,7 @@ import time
 
 import av
 import cv2
+from bench_plan import spread  # scripts/ is on the path of a script run from it
 
 from visionrt.hardware import cpu_model
 from visionrt.paths import DEMO_VIDEO
@@ -75,9 +76,7 @@ def main() -> None:
     print("| form | " + " | ".join(f"{c} thread{'s' * (c > 1)}" for c in counts) + " |")
     print("|---|" + "---|" * len(counts))
     for form in FORMS:
-        cells = [fps[form, c] for c in counts]
-        text = " | ".join(f"{statistics.median(v):.0f} ({min(v):.0f}–{max(v):.0f})" for v in cells)
-        print(f"| {form} | {text} |")
+        print(f"| {form} | " + " | ".join(spread(fps[form, c], ".0f") for c in counts) + " |")
     one = {f: statistics.median(fps[f, counts[0]]) for f in FORMS}
     convert = 1e3 / one["i420+opencv"] - 1e3 / one["i420"]
     ffmpeg = 1e3 / one["bgr24"] - 1e3 / one["i420"]
