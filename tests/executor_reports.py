@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import conftest
@@ -112,3 +113,21 @@ def killed_mid_file_resumes(executor: Executor, video: Path, frames: int) -> lis
     assert isinstance(reports[-1], Done)
     assert [index for index, _ in lines(reports, 9)] == list(range(len(sent), frames))
     return reports
+
+
+def ctrl_c_finalizes(run: subprocess.Popen[str], out: Path) -> tuple[str, list[str]]:
+    """SIGINT to a cluster run mid-run: exit 130 with one line, summary.json `interrupted`
+    with every frame accounted, the JSONL holding the frames committed (20 or more). The line
+    and the JSONL's lines."""
+    run.send_signal(signal.SIGINT)
+    _, stderr = run.communicate(timeout=HANG_SECONDS)
+    assert run.returncode == 130, stderr
+    said = stderr.strip().splitlines()[-1]
+    assert said.startswith("visionrt: error: interrupted: outputs finalized with"), stderr
+    assert "Traceback" not in stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"]
+    assert summary["accounted"]
+    frames = (out / "detections.jsonl").read_text().splitlines()
+    assert len(frames) == summary["frames_out"] >= 20
+    return said, frames
