@@ -425,12 +425,23 @@ STEPS: dict[str, tuple[int, Any]] = {
     "doctor": (20, doctor),
     "tests_gpu": (110, lambda: tests(GPU_TESTS)),
     "tune": (90, tune),
+    "profile": (150, lambda: _profile().profile_streams(VIDEO)),
+    "profile_depth": (150, lambda: _profile().profile_depth(_depth_model(), VIDEO)),
 }
 
 
+def _profile() -> Any:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gpu_profile
+
+    return gpu_profile
+
+
+PROFILE = ("profile", "profile_depth")  # scripts/gpu_profile.py: where the time goes
 GROUPS = {
-    "detector": [name for name in STEPS if name not in ("depth", "seed")],
+    "detector": [name for name in STEPS if name not in ("depth", "seed", *PROFILE)],
     "depth": ["machine", "depth", "seed"],
+    "profile": ["machine", *PROFILE],
 }
 
 
@@ -522,7 +533,7 @@ def table(results: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out/gpu_check")))
-    parser.add_argument("--steps", default=",".join(STEPS))
+    parser.add_argument("--steps", default=",".join(n for n in STEPS if n not in PROFILE))
     parser.add_argument("--step", default="", help=argparse.SUPPRESS)  # one step, in-process
     args = parser.parse_args()
     if args.step:
@@ -532,7 +543,7 @@ def main() -> None:
     log = (args.out / "gpu_check.log").open("a")
     results: dict[str, Any] = {"install": install()}
     steps = chosen_steps(args.steps)
-    building = build_depth() if {"depth", "seed"} & set(steps) else None
+    building = build_depth() if {"depth", "seed", "profile_depth"} & set(steps) else None
     for name in steps:
         limit, _ = STEPS[name]
         started = time.perf_counter()

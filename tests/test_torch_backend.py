@@ -211,6 +211,48 @@ CASES: dict[str, Callable[[], onnx.ModelProto]] = {
 }
 
 
+def _attention(mask: np.ndarray | None, scale_op: str = "Mul", reuse: bool = False
+               ) -> onnx.ModelProto:  # fmt: skip
+    """Attention as a ViT's export writes it, on x as (batch, heads, tokens, dim): Q, K and V
+    are x times three weights; `reuse` makes the logits an output too (no fusing then)."""
+    nodes = [helper.make_node("MatMul", ["x", w], [n]) for w, n in
+             (("wq", "q"), ("wk", "k"), ("wv", "v"))]  # fmt: skip
+    nodes += [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["logits"]),
+        helper.make_node(scale_op, ["logits", "scale"], ["scaled"]),
+    ]
+    inits = [_const(w, RNG.standard_normal((6, 6)).astype(np.float32)) for w in ("wq", "wk", "wv")]
+    inits.append(_const("scale", np.float32(0.4 if scale_op == "Mul" else 2.5)))
+    last = "scaled"
+    if mask is not None:
+        nodes.append(helper.make_node("Add", ["scaled", "mask"], ["masked"]))
+        inits.append(_const("mask", mask))
+        last = "masked"
+    nodes += [helper.make_node("Softmax", [last], ["p"], axis=-1), _node("MatMul", ["p", "v"])]
+    model = _model(nodes, inits, shape=(2, 3, 5, 6))
+    if reuse:
+        model.graph.output.append(helper.make_empty_tensor_value_info("logits"))
+    return model
+
+
+ATTENTION = {
+    "scale": lambda: _attention(None),
+    "div": lambda: _attention(None, "Div"),
+    "zero-mask": lambda: _attention(np.zeros((1, 1, 5, 5), np.float32)),
+    "mask": lambda: _attention(np.triu(np.full((5, 5), -1e4, np.float32), 1)),
+    "reused": lambda: _attention(None, reuse=True),
+}
+
+
+@pytest.mark.parametrize("case", list(ATTENTION))
+def test_attention_runs_fused_as_onnxruntime_runs_it(case: str) -> None:
+    model = ATTENTION[case]()
+    fused = sum(node.op == "Attention" for node in convert_onnx(model).nodes)
+    assert fused == (0 if case == "reused" else 1)
+    _compare(model, (2, 3, 5, 6))
+
+
 def _compare(model: onnx.ModelProto, shape: tuple[int, ...]) -> None:
     x = RNG.random(shape, np.float32) + 0.1
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])

@@ -18,6 +18,7 @@ import torch
 from onnx import helper, numpy_helper
 from torch import Tensor, nn
 
+from visionrt.backends.onnx_fusion import fuse_attention
 from visionrt.backends.onnx_ops import (
     BUILDERS,
     STATIC_INPUTS,
@@ -38,6 +39,7 @@ class _Node(nn.Module):
                  consts: list[Tensor]):  # fmt: skip
         super().__init__()
         self.op, self.outputs = proto.op_type, list(proto.output)
+        self.attrs = _attrs(proto)  # what a rewrite checks (onnx_fusion)
         self.args = args  # per operand: a runtime value's name, a buffer's index, or None
         self.fn = fn  # an nn.Module (Conv) is registered as a child
         for i, tensor in enumerate(consts):
@@ -151,9 +153,12 @@ def _sample(
     return tuple(out.to("meta") for out in outs)
 
 
-def convert_onnx(model: onnx.ModelProto, input_shape: Sequence[int] | None = None) -> OnnxModule:
+def convert_onnx(
+    model: onnx.ModelProto, input_shape: Sequence[int] | None = None, fuse: bool = True
+) -> OnnxModule:
     """`model` as an OnnxModule in eval mode with fp32 weights on the CPU; `input_shape` fixes
-    the image input's dynamic axes first (`fix_input_shape`).
+    the image input's dynamic axes first (`fix_input_shape`); `fuse` runs attention as one
+    fused call (onnx_fusion).
 
     Raises ModelLoadError naming every unsupported op, or a node whose shape input is dynamic.
     """
@@ -248,4 +253,6 @@ def convert_onnx(model: onnx.ModelProto, input_shape: Sequence[int] | None = Non
     outputs = [o.name for o in graph.output]
     if any(name in consts for name in outputs):
         raise ModelLoadError("a graph output is constant; nothing to run")
+    if fuse:
+        nodes = fuse_attention(nodes, outputs, _Node)
     return OnnxModule(nodes, inputs, outputs).eval().requires_grad_(False)
