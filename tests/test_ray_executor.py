@@ -487,3 +487,68 @@ def _orphans() -> dict[int, Any]:
         for p in found
         if (p.info["name"] or "").startswith("ray::") and p.info["ppid"] == 1
     }
+
+
+class _DyingGenerator:
+    """A running group's generator whose next report raises `error` (from `ray.get`)."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def __next__(self) -> BaseException:
+        return self.error
+
+
+class _FakeRay:
+    """What `_drain` calls of Ray: the real exception classes, a get that raises."""
+
+    exceptions = ray.exceptions
+
+    def __init__(self) -> None:
+        self.killed: list[Any] = []
+
+    def wait(self, refs: list[Any], timeout: float) -> tuple[list[Any], list[Any]]:
+        return refs, []
+
+    def get(self, error: BaseException) -> None:
+        raise error
+
+    def kill(self, actor: Any) -> None:
+        self.killed.append(actor)
+
+
+@pytest.mark.parametrize(
+    ("error", "lost"),
+    [
+        (ray.exceptions.ActorDiedError(), True),
+        (ray.exceptions.NodeDiedError("node gone"), True),
+        (ray.exceptions.ObjectReconstructionFailedError("ff" * 28), True),
+        (ray.exceptions.WorkerCrashedError(), True),
+        (ray.exceptions.TaskCancelledError(), False),
+    ],
+    ids=["actor", "node", "object", "worker", "cancelled"],
+)
+def test_a_worker_whose_node_died_is_lost_however_ray_says_it(
+    error: BaseException, lost: bool
+) -> None:
+    """A node that goes mid-run reaches the driver as one of several errors, by timing: each
+    is the worker lost (its units resumed elsewhere, counted as a lost worker), not a failure
+    of its units; another error of the task fails its units for a retry."""
+    from visionrt.distributed.ray_executor import _Worker
+    from visionrt.distributed.units import Lost
+
+    executor = object.__new__(RayExecutor)
+    executor.ray = _FakeRay()
+    executor._replacements = 0
+    executor._lost_errors = RayExecutor.lost_errors(ray)
+    state = _Worker(actor="actor", running=_DyingGenerator(error), units={7: 1})
+    executor._workers = {"w1": state}
+    reports = executor._drain("w1", state)
+    if lost:
+        assert reports == [Lost("w1")]
+        assert executor._workers == {}
+        assert executor.ray.killed == ["actor"]
+    else:
+        assert [type(r) for r in reports] == [Failed]
+        assert reports[0].retry
+        assert "w1" in executor._workers

@@ -76,6 +76,7 @@ class RayExecutor:
         load_config(values=self.run)  # a bad option fails here, before any actor starts
         self.settings_for, self._metrics = settings_for, metrics
         self.ray = import_ray()
+        self._lost_errors = self.lost_errors(self.ray)
         self._owns_ray = not self.ray.is_initialized()
         self._workers: dict[str, _Worker] = {}
         self._before: set[int] = set()  # this process's children before Ray (see close)
@@ -156,6 +157,18 @@ class RayExecutor:
         state.running = state.actor.run_group.options(
             num_returns="streaming", _generator_backpressure_num_objects=AHEAD_BATCHES
         ).remote(units, state.settings, state.files, self._driver_node)
+
+    @staticmethod
+    def lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
+        """How a worker's death reaches its generator: the actor's own error or, when its node
+        went, the node's, or the loss of a report held in that node's object store (which one
+        depends on timing). Each is a lost worker whose units go elsewhere, not a failure of
+        those units."""
+        errors = ray.exceptions
+        return (
+            errors.RayActorError, errors.NodeDiedError, errors.ObjectLostError,
+            errors.WorkerCrashedError, errors.LocalRayletDiedError,
+        )  # fmt: skip
 
     def reports(self, timeout: float) -> list[Report]:
         """What happened since the last call, waiting up to `timeout` seconds for the first
@@ -241,7 +254,7 @@ class RayExecutor:
             except StopIteration:
                 state.running = None
                 return out
-            except self.ray.exceptions.RayActorError:
+            except self._lost_errors:
                 self._forget(name)
                 return [*out, Lost(name)]
             except self.ray.exceptions.RayError as err:  # the task itself broke (not a unit)
