@@ -152,3 +152,31 @@ def test_cv2_is_the_reference_it_matches() -> None:
     rows = slice(box.top, box.top + box.new_hw[0])
     cols = slice(box.left, box.left + box.new_hw[1])
     np.testing.assert_allclose(host[:, rows, cols], expected, atol=1e-7)
+
+
+def test_slots_of_mixed_sizes_and_pixels_go_in_as_their_frames_do() -> None:
+    """A detector's batch straight from its slots (`letterbox_slots`: each size copied up into
+    one tensor, converted and placed together) equals the frames uploaded one by one and
+    letterboxed (`letterbox_batch`), value for value: BGR and I420 frames of three sizes, one
+    size's rows apart, one row a frame that needs no resize."""
+    from visionrt.preprocess.device import letterbox_slots
+
+    input_hw = (64, 64)
+    bgr = [textured(48, 40, 1), textured(30, 60, 2), textured(48, 40, 3), textured(64, 64, 4)]
+    i420 = [cv2.cvtColor(textured(40, 36, s), cv2.COLOR_BGR2YUV_I420) for s in (5, 6)]
+    slots = []
+    for pixels in [bgr[0], i420[0], bgr[1], bgr[2], i420[1], bgr[3]]:
+        hw = pixels.shape[:2] if pixels.ndim == 3 else (pixels.shape[0] * 2 // 3, pixels.shape[1])
+        slot = FrameSlot(stage=True)
+        slot.hold(pixels, compute_letterbox(hw, input_hw))
+        slots.append(slot)
+    expected = torch.empty((len(slots), 3, *input_hw))
+    letterbox_batch(upload(slots, torch.device("cpu")), [s.box for s in slots], expected)
+    got = torch.full_like(expected, 7.0)  # whatever a previous batch left
+    letterbox_slots(slots, got)
+    assert torch.equal(got, expected)
+    # And the I420 rows are OpenCV's BGR letterboxed on the host (an upscale: within one
+    # level, as for every size but the demo's; see the module's docstring).
+    for row, pixels in ((1, i420[0]), (4, i420[1])):
+        host = host_input(cv2.cvtColor(pixels, cv2.COLOR_YUV2BGR_I420), input_hw)
+        assert np.abs(got[row].numpy() - host).max() <= 1 / 255 + 1e-6

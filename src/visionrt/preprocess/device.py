@@ -79,18 +79,52 @@ def upload(slots: Sequence[FrameSlot], device: torch.device) -> list[Tensor]:
     """The slots' frames on `device` as uint8 H×W×3 BGR, copied without blocking the host where
     the memory is pinned (on the CPU, the frames themselves); I420 frames go up as they are and
     are converted there (`i420_to_bgr`), those of one size together."""
-    frames = []
-    planar: dict[tuple[int, ...], list[int]] = {}
-    for row, slot in enumerate(slots):
-        assert slot.tensor is not None, "a slot is uploaded after hold()"
-        frames.append(slot.tensor.to(device, non_blocking=True))
-        if slot.tensor.dim() == 2:
-            planar.setdefault(tuple(slot.tensor.shape), []).append(row)
-    for rows in planar.values():
-        converted = i420_to_bgr(torch.stack([frames[r] for r in rows]))
+    frames: list[Tensor | None] = [None] * len(slots)
+    for shape, rows in _by_shape(slots).items():
+        if len(shape) == 3:  # BGR: each frame as it is
+            for row in rows:
+                frames[row] = _tensor(slots[row]).to(device, non_blocking=True)
+            continue
+        converted = i420_to_bgr(_gather(slots, rows, device))
         for index, row in enumerate(rows):
             frames[row] = converted[index]
-    return frames
+    return frames  # type: ignore[return-value]
+
+
+def letterbox_slots(slots: Sequence[FrameSlot], out: Tensor) -> None:
+    """`upload` and `letterbox_batch` in one, for a detector's batch: the frames of one size go
+    up into one tensor (no stacking after), and are converted, resized and written into `out`
+    together (`planar_levels`, `resize_planar`), as `letterbox_batch` does for each frame."""
+    out.fill_(PAD_VALUE / 255.0)
+    groups: dict[tuple[tuple[int, ...], tuple[int, int]], list[int]] = {}
+    for row, slot in enumerate(slots):
+        assert slot.box is not None, "a detector's slot holds its letterbox"
+        groups.setdefault((tuple(_tensor(slot).shape), slot.box.new_hw), []).append(row)
+    for (_, new_hw), rows in groups.items():
+        levels = planar_levels(_gather(slots, rows, out.device))
+        _place(levels, new_hw, rows, [slots[r].box for r in rows], out)  # type: ignore[misc]
+
+
+def _tensor(slot: FrameSlot) -> Tensor:
+    assert slot.tensor is not None, "a slot is uploaded after hold()"
+    return slot.tensor
+
+
+def _by_shape(slots: Sequence[FrameSlot]) -> dict[tuple[int, ...], list[int]]:
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for row, slot in enumerate(slots):
+        groups.setdefault(tuple(_tensor(slot).shape), []).append(row)
+    return groups
+
+
+def _gather(slots: Sequence[FrameSlot], rows: Sequence[int], device: torch.device) -> Tensor:
+    """The frames of `rows` (one shape) in one tensor on `device`, each copied straight into its
+    row (without blocking the host where the slot's memory is pinned)."""
+    first = _tensor(slots[rows[0]])
+    batch = torch.empty((len(rows), *first.shape), dtype=torch.uint8, device=device)
+    for index, row in enumerate(rows):
+        batch[index].copy_(_tensor(slots[row]), non_blocking=True)
+    return batch
 
 
 # OpenCV's BT.601 limited-range YUV → RGB in fixed point (1/2**20), the coefficients of its
@@ -102,21 +136,31 @@ _CY, _CUB, _CUG, _CVG, _CVR, _SHIFT = 1220542, 2116026, -409993, -852492, 167352
 def i420_to_bgr(planes: Tensor) -> Tensor:
     """(N, H·3/2, W) uint8 I420 (even H and W) → (N, H, W, 3) uint8 BGR, equal to
     cv2.cvtColor(COLOR_YUV2BGR_I420) pixel for pixel (each chroma sample serves its 2×2 block)."""
-    count, rows, width = planes.shape
+    return planar_levels(planes).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
+def planar_levels(frames: Tensor) -> Tensor:
+    """(N, H, W, 3) BGR or (N, H·3/2, W) I420 uint8 frames → (N, 3, H, W) int32 BGR levels
+    (0-255), planes contiguous: what the resize reads. I420 is converted as OpenCV does
+    (`i420_to_bgr`); each chroma term is added to its 2×2 block of luma by broadcasting."""
+    if frames.dim() == 4:
+        return frames.permute(0, 3, 1, 2).to(torch.int32, memory_format=torch.contiguous_format)
+    count, rows, width = frames.shape
     height = rows * 2 // 3
-    flat = planes.reshape(count, rows * width)
+    flat = frames.reshape(count, rows * width)
     luma_size, chroma_size = height * width, (height // 2) * (width // 2)
     chroma_hw = (count, height // 2, width // 2)
     u = flat[:, luma_size : luma_size + chroma_size].reshape(chroma_hw).to(torch.int32) - 128
     v = flat[:, luma_size + chroma_size :].reshape(chroma_hw).to(torch.int32) - 128
     luma = flat[:, :luma_size].reshape(count, height, width).to(torch.int32)
-    luma = (luma - 16).clamp_(min=0) * _CY
-    half = 1 << (_SHIFT - 1)
-    channels = []
-    for term in (half + _CUB * u, half + _CVG * v + _CUG * u, half + _CVR * v):  # B, G, R
-        full = term.repeat_interleave(2, dim=1).repeat_interleave(2, dim=2)
-        channels.append(((luma + full) >> _SHIFT).clamp_(0, 255))
-    return torch.stack(channels, dim=-1).to(torch.uint8)
+    luma = (luma - 16).clamp_(min=0).mul_(_CY).add_(1 << (_SHIFT - 1))
+    blocks = luma.view(count, height // 2, 2, width // 2, 2)
+    levels = torch.empty((count, 3, height, width), dtype=torch.int32, device=frames.device)
+    for channel, term in enumerate((_CUB * u, _CVG * v + _CUG * u, _CVR * v)):  # B, G, R
+        into = levels[:, channel].view(count, height // 2, 2, width // 2, 2)
+        torch.add(blocks, term[:, :, None, :, None], out=into)
+    levels >>= _SHIFT
+    return levels.clamp_(0, 255)
 
 
 _WEIGHTS: dict[tuple[int, int, str], tuple[Tensor, Tensor, Tensor, Tensor]] = {}
@@ -142,32 +186,59 @@ def _weights(size: int, new: int, device: torch.device) -> tuple[Tensor, Tensor,
     return _WEIGHTS[key]
 
 
-def resize_linear(frames: Tensor, new_hw: tuple[int, int]) -> Tensor:
-    """(N, H, W, C) uint8 → (N, h, w, C) int32 levels, as cv2.resize(INTER_LINEAR) gives them."""
-    (height, width), device = frames.shape[1:3], frames.device
+def resize_planar(levels: Tensor, new_hw: tuple[int, int]) -> Tensor:
+    """(N, C, H, W) int32 levels → (N, C, h, w) int32 levels, as cv2.resize(INTER_LINEAR) gives
+    them for uint8 (its fixed-point horizontal pass, then the vertical one with its shifts)."""
+    (height, width), device = levels.shape[2:], levels.device
     x0, x1, a0, a1 = _weights(width, new_hw[1], device)
     y0, y1, b0, b1 = _weights(height, new_hw[0], device)
-    pixels = frames.to(torch.int32)
-    rows = pixels.index_select(2, x0) * a0[:, None] + pixels.index_select(2, x1) * a1[:, None]
-    top = ((rows.index_select(1, y0) >> 4) * b0[:, None, None]) >> 16
-    bottom = ((rows.index_select(1, y1) >> 4) * b1[:, None, None]) >> 16
-    return ((top + bottom + 2) >> 2).clamp_(0, 255)
+    rows = levels.index_select(3, x0).mul_(a0)
+    rows += levels.index_select(3, x1).mul_(a1)
+    top = rows.index_select(2, y0)
+    top >>= 4
+    top.mul_(b0[:, None])
+    top >>= 16
+    bottom = rows.index_select(2, y1)
+    bottom >>= 4
+    bottom.mul_(b1[:, None])
+    bottom >>= 16
+    top += bottom
+    top += 2
+    top >>= 2
+    return top.clamp_(0, 255)
 
 
 def letterbox_batch(frames: Sequence[Tensor], boxes: Sequence[Letterbox], out: Tensor) -> None:
     """Write each frame (H×W×3 BGR uint8 on `out`'s device) letterboxed into its row of `out`
     ((N, 3, h, w) float, RGB in [0, 1]) as `letterbox_into` does on the host: one resize
-    (`resize_linear`), padding 114. Frames of one size are resized together."""
+    (`resize_planar`), padding 114. Frames of one size are resized together."""
     out.fill_(PAD_VALUE / 255.0)
     groups: dict[tuple[tuple[int, int], tuple[int, int]], list[int]] = {}
     for row, (frame, box) in enumerate(zip(frames, boxes, strict=True)):
         groups.setdefault((tuple(frame.shape[:2]), box.new_hw), []).append(row)  # type: ignore[arg-type]
-    for ((src_h, src_w), new_hw), rows in groups.items():
-        stacked = torch.stack([frames[r] for r in rows]) if len(rows) > 1 else frames[rows[0]][None]
-        levels = stacked if new_hw == (src_h, src_w) else resize_linear(stacked, new_hw)
-        planes = levels.permute(0, 3, 1, 2).flip(1).float()  # BGR → RGB, channels first
-        planes = planes.mul_(1.0 / 255.0).to(out.dtype)
-        new_h, new_w = new_hw
-        for index, row in enumerate(rows):
-            box = boxes[row]
-            out[row, :, box.top : box.top + new_h, box.left : box.left + new_w] = planes[index]
+    for (_, new_hw), rows in groups.items():
+        stacked = torch.stack([frames[r] for r in rows])
+        _place(planar_levels(stacked), new_hw, rows, [boxes[r] for r in rows], out)
+
+
+def _place(
+    levels: Tensor,
+    new_hw: tuple[int, int],
+    rows: Sequence[int],
+    boxes: Sequence[Letterbox],
+    out: Tensor,
+) -> None:
+    """`levels` (BGR, one frame size) resized to `new_hw` and written as RGB in [0, 1] into
+    `out`'s `rows` at their boxes: one copy where the rows follow each other at one place (a
+    batch of one camera size), one a row otherwise."""
+    if tuple(levels.shape[2:]) != new_hw:
+        levels = resize_planar(levels, new_hw)
+    planes = levels.flip(1).float().mul_(1.0 / 255.0)  # BGR → RGB
+    new_h, new_w = new_hw
+    places = {(box.top, box.left) for box in boxes}
+    if len(places) == 1 and list(rows) == list(range(rows[0], rows[0] + len(rows))):
+        top, left = places.pop()
+        out[rows[0] : rows[0] + len(rows), :, top : top + new_h, left : left + new_w] = planes
+        return
+    for index, (row, box) in enumerate(zip(rows, boxes, strict=True)):
+        out[row, :, box.top : box.top + new_h, box.left : box.left + new_w] = planes[index]

@@ -20,7 +20,7 @@ from visionrt.postprocess import HeadLayout, PostprocessOptions
 from visionrt.postprocess.device import decode_batch_device
 from visionrt.postprocess.device_table import GEOMETRY, TableDecoder, geometry_rows, read_table
 from visionrt.preprocess import compute_letterbox
-from visionrt.preprocess.device import FrameSlot, letterbox_batch, upload
+from visionrt.preprocess.device import FrameSlot, letterbox_slots
 from visionrt.tasks.base import warm_up_device
 from visionrt.types import Detections
 
@@ -69,9 +69,8 @@ class DeviceDetect:
                 "geometry", len(slots), (GEOMETRY,), torch.float32
             )
             geometry.copy_(torch.from_numpy(geometry_rows(boxes)))  # type: ignore[arg-type]
-            frames = upload(slots, self.device)
             images = self.backend.device_input(len(slots))
-            letterbox_batch(frames, boxes, images)  # type: ignore[arg-type]
+            letterbox_slots(slots, images)
             table, raw = self.backend.infer_device(images, then=self.table)
             rows = read_table(table.cpu().numpy(), table.shape[1] - 1)
             if any(r is None for r in rows):
