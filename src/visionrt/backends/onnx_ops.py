@@ -175,8 +175,10 @@ def _softmax(ctx: BuildContext) -> Fn:
 
 
 class _LayerNorm(nn.Module):
-    """LayerNormalization over the axes from `axis` on, in fp32 whatever the model runs in: a
-    token's squared deviations summed in fp16 overflow (the result is cast back)."""
+    """LayerNormalization over the axes from `axis` on, accumulating in fp32 whatever the model
+    runs in: a token's squared deviations summed in fp16 overflow. torch's own kernels do that
+    for fp16 and bf16 inputs (CPU and CUDA), so those go in as they are: no copy to fp32 and
+    back around each of a ViT's norms (the result differs by a rounding on ~0.02 % of values)."""
 
     def __init__(self, ctx: BuildContext) -> None:
         super().__init__()
@@ -186,6 +188,8 @@ class _LayerNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape[self.axis % x.dim() :]
+        if x.dtype in (torch.float16, torch.bfloat16) and self.weight.dtype == x.dtype:
+            return F.layer_norm(x, shape, self.weight, self.bias, self.eps)
         bias = None if self.bias is None else self.bias.float()
         return F.layer_norm(x.float(), shape, self.weight.float(), bias, self.eps).to(x.dtype)
 
