@@ -81,3 +81,41 @@ def test_no_gpu_no_change(
     config, note = configure_run(None, False, None, None, {"model": str(tiny_model)})
     assert config.inference.device == "cpu"
     assert "running the FP32 reference; `visionrt tune`" in note
+
+
+@pytest.mark.parametrize(
+    ("device", "batch", "sources", "expected"),
+    [
+        ("cuda", 1, 3, 3),  # the seed scenario's three cameras: one call
+        ("cuda:1", 1, 100, gpu_default.SOURCES_BATCH_MAX),
+        ("cuda", 1, 1, 1),  # one source: nothing to batch across
+        ("cuda", 4, 8, 4),  # a batch given (flag or plan) is kept
+        ("cpu", 1, 3, 1),  # on the CPU a batch is tune's to choose
+    ],
+)
+def test_several_sources_on_the_gpu_go_to_the_detector_together(
+    device: str, batch: int, sources: int, expected: int
+) -> None:
+    from visionrt.backends import BackendOptions
+
+    options, line = gpu_default.batch_across_sources(BackendOptions(device, batch=batch), sources)
+    assert options.batch == expected
+    assert options.device == device
+    if expected != batch:
+        assert line == (
+            f"{sources} sources on the GPU: their frames go to the detector {expected} a call"
+            " (--batch sets another)"
+        )
+    else:
+        assert line == ""
+
+
+def test_a_pipeline_on_the_cpu_keeps_batch_one(tiny_model: Path, small_video: Path) -> None:
+    from visionrt import Pipeline
+
+    pipeline = Pipeline([f"a={small_video}", f"b={small_video}"], tiny_model, "onnxruntime")
+    try:
+        assert pipeline.batch == 1
+        assert not any("sources on the GPU" in note for note in pipeline.notes)
+    finally:
+        pipeline.close()

@@ -571,6 +571,26 @@ def test_bf16_detections_match_fp32_by_iou(
     assert share >= 0.9
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_layer_norm_in_reduced_precision_accumulates_in_fp32(dtype: str) -> None:
+    """Tokens whose squared deviations overflow fp16 when summed (values ~300, 384 wide): the
+    converted norm in fp16/bf16 is finite and the fp32 result rounded."""
+    model = _model(
+        [_node("LayerNormalization", ["x", "s", "b"], axis=-1, epsilon=1e-6)],
+        [_const("s", RNG.random(384, np.float32) + 0.5), _const("b", RNG.random(384, np.float32))],
+        shape=(2, 50, 384),
+        opset=17,
+    )
+    x = torch.from_numpy(RNG.standard_normal((2, 50, 384)).astype(np.float32) * 300)
+    module = convert_onnx(model)
+    with torch.inference_mode():
+        (reference,) = module(x)
+        (reduced,) = module.to(getattr(torch, dtype))(x.to(getattr(torch, dtype)))
+    assert torch.isfinite(reduced).all()
+    tolerance = 2e-2 if dtype == "bfloat16" else 4e-3
+    torch.testing.assert_close(reduced.float(), reference, rtol=tolerance, atol=tolerance * 4)
+
+
 # -- CUDA ----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def gpu_reference(demo_model: Path, frames: list) -> list[np.ndarray]:
@@ -623,23 +643,3 @@ def test_cuda_outputs_are_not_reused_buffers(demo_model: Path, frames: list) -> 
     kept = first.copy()
     backend.infer({"images": frames[1]})
     np.testing.assert_array_equal(first, kept)
-
-
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_layer_norm_in_reduced_precision_accumulates_in_fp32(dtype: str) -> None:
-    """Tokens whose squared deviations overflow fp16 when summed (values ~300, 384 wide): the
-    converted norm in fp16/bf16 is finite and the fp32 result rounded."""
-    model = _model(
-        [_node("LayerNormalization", ["x", "s", "b"], axis=-1, epsilon=1e-6)],
-        [_const("s", RNG.random(384, np.float32) + 0.5), _const("b", RNG.random(384, np.float32))],
-        shape=(2, 50, 384),
-        opset=17,
-    )
-    x = torch.from_numpy(RNG.standard_normal((2, 50, 384)).astype(np.float32) * 300)
-    module = convert_onnx(model)
-    with torch.inference_mode():
-        (reference,) = module(x)
-        (reduced,) = module.to(getattr(torch, dtype))(x.to(getattr(torch, dtype)))
-    assert torch.isfinite(reduced).all()
-    tolerance = 2e-2 if dtype == "bfloat16" else 4e-3
-    torch.testing.assert_close(reduced.float(), reference, rtol=tolerance, atol=tolerance * 4)
