@@ -369,7 +369,7 @@ def seed() -> dict[str, Any]:
     model = _depth_model()
     base = [*CLI, "run", f"rgb={VIDEO}", f"slam1={VIDEO}", f"slam2={VIDEO}", "--depth",
             str(model), "--depth-on", "rgb", "--no-video", "--no-jsonl", "-q", "--json",
-            "--max-frames", "150"]  # fmt: skip
+            "--max-frames", "300"]  # fmt: skip
     fp16 = [*TORCH, "--set", "depth.backend=torch", "--set", "depth.inference.device=cuda",
             "--set", "depth.inference.precision=fp16",
             "--set", "depth.inference.settings.cuda_graphs=true"]  # fmt: skip
