@@ -40,7 +40,9 @@ def test_a_plain_run_takes_the_gpu(fake_gpu: None, tiny_model: Path, tiny_depth:
     config, note = configure_run(None, False, None, None, values)
     assert (config.backend, config.inference.device) == ("torch", "cuda"), note
     assert config.inference.precision == "fp32"
+    assert config.inference.settings["cuda_graphs"] == "true"  # the same kernels, replayed
     assert (config.depth.backend, config.depth.inference.device) == ("torch", "cuda")
+    assert config.depth.inference.settings["cuda_graphs"] == "true"
     lines = note.splitlines()
     assert lines[0].startswith(f"no tuned plan for {tiny_model.name} on this machine")
     assert "running the FP32 reference on the GPU (Fake H100, torch fp32)" in lines[0]
