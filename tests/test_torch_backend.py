@@ -253,6 +253,31 @@ def test_attention_runs_fused_as_onnxruntime_runs_it(case: str) -> None:
     _compare(model, (2, 3, 5, 6))
 
 
+def _gelu(order: str, one: float = 1.0) -> onnx.ModelProto:
+    """An erf GELU as exports write it: x · ((erf(x/√2) + 1) · ½) ("half-last", torch's
+    dynamo export), or (x · (erf(x/√2) + 1)) · ½ ("x-first"); `one` other than 1 is no GELU."""
+    nodes = [
+        helper.make_node("Div", ["x", "root2"], ["d"]),
+        helper.make_node("Erf", ["d"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["a"]),
+    ]
+    if order == "half-last":
+        nodes += [helper.make_node("Mul", ["a", "half"], ["h"]), _node("Mul", ["x", "h"])]
+    else:
+        nodes += [helper.make_node("Mul", ["x", "a"], ["m"]), _node("Mul", ["m", "half"])]
+    inits = [_const("root2", np.float32(2**0.5)), _const("one", np.float32(one))]
+    return _model([*nodes], [*inits, _const("half", np.float32(0.5))])
+
+
+@pytest.mark.parametrize(
+    ("order", "one", "fused"), [("half-last", 1.0, 1), ("x-first", 1.0, 1), ("half-last", 2.0, 0)]
+)
+def test_gelu_runs_fused_as_onnxruntime_runs_it(order: str, one: float, fused: int) -> None:
+    model = _gelu(order, one)
+    assert sum(node.op == "Gelu" for node in convert_onnx(model).nodes) == fused
+    _compare(model, X)
+
+
 def _compare(model: onnx.ModelProto, shape: tuple[int, ...]) -> None:
     x = RNG.random(shape, np.float32) + 0.1
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])

@@ -1,4 +1,4 @@
-"""Rewrites of a converted graph's nodes into torch's fused kernels.
+"""Rewrites of a converted graph's nodes into torch's fused kernels (`fuse_all`: each of them).
 
 Attention as exported (a ViT's, Depth Anything's): MatMul(Q, Kᵀ) → Mul by a scale → Add a
 constant mask → Softmax over the last axis → MatMul with V, five nodes that write the (L × L)
@@ -6,10 +6,14 @@ logits and probabilities out at every step: a quarter of Depth Anything v2-S's G
 in fp16 went to that Softmax alone (scripts/gpu_profile.py on an H200). One call of
 `scaled_dot_product_attention` computes the same thing (fused on CUDA: flash or
 memory-efficient attention, accumulating in fp32; on the CPU in fp32 within 1e-6 of the nodes).
+
+GELU as exported: x · ((erf(x / √2) + 1) · 0.5), five nodes a layer, each a pass over the MLP's
+widest tensor; `F.gelu` (the erf form) is one.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -35,10 +39,82 @@ class Attention(nn.Module):
         )
 
 
-def fuse_attention(nodes: Sequence[Any], outputs: Sequence[str], node_class: type) -> list[Any]:
-    """`nodes` (the converter's, in order) with each attention pattern replaced by one
-    `Attention` node (`node_class(proto, fn, args, consts)`, at the place of the pattern's last
-    MatMul). A pattern whose intermediate values are used elsewhere is left as it is."""
+def fuse_all(nodes: Sequence[Any], outputs: Sequence[str], node_class: type) -> list[Any]:
+    """`nodes` with every rewrite of this module applied."""
+    return fuse_gelu(fuse_attention(nodes, outputs, node_class), outputs, node_class)
+
+
+class Gelu(nn.Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return F.gelu(x)
+
+
+def fuse_gelu(nodes: Sequence[Any], outputs: Sequence[str], node_class: type) -> list[Any]:
+    """`nodes` with each erf GELU replaced by one `Gelu` node (at the place of its last Mul)."""
+    producer, uses, consumers = _index(nodes, outputs)
+    replaced: dict[int, Any] = {}
+    dropped: set[int] = set()
+    for erf in nodes:
+        if erf.op != "Erf" or not isinstance(erf.args[0], str):
+            continue
+        found = _match_gelu(erf, producer, uses, consumers)
+        if found is None:
+            continue
+        pattern, x = found
+        last = pattern[-1]
+        proto = helper.make_node("Gelu", [x], list(last.outputs))
+        replaced[id(last)] = node_class(proto, Gelu(), [x], [])
+        dropped.update(id(n) for n in pattern[:-1])
+    return [replaced.get(id(n), n) for n in nodes if id(n) not in dropped]
+
+
+def _match_gelu(
+    erf: Any, producer: dict[str, Any], uses: Counter[str], consumers: dict[str, list[Any]]
+) -> tuple[list[Any], str] | None:
+    """The nodes from x / √2 to x · (a·erf + b)·k with a·k = b·k = ½, and x's name."""
+    scaled = producer.get(erf.args[0])
+    if scaled is None or scaled.op not in ("Div", "Mul") or uses[erf.args[0]] != 1:
+        return None
+    x, constant = _split(scaled)
+    if x is None or constant is None or constant.numel() != 1:
+        return None
+    inverse = float(constant) if scaled.op == "Mul" else 1.0 / float(constant)
+    if scaled.op == "Div" and scaled.args[0] != x:  # c / x is no scale
+        return None
+    if not math.isclose(inverse, 0.5**0.5, rel_tol=1e-5):
+        return None
+    pattern, value = [scaled, erf], erf.outputs[0]
+    a, b, times_x = 1.0, 0.0, False
+    while True:
+        after = consumers.get(value, [])
+        if uses[value] != 1 or len(after) != 1:
+            return None
+        node = after[0]
+        names = [a for a in node.args if isinstance(a, str)]
+        if node.op == "Mul" and len(node.args) == 2 and sorted(names) == sorted([value, x]):
+            if times_x:
+                return None
+            times_x = True  # the multiply by x itself
+        else:
+            runtime, constant = _split(node)
+            if runtime != value or constant is None or constant.numel() != 1:
+                return None
+            if node.op == "Add" and not times_x:
+                b += float(constant)
+            elif node.op == "Mul":
+                a, b = a * float(constant), b * float(constant)
+            else:
+                return None
+        pattern.append(node)
+        value = node.outputs[0]
+        if times_x and math.isclose(a, 0.5, rel_tol=1e-6) and math.isclose(b, 0.5, rel_tol=1e-6):
+            return pattern, x
+
+
+def _index(
+    nodes: Sequence[Any], outputs: Sequence[str]
+) -> tuple[dict[str, Any], Counter[str], dict[str, list[Any]]]:
+    """Each value's producer, how often it is used (graph outputs count) and its users."""
     producer = {name: node for node in nodes for name in node.outputs}
     uses = Counter(a for node in nodes for a in node.args if isinstance(a, str))
     uses.update(outputs)
@@ -47,6 +123,14 @@ def fuse_attention(nodes: Sequence[Any], outputs: Sequence[str], node_class: typ
         for a in node.args:
             if isinstance(a, str):
                 consumers.setdefault(a, []).append(node)
+    return producer, uses, consumers
+
+
+def fuse_attention(nodes: Sequence[Any], outputs: Sequence[str], node_class: type) -> list[Any]:
+    """`nodes` (the converter's, in order) with each attention pattern replaced by one
+    `Attention` node (`node_class(proto, fn, args, consts)`, at the place of the pattern's last
+    MatMul). A pattern whose intermediate values are used elsewhere is left as it is."""
+    producer, uses, consumers = _index(nodes, outputs)
     replaced: dict[int, Any] = {}  # id(last MatMul) → the fused node
     dropped: set[int] = set()
     for softmax in nodes:

@@ -18,7 +18,7 @@ import torch
 from onnx import helper, numpy_helper
 from torch import Tensor, nn
 
-from visionrt.backends.onnx_fusion import fuse_attention
+from visionrt.backends.onnx_fusion import fuse_all
 from visionrt.backends.onnx_ops import (
     BUILDERS,
     STATIC_INPUTS,
@@ -157,8 +157,8 @@ def convert_onnx(
     model: onnx.ModelProto, input_shape: Sequence[int] | None = None, fuse: bool = True
 ) -> OnnxModule:
     """`model` as an OnnxModule in eval mode with fp32 weights on the CPU; `input_shape` fixes
-    the image input's dynamic axes first (`fix_input_shape`); `fuse` runs attention as one
-    fused call (onnx_fusion).
+    the image input's dynamic axes first (`fix_input_shape`); `fuse` runs attention and GELU as
+    one fused call each (onnx_fusion).
 
     Raises ModelLoadError naming every unsupported op, or a node whose shape input is dynamic.
     """
@@ -254,5 +254,5 @@ def convert_onnx(
     if any(name in consts for name in outputs):
         raise ModelLoadError("a graph output is constant; nothing to run")
     if fuse:
-        nodes = fuse_attention(nodes, outputs, _Node)
+        nodes = fuse_all(nodes, outputs, _Node)
     return OnnxModule(nodes, inputs, outputs).eval().requires_grad_(False)
