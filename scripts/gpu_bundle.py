@@ -2,7 +2,10 @@
 carried by the device call): PyAV's cp312 wheel, the demo detector with its float32 weights
 stored as float16 (restored to float32 there), and the first 300 frames of vtest.avi as H.264.
 
-Usage: .venv/bin/python scripts/gpu_bundle.py [--out .gpu]   (then scripts/gpu_check.sh there)
+Usage: .venv/bin/python scripts/gpu_bundle.py [--out .gpu] [--before COMMIT]
+       (then scripts/gpu_check.sh there). `--before` adds that commit's src/ as .gpu/before/src
+       (~2 MB): the check's streams steps then run it beside the checkout in the same call, the
+       baseline a figure needs (machines of one kind differ by up to 3× on the host side).
 
 64 MiB travel in all (../shared/GPU.md): the wheel is ~35 MB, the halved model ~22 MB, the
 clip ~2.6 MB, the project ~3 MB.
@@ -53,8 +56,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(".gpu"))
     parser.add_argument("--frames", type=int, default=300)
+    parser.add_argument("--before", default="", help="a commit whose src/ is the baseline")
     args = parser.parse_args()
     out: Path = args.out
+    if args.before:
+        before = out / "before"
+        subprocess.run(["rm", "-rf", str(before)], check=True)
+        before.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "archive", args.before, "src"], check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
     (out / "whl").mkdir(parents=True, exist_ok=True)
     if not list((out / "whl").glob("av-*.whl")):
         subprocess.run(

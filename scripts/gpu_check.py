@@ -32,8 +32,11 @@ PY = sys.executable
 CLI = [PY, "-c", "from visionrt.cli.entry import main; main()"]
 
 
-def env() -> dict[str, str]:
-    paths = [str(ROOT / "src"), str(SITE), os.environ.get("PYTHONPATH", "")]
+BEFORE = BUNDLE / "before" / "src"  # scripts/gpu_bundle.py --before: the baseline's code
+
+
+def env(src: Path = ROOT / "src") -> dict[str, str]:
+    paths = [str(src), str(SITE), os.environ.get("PYTHONPATH", "")]
     return {**os.environ, "PYTHONPATH": ":".join(p for p in paths if p), "PYTHONUNBUFFERED": "1"}
 
 
@@ -73,11 +76,20 @@ def machine() -> dict[str, Any]:
          "--format=csv,noheader"],
         capture_output=True, text=True,
     )  # fmt: skip
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+         if line.startswith("model name")),
+        "?",
+    )  # fmt: skip
     return {
         "gpu": smi.stdout.strip(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cores": os.cpu_count(),
+        # The host differs between machines of one kind (2026-11-28: 1.4–3× on host stages):
+        # its CPU and how loaded it was, so figures of two calls are read for what they are.
+        "cpu": cpu,
+        "load_average": list(os.getloadavg()),
         "python": sys.version.split()[0],
     }
 
@@ -128,14 +140,16 @@ def ceiling(batches: list[int]) -> dict[str, Any]:
     return result
 
 
-def run_streams(count: int, frames: int, extra: list[str], tag: str = "") -> dict[str, Any]:
+def run_streams(
+    count: int, frames: int, extra: list[str], tag: str = "", src: Path = ROOT / "src"
+) -> dict[str, Any]:
     out = Path("/tmp/gpu_check_runs") / f"{tag or 'run'}_s{count}"
     shutil.rmtree(out, ignore_errors=True)
     sources = [f"s{i}={VIDEO}" for i in range(count)]
     command = [*CLI, "run", *sources, "--no-video", "--no-jsonl", "-q", "--json", "--no-plan"]
     command += ["-o", str(out), "--max-frames", str(frames), *extra]
     started = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True, env=env(), cwd=ROOT)
+    proc = subprocess.run(command, capture_output=True, text=True, env=env(src), cwd=ROOT)
     if proc.returncode:
         return {"rc": proc.returncode, "error": proc.stderr.strip().splitlines()[-6:]}
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -190,6 +204,9 @@ def streams(kind: str, counts: list[int]) -> dict[str, Any]:
         batch = min(count, 64)
         frames = 300 if count <= 8 else 100
         extra = [*base, "--batch", str(batch)]
+        if BEFORE.is_dir():  # the baseline first, then the checkout, each count in turn
+            result[f"{count} before"] = run_streams(count, frames, extra, kind, BEFORE)
+            print(kind, count, "before", json.dumps(result[f"{count} before"]), flush=True)
         result[f"{count}"] = run_streams(count, frames, extra, kind)
         print(kind, count, json.dumps(result[f"{count}"]), flush=True)
     return result
@@ -463,6 +480,8 @@ def efficiency(results: dict[str, Any]) -> list[str]:
     ceiling, runs = results.get("ceiling") or {}, results.get("torch_streams") or {}
     lines = []
     for count, run in runs.items():
+        if not count.isdigit():  # "32 before": the baseline's run
+            continue
         model = ceiling.get(f"b{min(int(count), 64)}") if isinstance(ceiling, dict) else None
         if isinstance(run, dict) and "fps" in run and model:
             lines.append(

@@ -118,19 +118,20 @@ def gpu_streams() -> list[str]:
 
 
 def seed_gpu() -> list[str]:
-    name = "gpu_check_h200_depth.json"
+    name = "gpu_check_h200_sdpa_seed.json"
     data = _load(name)
     seed = data["seed"]
     gpu = data["machine"]["gpu"].split(",")[0]
     typed, fast = seed["as typed"]["fps_per_camera"], seed["fp16 graphs"]["fps_per_camera"]
+    depth = data["depth"]["fp16_518"]["ms"]
     return [
         "the seed scenario as typed on a GPU (the GPU by default: torch fp32), and with fp16 +"
-        " CUDA graphs",
+        " CUDA graphs; depth v2-S fp16 model-only at 518",
         f"one {gpu}",
-        f"{typed['rgb']:.1f} FPS per camera as typed; {fast['rgb']:.1f} with fp16 + graphs"
-        " (architecture-only depth weights)",
+        f"{typed['rgb']:.1f} FPS per camera as typed; {fast['rgb']:.1f} with fp16 + graphs;"
+        f" depth {depth:.2f} ms (architecture-only depth weights)",
         "2026-11-28",
-        f"`scripts/gpu_check.sh --steps depth` → {name}",
+        f"`scripts/gpu_check.sh --steps depth,seed` → {name}",
     ]
 
 
