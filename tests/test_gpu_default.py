@@ -112,6 +112,25 @@ def test_several_sources_on_the_gpu_go_to_the_detector_together(
         assert line == ""
 
 
+@pytest.mark.parametrize(
+    ("given", "expected"), [({}, 3), ({"batch": 1}, 1), ({"batch": 2}, 2)], ids=str
+)
+def test_a_plain_run_of_three_cameras_batches_them_on_the_gpu(
+    fake_gpu: None, tiny_model: Path, given: dict[str, int], expected: int
+) -> None:
+    """The seed scenario's three cameras as typed on a GPU machine: one detector call for their
+    frames, said in one line; a batch the user gave, 1 too, is kept."""
+    values = {
+        "model": str(tiny_model),
+        "sources": ["rgb=a.mp4", "slam1=b.mp4", "slam2=c.mp4"],
+        "inference": given,
+    }
+    config, note = configure_run(None, False, None, None, values)
+    assert config.inference.batch == expected
+    said = "3 sources on the GPU: their frames go to the detector 3 a call (--batch sets another)"
+    assert (said in note.splitlines()) == (not given)
+
+
 def test_a_pipeline_on_the_cpu_keeps_batch_one(tiny_model: Path, small_video: Path) -> None:
     from visionrt import Pipeline
 

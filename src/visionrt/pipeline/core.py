@@ -34,7 +34,6 @@ from visionrt.pipeline.plan_run import PlannedRun, api_request, plan_run
 from visionrt.pipeline.report import describe_parts, source_rows
 from visionrt.pipeline.roster import Roster
 from visionrt.plans import Plan, PlanUse
-from visionrt.plans.gpu import batch_across_sources
 from visionrt.postprocess import PostprocessOptions
 from visionrt.sinks import Sink
 from visionrt.sources import Source, SourceOptions
@@ -131,11 +130,6 @@ class Pipeline:
         self.plan_use = planned.use if planned is not None else PlanUse(None, "")
         self.plan: Plan | None = self.plan_use.plan if self.plan_use.runs else None
         self.hooks = hooks or Hooks()
-        if backend_options is not None and isinstance(backend, str) and not self.options.tile:
-            backend_options, batched = batch_across_sources(backend_options, len(self.sources))
-            if batched:
-                self.notes.append(batched)
-                log.info("%s", batched)
         parts: Parts | None = None
         try:  # a model that cannot load lets go of the sources it was opened for
             parts = build_parts(

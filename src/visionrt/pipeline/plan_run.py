@@ -1,7 +1,8 @@
 """A run's configuration under its plan: the one place that decides which plan a run takes and
 what it changes — the detector (proven on each source size: `accuracy.geometry.settle`), the
 detectors of other sizes, the motion gating `tune` kept, the region model, the depth model's
-plan and the live audit's reference and budget — each with a line saying which, or why none.
+plan, the live audit's reference and budget, and several sources batched on a GPU — each with
+a line saying which, or why none.
 `run`, `serve`, a cluster's nodes and the Python API (`Pipeline(plan=None)`, through
 `api_request`) come through `plan_run`; the CLI only prints what it says."""
 
@@ -24,6 +25,7 @@ from visionrt.paths import DEMO_VIDEO
 from visionrt.pipeline.audit import planned_audit
 from visionrt.pipeline.planned import planned_regions
 from visionrt.plans import PlanRequest, PlanUse, use_depth_plan, use_gating, use_plan
+from visionrt.plans.gpu import batch_across_sources
 from visionrt.plans.resolve import CHOICES, layered
 from visionrt.plans.store import PIPELINE_KEY
 from visionrt.sources.naming import split_name
@@ -80,8 +82,19 @@ def plan_run(
         cfg = replace(cfg, pipeline=planned_audit(options, use.plan))
         notes += [gating_note, regions_note]
     cfg, depth_note = _with_depth_plan(cfg, given.get("depth") or {}, fingerprint)
-    notes.append(depth_note)
+    cfg, batch_note = _batched(cfg, given, len(own.sources))
+    notes += [depth_note, batch_note]
     return PlannedRun(cfg, tuple(note for note in notes if note), use)
+
+
+def _batched(cfg: RunConfig, given: Mapping[str, Any], sources: int) -> tuple[RunConfig, str]:
+    """Several sources on a CUDA device go to the detector together
+    (`plans.gpu.batch_across_sources`), unless the user gave a batch (`--batch 1` too) or
+    tiles (a batch of their own)."""
+    if "batch" in (given.get("inference") or {}) or cfg.pipeline.tile:
+        return cfg, ""
+    options, line = batch_across_sources(cfg.inference, sources)
+    return replace(cfg, inference=options), line
 
 
 def with_defaults(config: RunConfig) -> RunConfig:
