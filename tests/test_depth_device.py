@@ -135,3 +135,28 @@ def test_a_pipeline_runs_depth_through_the_frames_path(tiny_model: Path, tiny_de
     assert len(results) == 5
     assert all(r.depth is not None and r.depth.values.shape == (40, 60) for r in results)
     assert pipeline.summary().accounted
+
+
+@pytest.mark.parametrize("pixels", ["bgr", "i420"])
+def test_a_staged_batch_is_prepared_as_depth_batch_prepares_it(pixels: str) -> None:
+    """One shape staged in a buffer (what a CUDA graph replays: `depth_staged`) gives the rows
+    `depth_batch` gives the uploaded frames, value for value."""
+    from visionrt.preprocess.depth_device import depth_staged
+    from visionrt.preprocess.device import FrameSlot, stage_slots, upload
+
+    rng = np.random.default_rng(3)
+    images = [rng.integers(0, 256, (40, 36, 3), dtype=np.uint8) for _ in range(2)]
+    if pixels == "i420":
+        images = [cv2.cvtColor(image, cv2.COLOR_BGR2YUV_I420) for image in images]
+    slots = []
+    for image in images:
+        slot = FrameSlot(stage=True)
+        slot.hold(image, None)
+        slots.append(slot)
+    expected = torch.empty((2, 3, 28, 28))
+    depth_batch(upload(slots, torch.device("cpu")), expected)
+    staged = torch.empty((2, *images[0].shape), dtype=torch.uint8)
+    stage_slots(slots, staged)
+    got = torch.empty_like(expected)
+    depth_staged(staged, got)
+    assert torch.equal(got, expected)

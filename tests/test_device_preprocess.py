@@ -180,3 +180,35 @@ def test_slots_of_mixed_sizes_and_pixels_go_in_as_their_frames_do() -> None:
     for row, pixels in ((1, i420[0]), (4, i420[1])):
         host = host_input(cv2.cvtColor(pixels, cv2.COLOR_YUV2BGR_I420), input_hw)
         assert np.abs(got[row].numpy() - host).max() <= 1 / 255 + 1e-6
+
+
+def test_a_staged_batch_of_one_layout_is_what_letterbox_slots_makes() -> None:
+    """One camera size in one box: staged into a buffer of the graph's size (its last rows
+    older frames), prepared by `letterbox_staged`; the batch's rows equal `letterbox_slots`'."""
+    from visionrt.preprocess.device import (
+        letterbox_slots,
+        letterbox_staged,
+        one_layout,
+        stage_slots,
+    )
+
+    input_hw = (64, 64)
+    frames = [cv2.cvtColor(textured(40, 36, s), cv2.COLOR_BGR2YUV_I420) for s in range(3)]
+    box = compute_letterbox((40, 36), input_hw)
+    slots = []
+    for pixels in frames:
+        slot = FrameSlot(stage=True)
+        slot.hold(pixels, box)
+        slots.append(slot)
+    layout = one_layout(slots)
+    assert layout == (frames[0].shape, box)
+    staged = torch.from_numpy(np.stack([frames[2]] * 4))  # a graph of 4 rows: 1 stale
+    stage_slots(slots, staged)
+    got = torch.full((4, 3, *input_hw), 7.0)
+    letterbox_staged(staged, box, got)
+    expected = torch.empty((3, 3, *input_hw))
+    letterbox_slots(slots, expected)
+    assert torch.equal(got[:3], expected)
+    other = FrameSlot(stage=True)
+    other.hold(textured(40, 36, 9), box)  # BGR of the same size: another shape
+    assert one_layout([*slots, other]) is None

@@ -668,3 +668,43 @@ def test_cuda_outputs_are_not_reused_buffers(demo_model: Path, frames: list) -> 
     kept = first.copy()
     backend.infer({"images": frames[1]})
     np.testing.assert_array_equal(first, kept)
+
+
+def test_a_batchs_preparing_is_captured_once_per_key_and_replayed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With graphs on, `prepare` captures a call once per key and context and replays it
+    after; a capture the runtime refuses leaves that key eager (the graph machinery faked:
+    CI has no CUDA)."""
+    from visionrt.backends import torch_device
+
+    captured: list[Any] = []
+
+    class Graph:
+        def __init__(self, call: Callable[[], Any]) -> None:
+            self.call = call
+
+        def replay(self) -> None:
+            self.call()
+
+    def capture(call: Callable[[], Any], device: Any) -> tuple[Graph, Any]:
+        if captured and captured[-1] == "refuse":
+            raise RuntimeError("operation not permitted when stream is capturing")
+        captured.append(call)
+        return Graph(call), call()
+
+    monkeypatch.setattr(torch_device, "capture_call", capture)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    runner = torch_device.DeviceRunner(
+        lambda x: [x], torch.device("cpu"), torch.float32, False, (4, 4), 8, True, 1
+    )
+    calls: list[str] = []
+    with runner.scope():
+        assert runner.rows(3) == 4  # a graph's size: the next power of two
+        for _ in range(3):
+            runner.prepare("a", lambda: calls.append("a"))
+        captured.append("refuse")
+        for _ in range(2):
+            runner.prepare("b", lambda: calls.append("b"))
+    assert len(captured) == 2  # "a" once; "b" refused
+    assert calls == ["a"] * 4 + ["b"] * 2  # a's capture ran it once, then 3 replays

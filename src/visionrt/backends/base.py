@@ -126,7 +126,10 @@ class FramesBackend(Protocol):
     its results. A thread does one batch's device work inside `device_scope()` (on CUDA, a
     stream of its own): `device_input(rows)` is the (rows, 3, H, W) tensor to fill, in the
     model's dtype and memory format, `device_buffer` any other named input its `then` step
-    reads; `infer_device` runs the model and `then(outputs, buffers)` after it (in the same
+    (or its preparing) reads; `device_rows(rows)` the rows those are made with for a batch of
+    `rows` (a CUDA graph's size: the rows past `rows` are not read); `prepare_device(key,
+    call)` runs a batch's preparing, replayed as a CUDA graph per `key` where graphs are on;
+    `infer_device` runs the model and `then(outputs, buffers)` after it (in the same
     CUDA graph where graphs are on), results left on the device and valid until the scope's
     next batch. `stand_in` (the null backend on the CPU): no device is there, so the task
     stages frames as for one and skips the preparing and decoding a device would take off the
@@ -139,5 +142,9 @@ class FramesBackend(Protocol):
     def device_input(self, rows: int) -> Any: ...
 
     def device_buffer(self, name: str, rows: int, shape: tuple[int, ...], dtype: Any) -> Any: ...
+
+    def device_rows(self, rows: int) -> int: ...
+
+    def prepare_device(self, key: Any, call: Any) -> None: ...
 
     def infer_device(self, images: Any, then: Any = None) -> list[Any]: ...

@@ -155,6 +155,12 @@ class NullBackend(Backend):
             named[name] = torch.zeros((rows, *shape), dtype=dtype, device=self.info.device)
         return named[name]
 
+    def device_rows(self, rows: int) -> int:
+        return rows
+
+    def prepare_device(self, key: Any, call: Any) -> None:
+        call()
+
     def infer_device(self, images: Any, then: Any = None) -> list[Any]:
         self._called()
         outputs = [self._tensor("out", images.shape[0], self._output.shape[1:])]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -226,6 +226,12 @@ class TorchBackend(Backend):
 
     def device_buffer(self, name: str, rows: int, shape: tuple[int, ...], dtype: Any) -> Tensor:
         return self._runner.buffer(name, rows, shape, dtype)
+
+    def device_rows(self, rows: int) -> int:
+        return self._runner.rows(rows)
+
+    def prepare_device(self, key: Any, call: Callable[[], Any]) -> None:
+        self._runner.prepare(key, call)
 
     def infer_device(self, images: Tensor, then: Then | None = None) -> list[Tensor]:
         with torch.inference_mode():

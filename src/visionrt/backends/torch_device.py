@@ -5,8 +5,9 @@ Each of `streams` contexts has its own CUDA stream, input tensors and CUDA graph
 thread holds one for a whole batch (upload, prepare, run, decode), so with two threads one
 batch uploads and prepares while the other computes. With CUDA graphs, a batch of N rows runs
 the graph captured for the next power of two (at most the batch size): a handful of captures
-cover every partial batch, the rows past N compute on stale input and are not read. On the CPU
-the same code runs with no streams or graphs (tests)."""
+cover every partial batch, the rows past N compute on stale input and are not read. A task's
+preparing of a batch (`prepare`) is replayed as a graph of its own, per key. On the CPU the same
+code runs with no streams or graphs (tests)."""
 
 from __future__ import annotations
 
@@ -32,19 +33,25 @@ def bucket(rows: int, batch: int) -> int:
 def capture_graph(
     run: Callable[[Tensor], list[Tensor]], static: Tensor
 ) -> tuple[Any, list[Tensor]]:
-    """`run` on `static` captured as a CUDA graph (the graph and its output tensors): three
-    warm-up runs on a side stream first, so cuDNN picks its kernels outside the capture."""
-    side = torch.cuda.Stream(static.device)
+    """`run` on `static` captured as a CUDA graph (the graph and its output tensors)."""
+    return capture_call(lambda: run(static), static.device)  # type: ignore[no-any-return]
+
+
+def capture_call(call: Callable[[], Any], device: torch.device) -> tuple[Any, Any]:
+    """`call` captured as a CUDA graph (the graph and what the call returned): three warm-up
+    runs on a side stream first, so cuDNN picks its kernels (and a call fills its caches)
+    outside the capture."""
+    side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):
-            run(static)
+            call()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     # A capture stream of its own (torch's default one is shared by every graph, and another
     # thread may capture at the same time); thread_local: other threads may sync or allocate.
     with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
-        outputs = run(static)
+        outputs = call()
     return graph, outputs
 
 
@@ -59,6 +66,7 @@ class _Context:
     inputs: dict[int, Tensor] = field(default_factory=dict)
     buffers: dict[int, dict[str, Tensor]] = field(default_factory=dict)
     graphs: dict[tuple[int, Any], tuple[Any, list[Tensor], bool]] = field(default_factory=dict)
+    preparing: dict[Any, Any] = field(default_factory=dict)  # key → its graph (None: eager)
 
 
 class DeviceRunner:
@@ -110,6 +118,31 @@ class DeviceRunner:
         if self._fixed:
             return max(rows, self._batch)
         return bucket(rows, self._batch) if self._graphs else rows
+
+    def rows(self, rows: int) -> int:
+        """The rows a batch of `rows` runs at (`input(rows)` is the first `rows` of them)."""
+        return self._size(rows)
+
+    def prepare(self, key: Any, call: Callable[[], Any]) -> None:
+        """`call` (a batch's preparing: device work from this context's buffers into its
+        input), replayed as a CUDA graph captured on first use of `key` in this context where
+        graphs are on: one launch for its ~45 small operations. Where the capture fails, and
+        without graphs, it runs as it is."""
+        if not self._graphs:
+            call()
+            return
+        context = self._context()
+        if key not in context.preparing:
+            try:
+                context.preparing[key], _ = capture_call(call, self.device)
+            except RuntimeError:  # an op the capture refuses: eager from now on
+                torch.cuda.synchronize(self.device)
+                context.preparing[key] = None
+        graph = context.preparing[key]
+        if graph is None:
+            call()
+        else:
+            graph.replay()
 
     def input(self, rows: int) -> Tensor:
         """A (rows, 3, H, W) tensor to fill; valid until this context's next batch."""

@@ -105,6 +105,33 @@ def letterbox_slots(slots: Sequence[FrameSlot], out: Tensor) -> None:
         _place(levels, new_hw, rows, [slots[r].box for r in rows], out)  # type: ignore[misc]
 
 
+def one_layout(slots: Sequence[FrameSlot]) -> tuple[tuple[int, ...], Letterbox | None] | None:
+    """The frame shape and letterbox every slot shares (a batch of one camera size, the
+    common case; a depth model's slots hold no letterbox), or None where they differ."""
+    first = slots[0]
+    shape, box = tuple(_tensor(first).shape), first.box
+    for slot in slots[1:]:
+        if slot.box != box or tuple(_tensor(slot).shape) != shape:
+            return None
+    return shape, box
+
+
+def stage_slots(slots: Sequence[FrameSlot], staged: Tensor) -> None:
+    """Each slot's frame copied into its row of `staged` (one shape, on the device: a buffer
+    that stays where a CUDA graph reads it), without blocking the host where it is pinned."""
+    for index, slot in enumerate(slots):
+        staged[index].copy_(_tensor(slot), non_blocking=True)
+
+
+def letterbox_staged(staged: Tensor, box: Letterbox, out: Tensor) -> None:
+    """`staged`'s frames (BGR or I420, one shape, on the device) letterboxed into the same rows
+    of `out` at one `box`, as `letterbox_slots` does: the part of a batch's preparing that a
+    CUDA graph can hold (fixed shapes and addresses)."""
+    out.fill_(PAD_VALUE / 255.0)
+    rows = range(staged.shape[0])
+    _place(planar_levels(staged), box.new_hw, rows, [box] * len(rows), out)
+
+
 def _tensor(slot: FrameSlot) -> Tensor:
     assert slot.tensor is not None, "a slot is uploaded after hold()"
     return slot.tensor

@@ -12,8 +12,8 @@ import numpy.typing as npt
 import torch
 
 from visionrt.backends.base import Backend, FramesBackend
-from visionrt.preprocess.depth_device import depth_batch, depth_rows
-from visionrt.preprocess.device import FrameSlot, upload
+from visionrt.preprocess.depth_device import depth_batch, depth_rows, depth_staged
+from visionrt.preprocess.device import FrameSlot, one_layout, stage_slots, upload
 from visionrt.tasks.base import warm_up_device
 
 
@@ -46,11 +46,27 @@ class DeviceDepth:
             if self.stand_in:  # the call still happens: its delay and fault injection count
                 self.backend.infer_device(self.backend.device_input(count))
                 return np.zeros((count, *self.input_hw), np.float32), np.zeros(count, bool)
-            frames = upload(slots, self.device)
-            images = self.backend.device_input(count)
-            depth_batch(frames, images)
+            images = self._prepare(slots)
             maps, finite = self.backend.infer_device(images, then=depth_rows)
             return maps.cpu().numpy(), ~finite.cpu().numpy()
+
+    def _prepare(self, slots: list[FrameSlot]) -> torch.Tensor:
+        """The batch prepared into the model's input: frames of one shape staged in a buffer
+        of their own and prepared by one call the backend replays as a CUDA graph where graphs
+        are on (as DeviceDetect does); frames of several shapes as `depth_batch`."""
+        count = len(slots)
+        layout = one_layout(slots)
+        if layout is None:
+            images = self.backend.device_input(count)
+            depth_batch(upload(slots, self.device), images)
+            return images
+        shape = layout[0]
+        size = self.backend.device_rows(count)
+        staged = self.backend.device_buffer(f"frames {shape}", size, shape, torch.uint8)
+        stage_slots(slots, staged)
+        images = self.backend.device_input(size)
+        self.backend.prepare_device((size, shape), lambda: depth_staged(staged, images))
+        return images[:count]
 
     def warm_up(self, batch: int, calls: int) -> None:
         """`calls` full batches of grey frames at the input size, after a batch of every power

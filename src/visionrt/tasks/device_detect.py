@@ -20,7 +20,13 @@ from visionrt.postprocess import HeadLayout, PostprocessOptions
 from visionrt.postprocess.device import decode_batch_device
 from visionrt.postprocess.device_table import GEOMETRY, TableDecoder, geometry_rows, read_table
 from visionrt.preprocess import compute_letterbox
-from visionrt.preprocess.device import FrameSlot, letterbox_slots
+from visionrt.preprocess.device import (
+    FrameSlot,
+    letterbox_slots,
+    letterbox_staged,
+    one_layout,
+    stage_slots,
+)
 from visionrt.tasks.base import warm_up_device
 from visionrt.types import Detections
 
@@ -69,8 +75,7 @@ class DeviceDetect:
                 "geometry", len(slots), (GEOMETRY,), torch.float32
             )
             geometry.copy_(torch.from_numpy(geometry_rows(boxes)))  # type: ignore[arg-type]
-            images = self.backend.device_input(len(slots))
-            letterbox_slots(slots, images)
+            images = self._prepare(slots)
             table, raw = self.backend.infer_device(images, then=self.table)
             rows = read_table(table.cpu().numpy(), table.shape[1] - 1)
             if any(r is None for r in rows):
@@ -78,6 +83,27 @@ class DeviceDetect:
                 self.exact_rows += sum(r is None for r in rows)
                 rows = [e if r is None else r for r, e in zip(rows, exact, strict=True)]
             return rows  # type: ignore[return-value]
+
+    def _prepare(self, slots: list[FrameSlot]) -> torch.Tensor:
+        """The batch letterboxed into the model's input. Frames of one shape in one box (one
+        camera size) go up into a buffer of their own and are prepared by one call the backend
+        replays as a CUDA graph where graphs are on, the buffers at the graph's size (the rows
+        past the batch's hold older frames and are not read); others as `letterbox_slots`."""
+        count = len(slots)
+        layout = one_layout(slots)
+        if layout is None:
+            images = self.backend.device_input(count)
+            letterbox_slots(slots, images)
+            return images
+        shape, box = layout
+        assert box is not None, "a detector's slot holds its letterbox"
+        size = self.backend.device_rows(count)
+        staged = self.backend.device_buffer(f"frames {shape}", size, shape, torch.uint8)
+        stage_slots(slots, staged)
+        images = self.backend.device_input(size)
+        key = (size, shape, box)
+        self.backend.prepare_device(key, lambda: letterbox_staged(staged, box, images))
+        return images[:count]
 
     @staticmethod
     def decode(rows: npt.NDArray[np.float32]) -> Detections:
