@@ -1,10 +1,14 @@
 """The GPU check: on a fresh CUDA machine with no internet, install what `.gpu/` brought
 (scripts/gpu_bundle.py), run the CUDA tests and every GPU measurement, print one table.
 
-Usage (there): python3 scripts/gpu_check.py [--out DIR] [--steps a,b,... | detector | depth]
+Usage (there): python3 scripts/gpu_check.py [--out DIR] [--steps a,b,... | detector | depth |
+profile]
 `--steps detector` (issue #33's figures, ~7 min) and `--steps depth` (issue #34's: the depth
-model built there, depth model-only and through DepthTask, the seed scenario, ~5 min) each fit
-one call of the device tool; the default runs both, in order.
+model built there, depth model-only and through DepthTask, the seed scenario, a live camera with
+depth, `tune --depth`, ~6 min) each fit one call of the device tool; the default runs both, in
+order; `profile` (scripts/gpu_profile.py) says where the time goes. Machines of one kind differ
+on the host side (1.4–3× on 2026-11-28): a bundle made with `gpu_bundle.py --before COMMIT`
+brings that commit's src/, and the streams steps run it beside the checkout in the same call.
 Each step runs as its own process under its own time limit, so a step that hangs or is cut off
 still leaves what the others measured; results go to DIR/gpu_check.json as they come, the log to
 DIR/gpu_check.log, the table last on stdout. `--steps` picks steps (default: all, in order).
@@ -253,6 +257,28 @@ def live(form: str = "auto") -> dict[str, Any]:
     return run_streams(1, 100, [*TORCH, "--realtime", *extra], f"live-{form}")
 
 
+DEPTH_FP16 = ["--set", "depth.backend=torch", "--set", "depth.inference.device=cuda",
+              "--set", "depth.inference.precision=fp16",
+              "--set", "depth.inference.settings.cuda_graphs=true"]  # fmt: skip
+
+
+def live_depth() -> dict[str, Any]:
+    """One live camera (the clip at its frame rate) with detection and depth, fp16 and CUDA
+    graphs both: issue #34's glass-to-result with depth (target p50 ≤ 10 ms)."""
+    extra = [*TORCH, *DEPTH_FP16, "--realtime", "--depth", str(_depth_model()), "--depth-on", "s0"]
+    return run_streams(1, 100, extra, "live-depth")
+
+
+def tune_depth() -> dict[str, Any]:
+    """`tune --depth` on the GPU machine (a minute's budget): the runtime and size it plans."""
+    proc = subprocess.run(
+        [*CLI, "tune", "--depth", str(_depth_model()), "--budget-minutes", "1", "--json"],
+        capture_output=True, text=True, env=env(), cwd=ROOT,
+    )  # fmt: skip
+    tail = proc.stdout.strip().splitlines()
+    return {"rc": proc.returncode, "stdout": tail[-40:], "stderr": proc.stderr.splitlines()[-8:]}
+
+
 def tune() -> dict[str, Any]:
     proc = subprocess.run(
         [*CLI, "tune", "--budget-minutes", "1", "--json"], capture_output=True, text=True,
@@ -387,9 +413,7 @@ def seed() -> dict[str, Any]:
     base = [*CLI, "run", f"rgb={VIDEO}", f"slam1={VIDEO}", f"slam2={VIDEO}", "--depth",
             str(model), "--depth-on", "rgb", "--no-video", "--no-jsonl", "-q", "--json",
             "--max-frames", "300"]  # fmt: skip
-    fp16 = [*TORCH, "--set", "depth.backend=torch", "--set", "depth.inference.device=cuda",
-            "--set", "depth.inference.precision=fp16",
-            "--set", "depth.inference.settings.cuda_graphs=true"]  # fmt: skip
+    fp16 = [*TORCH, *DEPTH_FP16]
     result: dict[str, Any] = {}
     for label, extra in (
         ("as typed", []),
@@ -442,6 +466,8 @@ STEPS: dict[str, tuple[int, Any]] = {
     "doctor": (20, doctor),
     "tests_gpu": (110, lambda: tests(GPU_TESTS)),
     "tune": (90, tune),
+    "live_depth": (60, live_depth),
+    "tune_depth": (120, tune_depth),
     "profile": (150, lambda: _profile().profile_streams(VIDEO)),
     "profile_depth": (150, lambda: _profile().profile_depth(_depth_model(), VIDEO)),
 }
@@ -455,10 +481,11 @@ def _profile() -> Any:
 
 
 PROFILE = ("profile", "profile_depth")  # scripts/gpu_profile.py: where the time goes
-DEPTH_STEPS = ("depth", "seed", "profile_depth")  # they wait for the depth model's build
+# The steps that wait for the depth model's build.
+DEPTH_STEPS = ("depth", "seed", "live_depth", "tune_depth", "profile_depth")
 GROUPS = {
-    "detector": [name for name in STEPS if name not in ("depth", "seed", *PROFILE)],
-    "depth": ["machine", "depth", "seed"],
+    "detector": [name for name in STEPS if name not in (*DEPTH_STEPS, *PROFILE)],
+    "depth": ["machine", "depth", "seed", "live_depth", "tune_depth"],
     "profile": ["machine", *PROFILE],
 }
 
