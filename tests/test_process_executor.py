@@ -146,6 +146,7 @@ def test_run_on_processes_writes_what_a_plain_run_writes(
     summary = json.loads((tmp_path / "processes" / "summary.json").read_text())
     assert summary["accounted"]
     assert summary["frames_out"] == 75
+    assert summary["cpu_percent"] > 0  # the workers' processes and the driver's (was 0)
     cluster = summary["cluster"]
     assert cluster["attempts"] == 2
     # The workers' start is told apart from the running rate (its arithmetic: below).

@@ -5,6 +5,7 @@ source's JSONL lines in order into the run's one JSONL file, and the run's summa
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -179,6 +180,7 @@ def run_on_cluster(
     (`cluster.range_frames`); `say` gets a line for each file split or left whole.
     `before_writing` is called before the first output is opened (the CLI's --overwrite
     removes an earlier run's outputs there)."""
+    cpu_started = time.process_time()
     check_sources(cfg)  # run_on_ray checked before Ray started; here for any executor
     if stop is not None:  # from here a stop finalizes what was committed
         stop.started.set()
@@ -264,7 +266,7 @@ def run_on_cluster(
     live = frozenset(u.name for u in units if u.live)
     outputs = [str(p) for p in closed] + finalize_outputs(out, done, live)
     outputs += [str(output.telemetry)] if telemetry is not None else []
-    summary = cluster_summary(report, live, outputs)
+    summary = cluster_summary(report, live, outputs, time.process_time() - cpu_started)
     summary.notes = [*notes, *summary.notes]
     summary.interrupted = coordinator.stop.asked.is_set()
     if plans is not None:

@@ -15,14 +15,18 @@ from visionrt.telemetry.stats import RunSummary
 WORKER_LOST = "cluster: worker lost"
 
 
-def cluster_summary(report: ClusterReport, live: frozenset[str], outputs: list[str]) -> RunSummary:
+def cluster_summary(
+    report: ClusterReport, live: frozenset[str], outputs: list[str], driver_cpu: float = 0.0
+) -> RunSummary:
     """The run's summary from each source's last attempt and what was committed: its row as
     that attempt's worker wrote it (latency, reconnects), the counts the coordinator's (every
     attempt's), and what a plain run's summary holds of the run as the workers' Pipelines
     said it, each source's last attempt (of each of its ranges: a file split into frame
     ranges): the live audit's figures, the events (added up, with the zone and line events of
     the frames a retry resumed after), the zones' and lines' figures at the end (a retry
-    resumes them), motion gating's."""
+    resumes them), motion gating's. `cpu_percent`: the CPU seconds of the driver
+    (`driver_cpu`) and of each worker group's process as its last attempt reported them, over
+    the run's seconds (percent of one core; an attempt whose worker was lost reported none)."""
     states = report.sources
     rows = [
         {
@@ -42,6 +46,8 @@ def cluster_summary(report: ClusterReport, live: frozenset[str], outputs: list[s
         for reason, count in row["dropped"].items():
             dropped[reason] = dropped.get(reason, 0) + count
     frames_out = sum(row["frames_out"] for row in rows)
+    finals = [unit for state in states.values() for unit in state.unit_finals()]
+    cpu = driver_cpu + sum(unit.get("cpu_seconds", 0.0) for unit in finals)
     summary = RunSummary(
         frames_in=sum(row["frames_in"] for row in rows),
         frames_out=frames_out,
@@ -50,11 +56,10 @@ def cluster_summary(report: ClusterReport, live: frozenset[str], outputs: list[s
         fps=round(frames_out / report.seconds, 3) if report.seconds else 0.0,
         stages={},
         latency={},
-        cpu_percent=0.0,
+        cpu_percent=round(100.0 * cpu / report.seconds, 1) if report.seconds else 0.0,
         rss_mb=0.0,
     )
     summary.sources = rows
-    finals = [unit for state in states.values() for unit in state.unit_finals()]
     summary.events = _added(
         [*(row["events"] for row in rows), *(unit.get("unsourced_events", {}) for unit in finals)]
     )

@@ -191,6 +191,10 @@ def group_batches(
                 "backend": summary.backend,
                 "notes": summary.notes,
                 "unsourced_events": unsourced if i == 0 else {},
+                # The group's process's CPU over its run, once (on its first unit).
+                "cpu_seconds": round(summary.cpu_percent * summary.seconds / 100, 3)
+                if i == 0
+                else 0.0,
                 "events_before": resumed_with["events_before"],
                 # Its figures at its end; where it ran no frame, those it resumed.
                 "analytics": summary.analytics.get(unit.name) or resumed_with["analytics"],
