@@ -39,9 +39,12 @@ class Attention(nn.Module):
         )
 
 
-def fuse_all(nodes: Sequence[Any], outputs: Sequence[str], node_class: type) -> list[Any]:
-    """`nodes` with every rewrite of this module applied."""
-    return fuse_gelu(fuse_attention(nodes, outputs, node_class), outputs, node_class)
+def fuse_all(
+    nodes: Sequence[Any], outputs: Sequence[str], node_class: type, opset: int
+) -> list[Any]:
+    """`nodes` (of a graph of `opset`) with every rewrite of this module applied."""
+    attention = fuse_attention(nodes, outputs, node_class, opset)
+    return fuse_gelu(attention, outputs, node_class)
 
 
 class Gelu(nn.Module):
@@ -90,7 +93,7 @@ def _match_gelu(
         if uses[value] != 1 or len(after) != 1:
             return None
         node = after[0]
-        names = [a for a in node.args if isinstance(a, str)]
+        names = [arg for arg in node.args if isinstance(arg, str)]
         if node.op == "Mul" and len(node.args) == 2 and sorted(names) == sorted([value, x]):
             if times_x:
                 return None
@@ -126,15 +129,19 @@ def _index(
     return producer, uses, consumers
 
 
-def fuse_attention(nodes: Sequence[Any], outputs: Sequence[str], node_class: type) -> list[Any]:
+def fuse_attention(
+    nodes: Sequence[Any], outputs: Sequence[str], node_class: type, opset: int
+) -> list[Any]:
     """`nodes` (the converter's, in order) with each attention pattern replaced by one
     `Attention` node (`node_class(proto, fn, args, consts)`, at the place of the pattern's last
-    MatMul). A pattern whose intermediate values are used elsewhere is left as it is."""
+    MatMul). A pattern whose intermediate values are used elsewhere is left as it is, and a
+    Softmax over another axis than the last (before opset 13 its default axis is 1)."""
     producer, uses, consumers = _index(nodes, outputs)
     replaced: dict[int, Any] = {}  # id(last MatMul) → the fused node
     dropped: set[int] = set()
     for softmax in nodes:
-        if softmax.op != "Softmax" or softmax.attrs.get("axis", -1) != -1:
+        axis = softmax.attrs.get("axis", -1 if opset >= 13 else 1)
+        if softmax.op != "Softmax" or axis != -1:
             continue
         found = _match(softmax, producer, uses, consumers)
         if found is None:

@@ -254,5 +254,5 @@ def convert_onnx(
     if any(name in consts for name in outputs):
         raise ModelLoadError("a graph output is constant; nothing to run")
     if fuse:
-        nodes = fuse_all(nodes, outputs, _Node)
+        nodes = fuse_all(nodes, outputs, _Node, opset)
     return OnnxModule(nodes, inputs, outputs).eval().requires_grad_(False)
