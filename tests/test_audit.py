@@ -167,6 +167,70 @@ def test_the_reference_runs_only_on_idle_cycles(
     assert policies == {os.SCHED_IDLE}
 
 
+def _can_wake_an_idle_thread() -> bool:
+    """Whether this process may move a SCHED_IDLE thread back to SCHED_OTHER (root,
+    CAP_SYS_NICE or RLIMIT_NICE): a thread tries it on itself."""
+    if not hasattr(os, "SCHED_IDLE"):
+        return False
+    allowed: list[bool] = []
+
+    def attempt() -> None:
+        tid = threading.get_native_id()
+        try:
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            allowed.append(True)
+        except OSError:
+            allowed.append(False)
+
+    thread = threading.Thread(target=attempt)
+    thread.start()
+    thread.join()
+    return allowed == [True]
+
+
+@pytest.mark.skipif(not _can_wake_an_idle_thread(), reason="needs SCHED_IDLE and leave to wake")
+def test_closing_finishes_the_lanes_last_call_at_normal_priority(
+    small_video: Path, tiny_model: Path, wider: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lane runs at SCHED_IDLE; on a loaded machine its last reference call (or the
+    reference's load) would get ~0.3 % of a core and outlast the run's close, and the process's
+    exit under it aborted inside the runtime (SIGABRT, `profile` with a plan, twice under
+    `stress-ng`). Here the reference's call returns only once its thread runs at normal
+    priority again: closing moves it there and waits for the lane, which is gone after."""
+    infer = DetectTask.infer
+    entered = threading.Event()
+
+    def starved(self: DetectTask, rows: list) -> object:
+        if threading.current_thread().name == lane.LANE:
+            entered.set()
+            tid = threading.get_native_id()
+            deadline = threading.Event()
+            for _ in range(int(HANG_SECONDS * 100)):  # until woken (or the test's hang limit)
+                if os.sched_getscheduler(tid) != os.SCHED_IDLE:
+                    break
+                deadline.wait(0.01)
+        return infer(self, rows)
+
+    monkeypatch.setattr(DetectTask, "infer", starved)
+    pipeline = _pipeline(
+        small_video, tiny_model, "live", True, audit=0.5, audit_reference=str(wider)
+    )
+
+    def consume() -> int:
+        delivered = 0
+        for _ in pipeline:
+            if not delivered:
+                assert entered.wait(HANG_SECONDS), "the reference never started"
+            delivered += 1
+        return delivered
+
+    assert finishes(consume, "a live run beside a starved reference") > 0
+    assert lane.lane_running()  # its call is still held: nothing woke it during the run
+    pipeline.close()
+    assert not lane.lane_running()
+
+
 @pytest.mark.parametrize(
     ("rate", "avoid", "period"),
     [(0.02, 1, 50), (0.1, 1, 10), (0.5, 1, 2), (0.02, 2, 51), (0.1, 3, 11), (0.5, 2, 3)],

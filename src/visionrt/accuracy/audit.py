@@ -26,7 +26,7 @@ from visionrt.accuracy.audit_window import (
     surely_below,
 )
 from visionrt.fidelity.depth import depth_fidelity
-from visionrt.hardware import idle_priority
+from visionrt.hardware import idle_priority, wake_idle_threads
 from visionrt.tasks.base import Task, run_one
 from visionrt.telemetry import Telemetry
 from visionrt.types import DepthMap, FrameResult
@@ -43,6 +43,17 @@ FILE_QUEUE_BYTES = 256 << 20  # ~190 frames of 768×576, ~40 of 1080p
 # How long the end of a run waits for samples still queued (leftovers are skipped, counted):
 # live runs do not wait; a file run waits at most this long after its last result.
 DRAIN_SECONDS = 30.0
+# How long closing waits for the lane's last call once it runs at normal priority again.
+CLOSE_SECONDS = 30.0
+LANE = "audit"  # the lane's thread
+
+
+def lane_running() -> bool:
+    """Whether an audit lane's thread is still alive (inside a reference call that outlasted
+    its run's close): the process must then end without finalizing under it."""
+    return any(thread.name == LANE and thread.is_alive() for thread in threading.enumerate())
+
+
 # An event needs this many audited frames in the window (or the whole window, when smaller).
 MIN_EVENT_FRAMES = 10
 
@@ -82,7 +93,7 @@ class Auditor:
         self._lock = threading.Lock()
         self._busy: Sample | None = None
         self._ended = False
-        self._thread = threading.Thread(target=self._lane, name="audit", daemon=True)
+        self._thread = threading.Thread(target=self._lane, name=LANE, daemon=True)
 
     # -- the pipeline's side ---------------------------------------------------------------
     def add_source(self, name: str) -> None:
@@ -129,6 +140,8 @@ class Auditor:
         """The run ended: with `drain`, wait up to DRAIN_SECONDS for the queued samples; then
         skip (and count) what is left."""
         deadline = time.monotonic() + (DRAIN_SECONDS if drain else 0.0)
+        if drain and self._queue.unfinished_tasks:
+            wake_idle_threads()  # the pipeline is done: the lane's work is all that is left
         while self._queue.unfinished_tasks and time.monotonic() < deadline:
             if not self._thread.is_alive():
                 break
@@ -149,12 +162,16 @@ class Auditor:
             self._skip(sample.source, ENDED)
 
     def close(self) -> None:
-        """Stop the lane (what is queued is skipped); it closes the reference tasks itself."""
+        """Stop the lane (what is queued is skipped) and wait for it: it closes the reference
+        tasks itself. The lane runs at idle priority; its last call (or the reference's load)
+        finishes at normal priority, or a loaded machine would starve it past the process's
+        exit, which then aborts inside the runtime."""
         if not self._ended:
             self.finish(drain=False)
         if self._thread.is_alive():
             self._queue.put(None)
-            self._thread.join(timeout=2.0)  # a daemon: one reference call may still be running
+            wake_idle_threads()
+            self._thread.join(timeout=CLOSE_SECONDS)  # a daemon still: a call that hangs
 
     def _skip(self, name: str, reason: str) -> None:
         with self._lock:

@@ -69,8 +69,20 @@ def main(argv: list[str] | None = None) -> None:
         _forget_interrupts_handled()
     if code == 130:  # typer's answer to Ctrl-C outside the run
         _fail(STARTUP.message() if STARTUP.received else "interrupted", 130)
-    if isinstance(code, int) and code:
+    code = code if isinstance(code, int) else 0
+    if argv is None and _call_in_flight():  # the process's own command line, its work done
+        STARTUP.exit_now(code)
+    if code:
         sys.exit(code)
+
+
+def _call_in_flight() -> bool:
+    """Whether a runtime call still runs on a daemon thread (the live audit's lane, starved on
+    a loaded machine past its run's close): finalizing the interpreter under it aborts inside
+    the runtime ("terminate called without an active exception", SIGABRT) after the outputs
+    were written."""
+    audit = sys.modules.get("visionrt.accuracy.audit")
+    return audit is not None and bool(audit.lane_running())
 
 
 def _caused_by_interrupt(err: BaseException) -> bool:
