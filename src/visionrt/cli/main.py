@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 from typing import NoReturn
 
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         _fail(STARTUP.message() if STARTUP.received else "interrupted", 130)
     code = code if isinstance(code, int) else 0
     if argv is None and _call_in_flight():  # the process's own command line, its work done
+        logging.shutdown()  # what exit would still do: the log files' last lines
         STARTUP.exit_now(code)
     if code:
         sys.exit(code)
