@@ -153,18 +153,24 @@ def test_the_reference_runs_only_on_idle_cycles(
     monkeypatch.setattr(DetectTask, "__init__", seen)
     monkeypatch.setattr(lane, "DRAIN_SECONDS", 0.0)  # what it audits is not the question
     pipeline = _pipeline(small_video, tiny_model, audit=0.5, audit_reference=str(wider))
+    assert _delivered(pipeline, built, "the run") == 40
+    pipeline.close()
+    assert policies == {os.SCHED_IDLE}
+
+
+def _delivered(pipeline: Pipeline, lane_started: threading.Event, what: str) -> int:
+    """The results of `pipeline`'s run (which must end: `finishes`), the first one taken only
+    once the lane's reference has started (`lane_started`)."""
 
     def consume() -> int:
         delivered = 0
         for _ in pipeline:
             if not delivered:
-                assert built.wait(HANG_SECONDS), "the lane never built its reference"
+                assert lane_started.wait(HANG_SECONDS), "the lane's reference never started"
             delivered += 1
         return delivered
 
-    assert finishes(consume, "the run") == 40
-    pipeline.close()
-    assert policies == {os.SCHED_IDLE}
+    return finishes(consume, what)
 
 
 def _can_wake_an_idle_thread() -> bool:
@@ -217,15 +223,7 @@ def test_closing_finishes_the_lanes_last_call_at_normal_priority(
         small_video, tiny_model, "live", True, audit=0.5, audit_reference=str(wider)
     )
 
-    def consume() -> int:
-        delivered = 0
-        for _ in pipeline:
-            if not delivered:
-                assert entered.wait(HANG_SECONDS), "the reference never started"
-            delivered += 1
-        return delivered
-
-    assert finishes(consume, "a live run beside a starved reference") > 0
+    assert _delivered(pipeline, entered, "a live run beside a starved reference") > 0
     assert lane.lane_running()  # its call is still held: nothing woke it during the run
     pipeline.close()
     assert not lane.lane_running()
