@@ -116,6 +116,23 @@ def one_layout(slots: Sequence[FrameSlot]) -> tuple[tuple[int, ...], Letterbox |
     return shape, box
 
 
+def prepare_staged(
+    backend: Any, slots: Sequence[FrameSlot], key: Any, fill: Callable[[Tensor, Tensor], None]
+) -> Tensor:
+    """A batch of one frame shape (`one_layout`) prepared into `backend`'s input (a
+    FramesBackend, inside its device scope): the frames staged in a device buffer at the
+    graph's size (`device_rows`; the rows past the batch hold older frames and are not read),
+    then `fill(staged, input)` run by `prepare_device`, which replays it as a CUDA graph per
+    (size, shape, `key`) where graphs are on. The batch's rows of the input."""
+    count, shape = len(slots), tuple(_tensor(slots[0]).shape)
+    size = backend.device_rows(count)
+    staged = backend.device_buffer(f"frames {shape}", size, shape, torch.uint8)
+    stage_slots(slots, staged)
+    images = backend.device_input(size)
+    backend.prepare_device((size, shape, key), lambda: fill(staged, images))
+    return images[:count]  # type: ignore[no-any-return]
+
+
 def stage_slots(slots: Sequence[FrameSlot], staged: Tensor) -> None:
     """Each slot's frame copied into its row of `staged` (one shape, on the device: a buffer
     that stays where a CUDA graph reads it), without blocking the host where it is pinned."""
@@ -145,12 +162,10 @@ def _by_shape(slots: Sequence[FrameSlot]) -> dict[tuple[int, ...], list[int]]:
 
 
 def _gather(slots: Sequence[FrameSlot], rows: Sequence[int], device: torch.device) -> Tensor:
-    """The frames of `rows` (one shape) in one tensor on `device`, each copied straight into its
-    row (without blocking the host where the slot's memory is pinned)."""
+    """The frames of `rows` (one shape) in one new tensor on `device` (`stage_slots`)."""
     first = _tensor(slots[rows[0]])
     batch = torch.empty((len(rows), *first.shape), dtype=torch.uint8, device=device)
-    for index, row in enumerate(rows):
-        batch[index].copy_(_tensor(slots[row]), non_blocking=True)
+    stage_slots([slots[row] for row in rows], batch)
     return batch
 
 

@@ -13,7 +13,7 @@ import torch
 
 from visionrt.backends.base import Backend, FramesBackend
 from visionrt.preprocess.depth_device import depth_batch, depth_rows, depth_staged
-from visionrt.preprocess.device import FrameSlot, one_layout, stage_slots, upload
+from visionrt.preprocess.device import FrameSlot, one_layout, prepare_staged, upload
 from visionrt.tasks.base import warm_up_device
 
 
@@ -51,22 +51,13 @@ class DeviceDepth:
             return maps.cpu().numpy(), ~finite.cpu().numpy()
 
     def _prepare(self, slots: list[FrameSlot]) -> torch.Tensor:
-        """The batch prepared into the model's input: frames of one shape staged in a buffer
-        of their own and prepared by one call the backend replays as a CUDA graph where graphs
-        are on (as DeviceDetect does); frames of several shapes as `depth_batch`."""
-        count = len(slots)
-        layout = one_layout(slots)
-        if layout is None:
-            images = self.backend.device_input(count)
+        """The batch prepared into the model's input: frames of one shape through
+        `prepare_staged` (a CUDA graph where graphs are on), others as `depth_batch`."""
+        if one_layout(slots) is None:
+            images = self.backend.device_input(len(slots))
             depth_batch(upload(slots, self.device), images)
             return images
-        shape = layout[0]
-        size = self.backend.device_rows(count)
-        staged = self.backend.device_buffer(f"frames {shape}", size, shape, torch.uint8)
-        stage_slots(slots, staged)
-        images = self.backend.device_input(size)
-        self.backend.prepare_device((size, shape), lambda: depth_staged(staged, images))
-        return images[:count]
+        return prepare_staged(self.backend, slots, None, depth_staged)
 
     def warm_up(self, batch: int, calls: int) -> None:
         """`calls` full batches of grey frames at the input size, after a batch of every power

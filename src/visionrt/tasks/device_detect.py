@@ -25,7 +25,7 @@ from visionrt.preprocess.device import (
     letterbox_slots,
     letterbox_staged,
     one_layout,
-    stage_slots,
+    prepare_staged,
 )
 from visionrt.tasks.base import warm_up_device
 from visionrt.types import Detections
@@ -85,25 +85,18 @@ class DeviceDetect:
             return rows  # type: ignore[return-value]
 
     def _prepare(self, slots: list[FrameSlot]) -> torch.Tensor:
-        """The batch letterboxed into the model's input. Frames of one shape in one box (one
-        camera size) go up into a buffer of their own and are prepared by one call the backend
-        replays as a CUDA graph where graphs are on, the buffers at the graph's size (the rows
-        past the batch's hold older frames and are not read); others as `letterbox_slots`."""
-        count = len(slots)
+        """The batch letterboxed into the model's input: one camera size in one box through
+        `prepare_staged` (a CUDA graph where graphs are on), others as `letterbox_slots`."""
         layout = one_layout(slots)
         if layout is None:
-            images = self.backend.device_input(count)
+            images = self.backend.device_input(len(slots))
             letterbox_slots(slots, images)
             return images
-        shape, box = layout
+        box = layout[1]
         assert box is not None, "a detector's slot holds its letterbox"
-        size = self.backend.device_rows(count)
-        staged = self.backend.device_buffer(f"frames {shape}", size, shape, torch.uint8)
-        stage_slots(slots, staged)
-        images = self.backend.device_input(size)
-        key = (size, shape, box)
-        self.backend.prepare_device(key, lambda: letterbox_staged(staged, box, images))
-        return images[:count]
+        return prepare_staged(
+            self.backend, slots, box, lambda staged, images: letterbox_staged(staged, box, images)
+        )
 
     @staticmethod
     def decode(rows: npt.NDArray[np.float32]) -> Detections:
