@@ -1,8 +1,8 @@
 """The FP32 reference on this machine's NVIDIA GPU: what a run with no plan (and no backend,
 device or precision of the user's) runs when torch can use a CUDA GPU here and convert the
 model — torch fp32 on CUDA, its calls replayed as CUDA graphs, instead of ONNX Runtime on the
-CPU. A plan or a flag naming the CPU
-wins; a model the converter cannot take stays on the CPU, and the line says why."""
+CPU. A plan or a flag naming the CPU wins; a model the converter cannot take stays on the CPU,
+and the line says why."""
 
 from __future__ import annotations
 
