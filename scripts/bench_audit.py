@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from visionrt import Pipeline, PipelineOptions, SourceOptions
+from visionrt import Pipeline, SourceOptions
 from visionrt import fidelity as coco
 from visionrt.bench.reference import collect_detections
+from visionrt.config import pipeline_options
 from visionrt.hardware import cpu_model
 from visionrt.models import demo_model_path
 from visionrt.paths import DEMO_VIDEO
@@ -50,7 +51,7 @@ def one_run(rate: float, frames: int) -> dict[str, Any]:
         [str(DEMO_VIDEO)],
         demo_model_path(),
         source_options=SourceOptions(mode="file", max_frames=frames),
-        options=PipelineOptions(audit=rate),
+        options=pipeline_options(audit=rate),
     )
     if pipeline.plan is None:
         pipeline.close()

@@ -81,8 +81,8 @@ def configurations(args: argparse.Namespace) -> dict[str, list[str]]:
     then each gating mode over the settings swept."""
     configs: dict[str, list[str]] = {}
     modes = args.modes.split(",")
-    regions = ["--set", f"pipeline.motion_region={args.region}", "--set",
-               f"pipeline.motion_region_model={region_model(args.region)}"]  # fmt: skip
+    regions = ["--set", f"pipeline.motion.region={args.region}", "--set",
+               f"pipeline.motion.region_model={region_model(args.region)}"]  # fmt: skip
     sweeps = [(a, r, t) for a in args.min_area.split(",") for r in args.refresh.split(",")
               for t in args.threshold.split(",")]  # fmt: skip
     for every in args.every.split(","):
@@ -95,9 +95,9 @@ def configurations(args: argparse.Namespace) -> dict[str, list[str]]:
                 name += f", refresh {refresh}" if "," in args.refresh else ""
                 name += f", threshold {threshold}" if "," in args.threshold else ""
                 configs[name] = [*paced, "--motion", mode,
-                                 "--set", f"pipeline.motion_min_area={area}",
-                                 "--set", f"pipeline.motion_refresh={refresh}",
-                                 "--set", f"pipeline.motion_threshold={threshold}",
+                                 "--set", f"pipeline.motion.min_area={area}",
+                                 "--set", f"pipeline.motion.refresh={refresh}",
+                                 "--set", f"pipeline.motion.threshold={threshold}",
                                  *(regions if mode == "regions" else [])]  # fmt: skip
     return configs
 

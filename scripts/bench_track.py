@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from visionrt.backends import BackendOptions
+from visionrt.config import pipeline_options
 from visionrt.fidelity import REFERENCE_BACKEND, tracking_fidelity
 from visionrt.fuse.bytetrack import Tracker
 from visionrt.fuse.ocsort import OcSortTracker
@@ -137,7 +138,7 @@ def measure(
         line = [f"round {round_index + 1}: reference {references[-1].fps:.2f} FPS"]
         for every in everies:
             for kind in kinds:
-                options = PipelineOptions(track=True, detect_every=every, tracker=kind)
+                options = pipeline_options(track=True, detect_every=every, tracker=kind)
                 run = run_pipeline(model, args.video, args.frames, args.conf, options)
                 runs.setdefault((kind, every), []).append(run)
                 line.append(f"{kind} N={every} {run.fps:.2f}")

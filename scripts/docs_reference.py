@@ -131,19 +131,46 @@ def config_page() -> str:
         )
     lines.append("")
     for field in dataclasses.fields(RunConfig):
-        section = hints[field.name]
-        if not dataclasses.is_dataclass(section):
-            continue
-        doc = _cell((section.__doc__ or "").strip())
-        lines += [f"## `{field.name}`", "", doc, "", "| key | type | default |", "|---|---|---|"]
-        inner = typing.get_type_hints(section)
-        for key in dataclasses.fields(section):
-            lines.append(
-                f"| `{field.name}.{key.name}` | {_cell(_type_name(inner[key.name]))} |"
-                f" {_cell(_field_default(key))} |"
-            )
-        lines.append("")
+        if dataclasses.is_dataclass(hints[field.name]):
+            lines += _section(field.name, hints[field.name])
+    lines += _flat_keys()
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _section(key: str, section: Any) -> list[str]:
+    """A section's table, then each section inside it, under its own dotted heading."""
+    doc = _cell((section.__doc__ or "").strip())
+    lines = [f"## `{key}`", "", doc, "", "| key | type | default |", "|---|---|---|"]
+    inner = typing.get_type_hints(section)
+    nested = []
+    for field in dataclasses.fields(section):
+        if dataclasses.is_dataclass(inner[field.name]):
+            nested.append(field)
+        lines.append(
+            f"| `{key}.{field.name}` | {_cell(_type_name(inner[field.name]))} |"
+            f" {_cell(_field_default(field))} |"
+        )
+    lines.append("")
+    for field in nested:
+        lines += _section(f"{key}.{field.name}", inner[field.name])
+    return lines
+
+
+def _flat_keys() -> list[str]:
+    """The pipeline's keys of before its policies had sections, read as the keys they name."""
+    from visionrt.config.pipeline import FLAT_KEYS
+
+    lines = [
+        "## Keys of before (read for this release)",
+        "",
+        "Until 2026-11-28 the `pipeline` section was flat. A config file, `--set` or a cached"
+        " plan that still gives one of these keys sets the key it names now.",
+        "",
+        "| key of before | the key it sets |",
+        "|---|---|",
+    ]
+    lines += [f"| `pipeline.{old}` | `pipeline.{new}` |" for old, new in FLAT_KEYS.items()]
+    return [*lines, ""]
 
 
 def pages() -> dict[Path, str]:

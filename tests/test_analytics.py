@@ -11,7 +11,8 @@ import cv2
 import numpy as np
 import pytest
 
-from visionrt import Pipeline, PipelineOptions
+from visionrt import Pipeline
+from visionrt.config import pipeline_options
 from visionrt.errors import ConfigError
 from visionrt.fuse import (
     AnalyticsFuser,
@@ -284,7 +285,7 @@ def test_a_zone_or_line_outside_the_frames_is_said_once(
     far = {"cam": {"zones": {"far": [[700, 0], [800, 0], [800, 100]],  # right of 640
                              "near": [[600, 400], [900, 400], [900, 900]]},  # reaches in
                    "lines": {"low": [[0, 500], [640, 600]]}}}  # fmt: skip
-    options = PipelineOptions(warmup=0, track=True)
+    options = pipeline_options(warmup=0, track=True)
     pipeline = Pipeline([f"cam={tmp_path}"], tiny_model, "onnxruntime", options=options,
                         analytics=far)  # fmt: skip
     told: list[str] = []
@@ -316,7 +317,7 @@ def test_a_run_writes_zone_counts_and_counts_the_events(tmp_path: Path, tiny_mod
     # The tiny detector's box stands at (320, 290) in a 640×480 frame (its feet).
     zones = {"cam": {"zones": {"middle": [[200, 200], [440, 200], [440, 400], [200, 400]]},
                      "lines": {"far": [[0, 10], [600, 10]]}}}  # fmt: skip
-    options = PipelineOptions(warmup=0, track=True)
+    options = pipeline_options(warmup=0, track=True)
     with pytest.raises(ConfigError, match="analytics: no source named 'cam'"):
         Pipeline([str(tmp_path)], tiny_model, "onnxruntime", options=options, analytics=zones)
     with pytest.raises(ConfigError, match="add --track"):
@@ -375,7 +376,7 @@ def test_zone_events_on_real_footage_match_a_recount_of_the_tracks(
 
     right, bottom, lost, band = 384.0, 576.0, 1.0, 4.0  # band: the documented 4 px
     zones = {"vtest": {"zones": {"left": [[0, 0], [right, 0], [right, bottom], [0, bottom]]}}}
-    options = PipelineOptions(warmup=0, track=True, track_lost_seconds=lost)
+    options = pipeline_options(warmup=0, track=True, track_lost_seconds=lost)
     pipeline = Pipeline(
         [f"vtest={demo_video}"], demo_model, "onnxruntime", plan=False, options=options,
         source_options=SourceOptions(max_frames=200), analytics=zones,

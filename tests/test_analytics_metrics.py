@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from conftest import scraped
 
-from visionrt import Pipeline, PipelineOptions
+from visionrt import Pipeline
 from visionrt.cli.main import main
+from visionrt.config import pipeline_options
 from visionrt.telemetry import Telemetry
 from visionrt.telemetry.metrics import MetricsServer, scrape
 
@@ -117,7 +118,7 @@ def test_a_run_exports_its_zones_and_lines(walking: Path, tiny_model: Path) -> N
         [f"cam={walking}"],
         tiny_model,
         "onnxruntime",
-        options=PipelineOptions(warmup=0, track=True),
+        options=pipeline_options(warmup=0, track=True),
         analytics=ZONES,
     )
     summary, text = scraped(pipeline)

@@ -19,10 +19,11 @@ from visionrt import fidelity as coco
 from visionrt.accuracy import AuditEvent, sample_period
 from visionrt.accuracy import audit as lane
 from visionrt.bench.reference import collect_detections
-from visionrt.config import load_config
+from visionrt.config import load_config, pipeline_options
+from visionrt.config.pipeline import AuditOptions
 from visionrt.errors import ConfigError
 from visionrt.pipeline import DepthOptions
-from visionrt.pipeline.audit import planned_audit
+from visionrt.pipeline.audit import planned_audit, planned_depth_audit
 from visionrt.plans import Plan
 from visionrt.tasks import DetectTask
 from visionrt.types import FrameResult
@@ -62,7 +63,7 @@ def _pipeline(
         model,
         "onnxruntime",
         source_options=SourceOptions(mode=mode, realtime=realtime),
-        options=PipelineOptions(warmup=0, **options),  # type: ignore[arg-type]
+        options=pipeline_options(warmup=0, **options),  # type: ignore[arg-type]
     )
 
 
@@ -327,7 +328,7 @@ def test_a_reference_that_does_not_load_leaves_the_run_alone(
 ) -> None:
     broken = tmp_path / "broken.onnx"
     broken.write_bytes(b"not a model")
-    with pytest.raises(ConfigError, match=r"pipeline\.audit_reference: .*broken\.onnx: not read"):
+    with pytest.raises(ConfigError, match=r"pipeline\.audit\.reference: .*broken\.onnx: not read"):
         _pipeline(small_video, tiny_model, audit=0.25, audit_reference=str(broken))
     # Not asked for (a plan's reference that was moved, say): no audit, and a line says why.
     quiet = _pipeline(small_video, tiny_model, audit_reference=str(tmp_path / "gone.onnx"))
@@ -389,18 +390,20 @@ def test_prometheus_and_the_telemetry_file_carry_the_fidelity(
 
 def test_audit_options_from_flags_yaml_and_plans(tmp_path: Path) -> None:
     config = tmp_path / "run.yaml"
+    config.write_text("pipeline:\n  audit: {share: 0.05, window: 12}\n", encoding="utf-8")
+    assert load_config(config).pipeline.audit == AuditOptions(share=0.05, window=12)
+    # The flat keys of before the audit had its own section read the same.
     config.write_text("pipeline:\n  audit: 0.05\n  audit_window: 12\n", encoding="utf-8")
-    assert load_config(config).pipeline.audit == 0.05
-    assert load_config(config).pipeline.audit_window == 12
-    with pytest.raises(ConfigError, match=r"pipeline.audit \(--audit\): expected a share"):
+    assert load_config(config).pipeline.audit == AuditOptions(share=0.05, window=12)
+    with pytest.raises(ConfigError, match=r"pipeline.audit.share \(--audit\): expected a share"):
         load_config(overrides=["pipeline.audit=0.7"])
     plan = Plan(run={}, tuned={"source_model": "/m/yolo.onnx", "limits": {"min_fidelity": 0.9}})
     planned = planned_audit(PipelineOptions(), plan)
-    assert (planned.audit_reference, planned.audit_min_fidelity) == ("/m/yolo.onnx", 0.9)
-    mine = planned_audit(PipelineOptions(audit_reference="/m/mine.onnx"), plan)
-    assert mine.audit_reference == "/m/mine.onnx"  # the user's own stays
+    assert (planned.audit.reference, planned.audit.min_fidelity) == ("/m/yolo.onnx", 0.9)
+    mine = planned_audit(pipeline_options(audit_reference="/m/mine.onnx"), plan)
+    assert mine.audit.reference == "/m/mine.onnx"  # the user's own stays
     depth = Plan(run={}, tuned={"source_model": "/m/da.onnx", "limits": {"max_abs_rel": 0.05}})
-    depth_options = planned_audit(DepthOptions("/m/da-int8.xml"), depth)
+    depth_options = planned_depth_audit(DepthOptions("/m/da-int8.xml"), depth)
     assert (depth_options.audit_reference, depth_options.audit_max_abs_rel) == ("/m/da.onnx", 0.05)
 
 
@@ -413,7 +416,7 @@ def test_cli_audit_flag(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     proc = visionrt("run", str(small_video), "-m", str(tiny_model), "--audit", "2")
-    assert_one_line_error(proc, 2, "pipeline.audit (--audit): expected a share of frames")
+    assert_one_line_error(proc, 2, "pipeline.audit.share (--audit): expected a share of frames")
     out = tmp_path / "out"
     # In this process, where the lane gets its share of the CPU (lane_gets_its_share).
     code, err = run_cli(
@@ -440,7 +443,7 @@ def test_depth_is_audited_after_alignment(
         tiny_model,
         "onnxruntime",
         source_options=SourceOptions(mode="file", max_frames=4),
-        options=PipelineOptions(warmup=0, audit=0.5, audit_reference=str(tiny_model)),
+        options=pipeline_options(warmup=0, audit=0.5, audit_reference=str(tiny_model)),
         # Smoothed: what the user gets is no longer the reference's own map.
         depth=DepthOptions(depth_model, short_side=266, smoothing=0.5),
     )

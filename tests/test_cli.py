@@ -281,8 +281,14 @@ def test_bench_variants_parse_every_part() -> None:
         ({"threads": 0}, {"inference": {"threads": 0}}),  # 0 is a value, not unset
         ({"model": "m.onnx"}, {"model": "m.onnx"}),  # the top-level key, not depth.model
         ({"depth_smoothing": 0.5}, {"depth": {"smoothing": 0.5}}),  # section_key
-        ({"track": False, "sources": []}, {"pipeline": {"track": None}, "sources": None}),
-        ({"track": True, "sources": ("a",)}, {"pipeline": {"track": True}, "sources": ["a"]}),
+        (
+            {"track": False, "sources": []},
+            {"pipeline": {"tracking": {"enabled": None}}, "sources": None},
+        ),
+        (
+            {"track": True, "sources": ("a",)},
+            {"pipeline": {"tracking": {"enabled": True}}, "sources": ["a"]},
+        ),
         (
             {"no_video": True, "imgsz": "512x640"},
             {"output": {"video": False}, "inference": {"input_size": [512, 640]}},

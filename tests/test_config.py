@@ -3,12 +3,18 @@ defaults < plan < YAML < --set < flags."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from visionrt.config import load_config
+from visionrt.cli.run_config import flag_values
+from visionrt.config import load_config, pipeline_options
+from visionrt.config.pipeline import AuditOptions, SloOptions
 from visionrt.errors import ConfigError
+from visionrt.fuse.track_options import TrackingOptions
+from visionrt.preprocess.motion import MotionOptions
+from visionrt.preprocess.tile import TileOptions
 
 
 @pytest.mark.parametrize(
@@ -178,3 +184,78 @@ def test_bad_tasks_lists_are_one_line_errors(tmp_path: Path, tasks: str, message
     path.write_text(f"tasks: {tasks}\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=message):
         load_config(path)
+
+
+def test_each_pipeline_policy_is_its_own_section(tmp_path: Path) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        "pipeline:\n"
+        "  queue_size: 2\n"
+        "  tracking: {enabled: true, detect_every: 3, match_iou: 0.3}\n"
+        "  slo: {target_ms: 80, sizes: [480, 384]}\n"
+        "  tiling: {tile: 640, overlap: 0.25}\n"
+        "  motion: {mode: skip, min_area: 0.005}\n"
+        "  audit: {share: 0.1, window: 12}\n",
+        encoding="utf-8",
+    )
+    pipeline = load_config(config).pipeline
+    assert pipeline.queue_size == 2
+    assert pipeline.tracking == TrackingOptions(enabled=True, detect_every=3, match_iou=0.3)
+    assert pipeline.slo == SloOptions(target_ms=80.0, sizes=(480, 384))
+    assert pipeline.tiling == TileOptions(tile=640, overlap=0.25)
+    assert pipeline.motion == MotionOptions(mode="skip", min_area=0.005)
+    assert pipeline.audit == AuditOptions(share=0.1, window=12)
+    # Each section's own tracker options, with the run's confidence split.
+    assert pipeline.tracking.options(0.5, 0.1).match_iou == 0.3
+
+
+def test_the_flat_pipeline_keys_of_before_set_the_keys_they_name(tmp_path: Path) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        "pipeline: {track: true, detect_every: 3, track_match_iou: 0.3, slo_ms: 80,"
+        " slo_sizes: [480, 384], tile: 640, tile_overlap: 0.25, motion: skip,"
+        " motion_min_area: 0.005, audit: 0.1, audit_window: 12}\n",
+        encoding="utf-8",
+    )
+    flat = load_config(config).pipeline
+    nested = pipeline_options(
+        tracking={"enabled": True, "detect_every": 3, "match_iou": 0.3},
+        slo={"target_ms": 80, "sizes": [480, 384]},
+        tiling={"tile": 640, "overlap": 0.25},
+        motion={"mode": "skip", "min_area": 0.005},
+        audit={"share": 0.1, "window": 12},
+    )
+    assert flat == nested
+    # Layers mix both: a flat --set over a file's section, a section's key over a flat one.
+    regions = ["pipeline.motion=regions", "pipeline.tiling.tile=0"]
+    assert load_config(config, regions).pipeline.motion.mode == "regions"
+    mixed = load_config(config, ["pipeline.motion.min_area=0.01", "pipeline.track_per_class=true"])
+    assert (mixed.pipeline.motion.mode, mixed.pipeline.motion.min_area) == ("skip", 0.01)
+    assert mixed.pipeline.tracking.per_class is True
+    # The flags reach the section keys.
+    assert flag_values(motion="skip", detect_every=2, tile=640, audit=0.1) == {
+        "pipeline": {
+            "motion": {"mode": "skip"},
+            "tracking": {"detect_every": 2},
+            "tiling": {"tile": 640},
+            "audit": {"share": 0.1},
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("pipeline.tracking.nope=1", "unknown option 'pipeline.tracking.nope': expected one of"
+         " pipeline.tracking.detect_every, pipeline.tracking.enabled"),
+        ("pipeline.tracking=5", "pipeline.tracking: expected a section of options"),
+        ("pipeline.motion.mode=roi", "pipeline.motion.mode (--motion): expected off, skip or"),
+        ("pipeline.motion=roi", "pipeline.motion.mode (--motion): expected off, skip or"),
+        ("pipeline.tracking.detect_every=2", "frames between detections need tracking"),
+        ("pipeline.slo.target_ms=-1", "pipeline.slo.target_ms: expected 0 (off)"),
+        ("pipeline.tiling.tile=16", "--tile: expected a whole number of pixels >= 32"),
+    ],
+)  # fmt: skip
+def test_a_bad_section_key_is_one_line_naming_it(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(overrides=[override])

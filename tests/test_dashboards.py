@@ -13,7 +13,8 @@ import pytest
 import yaml
 from conftest import scraped
 
-from visionrt import BackendOptions, Pipeline, PipelineOptions, SourceOptions
+from visionrt import BackendOptions, Pipeline, SourceOptions
+from visionrt.config import pipeline_options
 from visionrt.telemetry import gpu, metrics
 from visionrt.telemetry.stats import RunSummary
 
@@ -78,7 +79,7 @@ def exposition(tiny_model: Path) -> str:
         "null",
         BackendOptions(settings={"delay_ms": "80"}),
         source_options=SourceOptions(mode="live"),
-        options=PipelineOptions(warmup=0, audit=0.25, audit_reference=str(tiny_model)),
+        options=pipeline_options(warmup=0, audit=0.25, audit_reference=str(tiny_model)),
     )
     assert pipeline.auditor is not None
     summary, text = _scraped(pipeline)
@@ -90,7 +91,7 @@ def exposition(tiny_model: Path) -> str:
         ["cam=synthetic:64x48:5"],
         tiny_model,
         "onnxruntime",
-        options=PipelineOptions(warmup=0, track=True),
+        options=pipeline_options(warmup=0, track=True),
         analytics=analytics,
     )
     summary, zones_text = _scraped(zoned)

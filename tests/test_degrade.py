@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from conftest import write_toy_head
 
-from visionrt import BackendOptions, Pipeline, PipelineOptions, SourceOptions
+from visionrt import BackendOptions, Pipeline, SourceOptions
+from visionrt.config import pipeline_options
 from visionrt.errors import ConfigError
 from visionrt.pipeline import build as build_module
 from visionrt.pipeline.degrade import HEADROOM, Change, Degrader, build_ladder
@@ -38,7 +39,7 @@ def test_ladder_order_every_then_sizes_then_model() -> None:
     assert [(r.every, r.variant) for r in rungs] == [(1, 0), (2, 0), (3, 0), (3, 1), (3, 2), (3, 3)]
     assert rungs[1].label == "detect every 2"
     assert build_ladder(1, 2, False, [])[1].label == "1 frame in 2"
-    with pytest.raises(ConfigError, match="slo_max_every: expected >= detect_every"):
+    with pytest.raises(ConfigError, match=r"slo\.max_every: expected >= detect_every"):
         build_ladder(4, 3, True, [])
 
 
@@ -89,7 +90,7 @@ def test_one_slow_frame_in_twenty_does_not_step() -> None:
 
 def test_slo_needs_live_sources(tiny_model: Path) -> None:
     with pytest.raises(ConfigError, match="--slo-ms: a latency target needs live sources"):
-        Pipeline(["synthetic:64x48:5"], tiny_model, "null", options=PipelineOptions(slo_ms=50))
+        Pipeline(["synthetic:64x48:5"], tiny_model, "null", options=pipeline_options(slo_ms=50))
 
 
 class ScriptedDegrader(Degrader):
@@ -123,7 +124,7 @@ def test_live_run_degrades_under_load_and_recovers(
         "null",
         BackendOptions(input_size=(64, 64), cache_dir=tmp_path, settings={"delay_ms": "5"}),
         source_options=SourceOptions(mode="live"),
-        options=PipelineOptions(
+        options=pipeline_options(
             warmup=0,
             track=True,
             slo_ms=60,

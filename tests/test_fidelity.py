@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from visionrt.bench.reference import collect_detections, compare_to_reference
+from visionrt.config import pipeline_options
 from visionrt.errors import ConfigError
 from visionrt.fidelity import (
     box_iou,
@@ -15,7 +16,6 @@ from visionrt.fidelity import (
     identity_errors,
     tracking_fidelity,
 )
-from visionrt.pipeline import PipelineOptions
 from visionrt.types import Detections
 
 A = [0.0, 0.0, 100.0, 100.0]
@@ -183,7 +183,7 @@ def test_tracked_runs_against_the_reference(
     reference = demo_reference[:30]  # the session's FP32 reference run (conftest)
     assert len(reference) == 30
     for every, least in ((1, 1.0), (3, 0.8)):
-        options = PipelineOptions(track=True, detect_every=every, tracker=tracker)
+        options = pipeline_options(track=True, detect_every=every, tracker=tracker)
         boxes = collect_detections(demo_video, demo_model, frames=30, pipeline_options=options)
         score = tracking_fidelity(reference, boxes, every)
         assert score.overall.map50 >= least, (every, score.overall)

@@ -14,6 +14,7 @@ from conftest import write_tiny_detector, write_video
 from visionrt.accuracy import check, geometry
 from visionrt.accuracy.geometry import settle, source_sizes
 from visionrt.cli.tune import tune_sources
+from visionrt.config import pipeline_options
 from visionrt.plans import Plan, PlanUse, machine_fingerprint, plan_path
 from visionrt.plans.proof import proof, record, sections_for
 from visionrt.plans.store import file_sha256
@@ -320,7 +321,7 @@ def test_an_audit_below_budget_refutes_the_proof_for_the_next_run(
 def test_a_run_whose_audit_fails_refutes_its_plan(
     tiny_model: Path, small_video: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from visionrt import Pipeline, PipelineOptions
+    from visionrt import Pipeline
 
     root = tmp_path / "plans"
     monkeypatch.setenv("VISIONRT_PLANS", str(root))
@@ -329,7 +330,7 @@ def test_a_run_whose_audit_fails_refutes_its_plan(
     tuned = {"run": "plan", "label": "the plan (64×64)", "fidelity": 0.98, "frames": 300}
     record(plan, (96, 128), {**tuned, "by": "tune"})  # proven: no check before the run
     path = plan.save(plan_path(tiny_model, machine_fingerprint(), root))
-    options = PipelineOptions(audit=0.5, audit_window=5)
+    options = pipeline_options(audit=0.5, audit_window=5)
     pipeline = Pipeline([f"wide={small_video}"], tiny_model, options=options)
     try:
         for _ in pipeline:

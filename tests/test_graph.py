@@ -15,6 +15,7 @@ import pytest
 from conftest import HANG_SECONDS, until, write_video
 
 from visionrt import BackendOptions, Pipeline, PipelineOptions, SourceOptions
+from visionrt.config import pipeline_options
 from visionrt.errors import ConfigError
 from visionrt.pipeline import inbox
 from visionrt.pipeline.inbox import Inboxes
@@ -347,7 +348,7 @@ def test_tracking_with_detect_every_n_boxes_every_frame(
         [str(small_video)],
         tiny_model,
         "onnxruntime",
-        options=PipelineOptions(track=True, detect_every=3),
+        options=pipeline_options(track=True, detect_every=3),
     )
     calls: list[int] = []
     infer = pipeline.task.infer
@@ -374,9 +375,9 @@ def test_tracking_with_detect_every_n_boxes_every_frame(
 
 def test_detect_every_needs_tracking() -> None:
     with pytest.raises(ConfigError, match="need tracking"):
-        PipelineOptions(detect_every=2)
-    with pytest.raises(ConfigError, match=r"pipeline\.detect_every: expected >= 1"):
-        PipelineOptions(track=True, detect_every=0)
+        pipeline_options(detect_every=2)
+    with pytest.raises(ConfigError, match=r"pipeline\.tracking\.detect_every: expected >= 1"):
+        pipeline_options(track=True, detect_every=0)
 
 
 def test_a_source_added_while_the_readers_start_is_read_once() -> None:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from visionrt import Pipeline, PipelineOptions
+from visionrt.config import pipeline_options
 from visionrt.errors import ConfigError
 from visionrt.pipeline.schedule import Scheduler
 from visionrt.preprocess.motion import MotionGate, MotionOptions
@@ -63,18 +64,18 @@ def test_the_reference_is_the_frame_the_models_last_ran_on() -> None:
 
 
 def test_motion_options_are_checked() -> None:
-    with pytest.raises(ConfigError, match="motion_threshold: expected a grey-level"):
-        PipelineOptions(motion="skip", motion_threshold=0)
-    with pytest.raises(ConfigError, match="motion_min_area: expected a share"):
-        PipelineOptions(motion_min_area=1.5)
+    with pytest.raises(ConfigError, match=r"motion\.threshold: expected a grey-level"):
+        pipeline_options(motion="skip", motion_threshold=0)
+    with pytest.raises(ConfigError, match=r"motion\.min_area: expected a share"):
+        pipeline_options(motion_min_area=1.5)
     with pytest.raises(ConfigError, match="expected off, skip or regions, got 'roi'"):
-        PipelineOptions(motion="roi")
-    with pytest.raises(ConfigError, match=r"motion_refresh: expected seconds > 0, at most 3600"):
-        PipelineOptions(motion_refresh=0)
+        pipeline_options(motion="roi")
+    with pytest.raises(ConfigError, match=r"motion.refresh: expected seconds > 0, at most 3600"):
+        pipeline_options(motion_refresh=0)
 
 
 def test_the_scheduler_reuses_until_motion_or_the_refresh() -> None:
-    options = PipelineOptions(motion="skip", motion_refresh=2.0)
+    options = pipeline_options(motion="skip", motion_refresh=2.0)
     scheduler = Scheduler([[0, 1]], options, [False])
     decide = scheduler.decide
     assert decide(0, 0.0, 0.0, moved=False).full  # nothing ran yet: run
@@ -92,7 +93,7 @@ def test_a_still_scene_reuses_results_and_accounts_for_every_frame(
 ) -> None:
     for i in range(9):  # an image folder: one frame per second of video time
         cv2.imwrite(str(tmp_path / f"img{i:02d}.png"), scene(100))
-    options = PipelineOptions(warmup=0, motion="skip", motion_refresh=2.0, track=True)
+    options = pipeline_options(warmup=0, motion="skip", motion_refresh=2.0, track=True)
     pipeline = Pipeline([str(tmp_path)], tiny_model, "onnxruntime", options=options)
     calls = []
     infer = pipeline.backend.infer
@@ -127,7 +128,7 @@ def test_gating_off_writes_what_it_always_did(small_video: Path, tiny_model: Pat
 def test_gating_composes_with_detect_every_n() -> None:
     # Moving frames follow detect-every-2 (detector, then tracking alone); a still frame
     # reuses the last results whichever of the two it would have been.
-    options = PipelineOptions(track=True, detect_every=2, motion="skip", motion_refresh=10.0)
+    options = pipeline_options(track=True, detect_every=2, motion="skip", motion_refresh=10.0)
     scheduler = Scheduler([[0]], options, [False])
     moves = [True, True, True, False, False, True, True]
     decisions = [scheduler.decide(0, 0.0, t / 10, moved) for t, moved in enumerate(moves)]

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from conftest import run_cli, write_tiny_detector
 
-from visionrt import Pipeline, PipelineOptions
+from visionrt import Pipeline
 from visionrt.cli.run_config import configure_run
+from visionrt.config import pipeline_options
 from visionrt.errors import ConfigError
 from visionrt.paths import file_sha256
 from visionrt.pipeline.planned import planned_regions
@@ -119,7 +120,7 @@ def test_boxes_found_in_windows_come_back_in_source_pixels() -> None:
 
 
 def test_the_scheduler_runs_windows_between_whole_frames() -> None:
-    options = PipelineOptions(motion="regions", motion_refresh=2.0)
+    options = pipeline_options(motion="regions", motion_refresh=2.0)
     scheduler = Scheduler([[0, 1]], options, [False], region_lane=5)
     window = np.array([[0, 0, 320, 320]])
     first = scheduler.decide(0, 0.0, 0.0, True, lambda: window)
@@ -134,23 +135,23 @@ def test_the_scheduler_runs_windows_between_whole_frames() -> None:
     assert scheduler.decide(0, 0.0, 1.5, True, lambda: None).full  # windows cost too much
     assert scheduler.decide(0, 0.0, 3.0, True, lambda: window).windows is window
     assert scheduler.decide(0, 0.0, 3.5, True, lambda: window).full  # 2 s since whole
-    skip = Scheduler([[0]], PipelineOptions(motion="skip"), [False])
+    skip = Scheduler([[0]], pipeline_options(motion="skip"), [False])
     skip.decide(0, 0.0, 0.0, True)
     assert skip.decide(0, 0.0, 0.5, True, lambda: window).full  # skip mode: no windows
 
 
 def test_region_options_are_checked(tmp_path: Path, tiny_model: Path) -> None:
-    with pytest.raises(ConfigError, match="motion_region: expected a multiple of 32"):
-        PipelineOptions(motion="regions", motion_region=300)
-    with pytest.raises(ConfigError, match="motion_dilate: expected 1 to 80 pixels"):
-        PipelineOptions(motion="regions", motion_dilate=0)
+    with pytest.raises(ConfigError, match=r"motion\.region: expected a multiple of 32"):
+        pipeline_options(motion="regions", motion_region=300)
+    with pytest.raises(ConfigError, match=r"motion\.dilate: expected 1 to 80 pixels"):
+        pipeline_options(motion="regions", motion_dilate=0)
     with pytest.raises(ConfigError, match=r"tiling .* already cuts"):
-        PipelineOptions(motion="regions", tile=640)
+        pipeline_options(motion="regions", tile=640)
     cv2.imwrite(str(tmp_path / "a.png"), scene(100))
     with pytest.raises(ConfigError, match=r"tiny.onnx cannot run at 320x320 .*motion_region_model"):
         Pipeline(
             [str(tmp_path / "a.png")], tiny_model, "onnxruntime",
-            options=PipelineOptions(motion="regions"),
+            options=pipeline_options(motion="regions"),
         )  # fmt: skip
 
 
@@ -167,7 +168,7 @@ def test_a_run_detects_in_the_window_that_moved_and_accounts_for_every_frame(
     frames.mkdir()
     for i, x in enumerate([100, 130, 130, 130, 160, 130]):  # a frame per second of video
         cv2.imwrite(str(frames / f"img{i:02d}.png"), scene(x))
-    options = PipelineOptions(
+    options = pipeline_options(
         warmup=0, motion="regions", motion_region=64, motion_region_model=str(region),
         motion_refresh=3.0,
     )  # fmt: skip
@@ -276,9 +277,9 @@ def test_a_plans_region_model_is_tunes_the_caches_or_its_reference(
     monkeypatch.setattr("visionrt.models.cache.default_root", lambda: elsewhere)
     recorded = {"tune's": str(found["made"]), "gone": "/gone/model.xml", "": ""}[made]
     plan = _artifact_plan(artifact, tmp_path / "source-gone.onnx", recorded)
-    options = PipelineOptions(**{"motion": "regions", **given})
+    options = pipeline_options(**{"motion": "regions", **given})
     planned, note = planned_regions(options, plan, artifact, asked=tiny_model)
-    assert planned.motion_region_model == str(found.get(expected) or expected)
+    assert planned.motion.region_model == str(found.get(expected) or expected)
     assert said in note
     if expected == "reference":
         assert note == (
@@ -292,7 +293,7 @@ def test_a_plans_region_model_is_tunes_the_caches_or_its_reference(
 
 def test_a_plan_with_nothing_else_to_run_keeps_its_model(tmp_path: Path, tiny_model: Path) -> None:
     onnx_plan = _artifact_plan(tiny_model, tiny_model)  # an ONNX model: the task resizes it
-    options = PipelineOptions(motion="regions")
+    options = pipeline_options(motion="regions")
     assert planned_regions(options, onnx_plan, tiny_model, tiny_model) == (options, "")
     artifact = _export(tmp_path / "artifacts", "plan", (512, 640))
     alone = _artifact_plan(artifact, tmp_path / "gone.onnx")  # no reference left to run
@@ -317,10 +318,11 @@ def test_run_asking_regions_of_a_plan_that_kept_skip_takes_tunes_region_model(
         "pipeline": {"motion": "regions"},
     }
     cfg, notes = configure_run(plan.save(tmp_path / "plan.yaml"), False, None, None, values)
-    assert (cfg.model, cfg.pipeline.motion) == (str(artifact), "regions")
-    assert cfg.pipeline.motion_region_model == str(made)
+    assert (cfg.model, cfg.pipeline.motion.mode) == (str(artifact), "regions")
+    assert cfg.pipeline.motion.region_model == str(made)
     assert (
-        "plan's motion gating (skip) set aside: pipeline.motion (--motion) regions given" in notes
+        "plan's motion gating (skip) set aside: pipeline.motion.mode (--motion) regions given"
+        in notes
     )
     assert f"motion regions: the 320×320 region model tune made for the plan ({made})" in notes
 
@@ -374,7 +376,7 @@ def test_a_plan_whose_runtime_would_build_an_engine_for_its_reference_is_refused
     plan = _artifact_plan(artifact, tiny_model)
     plan.run["backend"] = "tensorrt"  # builds an engine from an ONNX file as it loads it
     with pytest.raises(ConfigError) as caught:
-        planned_regions(PipelineOptions(motion="regions"), plan, artifact)
+        planned_regions(pipeline_options(motion="regions"), plan, artifact)
     assert str(caught.value) == (
         "--motion regions: model.engine is made at 512×640 and no 320×320 export of it is"
         " cached; tensorrt would build an engine for the FP32 reference, which a run does not:"

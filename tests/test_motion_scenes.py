@@ -16,7 +16,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from visionrt import Pipeline, PipelineOptions
+from visionrt import Pipeline
+from visionrt.config import pipeline_options
 from visionrt.fidelity import box_iou
 from visionrt.types import FrameResult
 
@@ -130,7 +131,7 @@ def write_scene(path: Path, images: list[Image]) -> Path:
 
 def run_scene(path: Path, model: Path, **options) -> list[FrameResult]:
     pipeline = Pipeline(
-        [str(path)], model, "onnxruntime", options=PipelineOptions(warmup=0, **options)
+        [str(path)], model, "onnxruntime", options=pipeline_options(warmup=0, **options)
     )
     results = list(pipeline)
     pipeline.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from visionrt.config import pipeline_options
 from visionrt.config.pipeline import PipelineOptions
 from visionrt.pipeline.degrade import Degrader, Rung
 from visionrt.pipeline.schedule import Decision, Scheduler
@@ -28,7 +29,7 @@ def test_a_stale_live_frame_is_dropped() -> None:
 
 
 def test_detect_every_n_with_tracking_runs_the_detector_on_every_nth_frame() -> None:
-    options = PipelineOptions(track=True, detect_every=3)
+    options = pipeline_options(track=True, detect_every=3)
     scheduler = Scheduler([[0, 1], [0]], options, [False, False])
     first = [scheduler.decide(0, 0.0).lanes for _ in range(7)]
     # The detector (lane 0) on frames 0, 3, 6; depth (lane 1) on every frame.
@@ -57,7 +58,7 @@ def test_the_ladders_first_step_turns_motion_gating_on() -> None:
     clock = Clock()
     rungs = [Rung(1, 0, "as configured"), Rung(1, 0, "motion skip", "skip")]
     degrader = Degrader(0.1, rungs, window=1.0, clock=clock)
-    scheduler = Scheduler([[0]], PipelineOptions(motion_refresh=2.0), [True], degrader)
+    scheduler = Scheduler([[0]], pipeline_options(motion_refresh=2.0), [True], degrader)
     assert scheduler.decide(0, 0.0, 0.0, moved=False).full
     assert scheduler.decide(0, 0.0, 0.5, moved=False).full  # gating is off on this rung
     degrader.level = 1

@@ -31,7 +31,8 @@ from services import (  # noqa: F401 (fixtures, found by pytest by name)
     wait_until,
 )
 
-from visionrt import Pipeline, PipelineOptions
+from visionrt import Pipeline
+from visionrt.config import pipeline_options
 from visionrt.errors import ConfigError
 from visionrt.serve.app import HttpServer, check_bind, make_app
 from visionrt.serve.outputs import ServiceSinks
@@ -107,7 +108,7 @@ class Served:
             model,
             "onnxruntime",
             source_options=SourceOptions(realtime=True, loop=loop),
-            options=PipelineOptions(warmup=0, track=track),
+            options=pipeline_options(warmup=0, track=track),
             plan=False,
             service=True,
         )

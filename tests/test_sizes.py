@@ -15,7 +15,7 @@ from visionrt import Pipeline, PipelineOptions
 from visionrt.accuracy import geometry
 from visionrt.accuracy.geometry import settle
 from visionrt.backends import BackendOptions
-from visionrt.config import load_config
+from visionrt.config import load_config, pipeline_options
 from visionrt.config.sizes import SizedDetector
 from visionrt.errors import ConfigError
 from visionrt.pipeline.degrade import Degrader, Rung
@@ -81,7 +81,7 @@ def test_sources_run_their_sizes_detector_one_per_configuration(
         [f"wide={clips['wide']}", f"a={clips['small']}", f"b={clips['small2']}"],
         tiny_model,
         "onnxruntime",
-        options=PipelineOptions(track=True),
+        options=pipeline_options(track=True),
         plan=False,
         sizes={SMALL: sized},
     )
@@ -147,7 +147,7 @@ def test_the_audit_watches_every_sources_detector(
         [f"wide={clips['wide']}", f"small={clips['small']}"],
         tiny_model,
         "onnxruntime",
-        options=PipelineOptions(audit=0.5, audit_reference=str(tiny_model)),
+        options=pipeline_options(audit=0.5, audit_reference=str(tiny_model)),
         plan=False,
         sizes={SMALL: SizedDetector(str(other_model), "onnxruntime")},
     )

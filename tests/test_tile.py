@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from visionrt.backends import BackendOptions
+from visionrt.config import pipeline_options
 from visionrt.errors import ConfigError
 from visionrt.postprocess.tiles import cut_sides, merge_tiles, seen_better
 from visionrt.preprocess import InputLayout, letterbox_into
@@ -84,16 +85,16 @@ def test_tiles_cover_the_frame_with_the_asked_overlap(source_hw, tile, overlap) 
 
 
 def test_tile_count_adds_the_full_frame_row_only_when_it_differs() -> None:
-    assert tile_count((2160, 3840), TileOptions()) == 8 * 4 + 1
-    assert tile_count((2160, 3840), TileOptions(full_frame=False)) == 32
-    assert tile_count((480, 640), TileOptions()) == 1  # one tile already is the full frame
+    assert tile_count((2160, 3840), TileOptions(640)) == 8 * 4 + 1
+    assert tile_count((2160, 3840), TileOptions(640, full_frame=False)) == 32
+    assert tile_count((480, 640), TileOptions(640)) == 1  # one tile already is the full frame
 
 
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"tile": 16}, "--tile: expected a whole number of pixels >= 32, got 16"),
-        ({"tile": 640.0}, "--tile: expected a whole number of pixels >= 32, got 640.0"),
+        ({"tile": 16}, "--tile: expected a whole number of pixels >= 32 (0: off), got 16"),
+        ({"tile": 640.0}, "--tile: expected a whole number of pixels >= 32 (0: off), got 640.0"),
         ({"overlap": 1.0}, "--tile-overlap: expected a fraction in [0, 1), got 1.0"),
         ({"overlap": -0.1}, "--tile-overlap: expected a fraction in [0, 1), got -0.1"),
         ({"merge_threshold": 0.0}, "--tile-merge: expected a number in (0, 1], got 0.0"),
@@ -106,7 +107,7 @@ def test_options_are_refused_with_one_line(options, message) -> None:
 
 
 def test_plan_letterboxes_tiles_at_their_own_size_and_the_full_frame_down() -> None:
-    grid = plan_tiles((2160, 3840), (640, 640), TileOptions())
+    grid = plan_tiles((2160, 3840), (640, 640), TileOptions(640))
     assert len(grid) == 33
     assert grid.full_frame
     assert all(box.scale == 1.0 and box.top == box.left == 0 for box in grid.letterboxes[:-1])
@@ -363,16 +364,16 @@ def test_demo_detector_on_tiles_finds_the_full_frame_people(
 
 
 def test_pipeline_runs_tiles_and_accounts_every_frame(tiny_model: Path) -> None:
-    """`PipelineOptions(tile=…)` puts the tiled detector in the pipeline: one backend call of K
+    """`pipeline_options(tile=…)` puts the tiled detector in the pipeline: one backend call of K
     rows per frame, every frame out, and the tiling in the run summary."""
-    from visionrt import Pipeline, PipelineOptions
+    from visionrt import Pipeline
 
     pipeline = Pipeline(
         ["synthetic:200x150:5"],
         tiny_model,
         "null",
         BackendOptions(input_size=(64, 64)),
-        options=PipelineOptions(warmup=0, tile=96, tile_overlap=0.25),
+        options=pipeline_options(warmup=0, tile=96, tile_overlap=0.25),
     )
     calls: list[int] = []
     infer = pipeline.task.backend.infer
@@ -391,7 +392,6 @@ def test_pipeline_runs_tiles_and_accounts_every_frame(tiny_model: Path) -> None:
 
 
 def test_pipeline_tile_options_are_checked_with_the_flag_names(tiny_model: Path) -> None:
-    from visionrt import PipelineOptions
 
     with pytest.raises(ConfigError, match="--tile-overlap: expected a fraction"):
-        PipelineOptions(tile=640, tile_overlap=1.5)
+        pipeline_options(tile=640, tile_overlap=1.5)

@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from visionrt.config import pipeline_options
 from visionrt.errors import ConfigError, SinkError
 from visionrt.fuse import tracks as track
 from visionrt.fuse.bytetrack import Tracker
@@ -429,19 +430,19 @@ def test_mot_sink_without_tracked_results_leaves_nothing(tmp_path: Path) -> None
 
 
 def test_pipeline_tracker_options_reach_the_trackers(tiny_model: Path) -> None:
-    from visionrt import Pipeline, PipelineOptions
+    from visionrt import Pipeline
     from visionrt.fuse import TrackFuser
     from visionrt.pipeline.build import build_fusers
 
-    options = PipelineOptions(track=True, track_match_iou=0.15, track_lost_seconds=2.5)
+    options = pipeline_options(track=True, track_match_iou=0.15, track_lost_seconds=2.5)
     pipeline = Pipeline(["a=synthetic:32x32:2", "b=synthetic:32x32:2"], tiny_model, "null",
                         options=replace(options, warmup=0))  # fmt: skip
     fusers = build_fusers(pipeline.parts, pipeline.options)
     pipeline.close()
     trackers = [step.tracker for steps in fusers for step in steps if isinstance(step, TrackFuser)]
     assert [(t.match_iou, t.lost_seconds) for t in trackers] == [(0.15, 2.5)] * 2
-    with pytest.raises(ConfigError, match="track_match_iou: expected 0 < IoU <= 1"):
-        PipelineOptions(track=True, track_match_iou=0)
+    with pytest.raises(ConfigError, match=r"tracking\.match_iou: expected 0 < IoU <= 1"):
+        pipeline_options(track=True, track_match_iou=0)
 
 
 def test_scipy_is_imported_only_when_tracking_matches() -> None:

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from visionrt.cli.run_config import configure_run
+from visionrt.config import pipeline_options
 from visionrt.errors import ModelLoadError
 from visionrt.pipeline import PipelineOptions
 from visionrt.plans import Plan, machine_fingerprint, plan_path, use_gating
+from visionrt.plans.gating import plan_motion
 from visionrt.plans.store import file_sha256
 from visionrt.tune import Candidate, Limits, Measurement
 from visionrt.tune.motion import (
@@ -170,8 +172,8 @@ class FakeEvaluator:
 
     def gated(self, candidate: Candidate, frames: int, options: PipelineOptions) -> Measurement:
         self.gated_calls.append((candidate, frames, options))
-        fps = {"off": 28.0, "skip": 29.0, "regions": 70.0}[options.motion]
-        motion = {"share": 0.4} if options.motion != "off" else {}
+        fps = {"off": 28.0, "skip": 29.0, "regions": 70.0}[options.motion.mode]
+        motion = {"share": 0.4} if options.motion.mode != "off" else {}
         return Measurement(fps, 20.0, 40.0, 0.97, frames, motion=motion)
 
 
@@ -185,8 +187,7 @@ def test_regions_runs_the_artifact_made_at_the_region_size_and_the_plan_records_
     assert {(c, f) for c, f, _ in evaluator.gated_calls} == {(INT8, 250)}
     assert outcome.chosen == "regions"
     assert outcome.pipeline_section() == {
-        "motion": "regions",
-        "motion_region_model": "/cache/int8-320/model.xml",
+        "motion": {"mode": "regions", "region_model": "/cache/int8-320/model.xml"},
     }
     record = outcome.record()
     assert (record["chosen"], record["frames"], record["repeats"]) == ("regions", 250, 2)
@@ -202,7 +203,7 @@ def test_a_region_model_that_cannot_be_built_is_recorded_and_the_others_go_on() 
     evaluator = FakeEvaluator(reference_frames=300, export_error="nncf: calibration failed")
     said: list[str] = []
     outcome = tune_motion(INT8, evaluator, Limits(), frames=300, say=said.append, repeats=1)
-    assert {o.motion for _, _, o in evaluator.gated_calls} == {"off", "skip"}
+    assert {o.motion.mode for _, _, o in evaluator.gated_calls} == {"off", "skip"}
     assert outcome.chosen == "off"  # skip's 29 FPS is under 1.05 × 28
     assert outcome.pipeline_section() == {}
     why = "cannot build its region model: nncf: calibration failed"
@@ -214,9 +215,9 @@ def test_an_onnx_run_resizes_its_own_model_and_nothing_to_score_against_skips() 
     evaluator = FakeEvaluator(reference_frames=300)
     outcome = tune_motion(REFERENCE, evaluator, Limits(), frames=300, repeats=1)
     assert evaluator.exported == []  # the run's model is resized: nothing to export
-    regions = next(o for _, _, o in evaluator.gated_calls if o.motion == "regions")
-    assert regions.motion_region_model == ""
-    assert outcome.pipeline_section() == {"motion": "regions"}
+    regions = next(o for _, _, o in evaluator.gated_calls if o.motion.mode == "regions")
+    assert regions.motion.region_model == ""
+    assert outcome.pipeline_section() == {"motion": {"mode": "regions"}}
     skipped = tune_motion(REFERENCE, FakeEvaluator(reference_frames=0), Limits(), frames=300)
     assert skipped.record() == {
         "chosen": "off",
@@ -235,7 +236,7 @@ def test_the_evaluator_scores_gated_runs_on_every_frame(
     assert len(evaluator.reference or []) == 4  # the search still scores its first 4
     off = evaluator.gated(REFERENCE, 12, PipelineOptions())
     assert (off.error, off.frames, off.fidelity, off.motion) == ("", 12, 1.0, {})
-    skip = evaluator.gated(REFERENCE, 12, PipelineOptions(motion="skip"))
+    skip = evaluator.gated(REFERENCE, 12, pipeline_options(motion="skip"))
     assert (skip.error, skip.frames, skip.fidelity) == ("", 12, 1.0)
     assert "share" in skip.motion
     longer = evaluator.gated(REFERENCE, 20, PipelineOptions())
@@ -262,7 +263,7 @@ def _gated_plan(model: Path, artifact: Path, section: dict, region_model: str = 
             "source_sha256": file_sha256(model),
             "fingerprint": machine_fingerprint(),
             "motion": {
-                "chosen": section.get("motion", "off"),
+                "chosen": plan_motion(section).get("mode", "off"),
                 **({"region_model": region_model} if region_model else {}),
                 "modes": {"skip": {"fps": 61.0, "speedup": 2.1, "fidelity": 0.968}},
             },
@@ -277,17 +278,24 @@ def test_a_plan_with_a_pipeline_section_round_trips(tmp_path: Path, tiny_model: 
     assert loaded.tuned["motion"]["chosen"] == "skip"
 
 
+SKIP = {"motion": {"mode": "skip"}}
 GATING = [
-    ({"motion": "skip"}, {}, {"motion": "skip"}, "motion gating from the plan: skip (2.10× the"
+    (SKIP, {}, SKIP, "motion gating from the plan: skip (2.10× the plan alone, fidelity 0.968 on"
+     " vtest.avi); --motion off turns it off"),
+    # A plan tuned before the pipeline's policies had sections holds its gating flat.
+    ({"motion": "skip", "motion_min_area": 0.005}, {}, {"motion": {"mode": "skip",
+     "min_area": 0.005}}, "motion gating from the plan: skip (2.10× the plan alone, fidelity"
+     " 0.968 on vtest.avi); --motion off turns it off"),
+    (SKIP, {"motion": {"mode": "off"}}, {}, "plan's motion gating (skip) set aside:"
+     " pipeline.motion.mode (--motion) off given"),
+    (SKIP, {"motion": {"mode": "skip"}}, SKIP, "motion gating skip: given, and the plan's too"),
+    # The user's threshold alone chooses no mode: the plan's runs, under the user's threshold.
+    (SKIP, {"motion": {"threshold": 40}}, SKIP, "motion gating from the plan: skip (2.10× the"
      " plan alone, fidelity 0.968 on vtest.avi); --motion off turns it off"),
-    ({"motion": "skip"}, {"motion": "off"}, {}, "plan's motion gating (skip) set aside:"
-     " pipeline.motion (--motion) off given"),
-    ({"motion": "skip"}, {"motion": "skip"}, {"motion": "skip"},
-     "motion gating skip: given, and the plan's too"),
     ({"motion": "regions", "motion_region_model": "/gone/model.xml"}, {}, {},
      "plan's motion gating (regions) set aside: its region model /gone/model.xml is missing"
      " (`visionrt tune` makes it again)"),
-    ({}, {"motion": "skip"}, {}, ""),
+    ({}, {"motion": {"mode": "skip"}}, {}, ""),
     ({}, {}, {}, ""),
 ]  # fmt: skip
 
@@ -318,15 +326,15 @@ def test_configure_layers_the_plans_gating_under_the_users(
 ) -> None:
     base = {"model": str(gated["model"]), "sources": [str(small_video)]}
     cfg, note = configure_run(None, False, None, None, base)
-    assert cfg.pipeline.motion == "skip"
+    assert cfg.pipeline.motion.mode == "skip"
     assert "motion gating from the plan: skip" in note
     cfg, note = configure_run(None, False, None, ["pipeline.motion_min_area=0.01"], base)
-    assert (cfg.pipeline.motion, cfg.pipeline.motion_min_area) == ("skip", 0.01)
+    assert (cfg.pipeline.motion.mode, cfg.pipeline.motion.min_area) == ("skip", 0.01)
     cfg, note = configure_run(None, False, None, None, {**base, "pipeline": {"motion": "off"}})
-    assert cfg.pipeline.motion == "off"
+    assert cfg.pipeline.motion.mode == "off"
     assert "plan's motion gating (skip) set aside" in note
     cfg, note = configure_run(None, True, None, None, base)  # --no-plan: the reference, no gating
-    assert cfg.pipeline.motion == "off"
+    assert cfg.pipeline.motion.mode == "off"
     assert "motion" not in note
 
 
@@ -402,9 +410,9 @@ def test_a_plan_gating_that_does_not_compose_is_set_aside_not_an_error(
     plan_file = plan.save(tmp_path / "plan.yaml")
     values = {"model": str(model), "sources": [str(small_video)]}
     cfg, note = configure_run(plan_file, False, None, None, values)
-    assert cfg.pipeline.motion == "off"
+    assert cfg.pipeline.motion.mode == "off"
     assert cfg.backend == "null"  # the rest of the plan still runs
-    assert "plan's motion gating set aside: pipeline.motion (--motion): expected off" in note
+    assert "plan's motion gating set aside: pipeline.motion.mode (--motion): expected off" in note
 
 
 def test_the_fastest_skip_area_within_the_budget_is_kept_with_its_area() -> None:
@@ -413,12 +421,12 @@ def test_the_fastest_skip_area_within_the_budget_is_kept_with_its_area() -> None
              "skip 0.01": (0.01, 45.4, 0.944)}  # fmt: skip
     results = [ModeResult(GatingMode("off", PipelineOptions()), [_run(28.0, 0.974)] * 3)]
     for name, (area, fps, fid) in areas.items():
-        options = PipelineOptions(motion="skip", motion_min_area=area)
+        options = pipeline_options(motion="skip", motion_min_area=area)
         results.append(ModeResult(GatingMode(name, options), [_run(fps, fid, share=0.2)] * 3))
     chosen = choose(results, Limits(min_fidelity=0.95))
     assert chosen == "skip 0.005"
     outcome = MotionOutcome(tuple(results), chosen, 300)
-    assert outcome.pipeline_section() == {"motion": "skip", "motion_min_area": 0.005}
+    assert outcome.pipeline_section() == {"motion": {"mode": "skip", "min_area": 0.005}}
     assert outcome.record()["modes"]["skip 0.01"]["why_not"] == "fidelity 0.944 < 0.95"
 
 
@@ -432,9 +440,9 @@ def test_the_python_api_takes_the_plans_gating_unless_given_options(
     try:
         assert planned.plan is not None  # the cached plan runs in both
         assert given.plan is not None
-        assert planned.options.motion == "skip"
+        assert planned.options.motion.mode == "skip"
         assert any("motion gating from the plan: skip" in note for note in planned.notes)
-        assert given.options.motion == "off"  # the caller's options, as given
+        assert given.options.motion.mode == "off"  # the caller's options, as given
     finally:
         planned.close()
         given.close()

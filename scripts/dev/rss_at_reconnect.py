@@ -23,8 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from soak import free_port, long_clip, serve
 
 from visionrt.backends import BackendOptions
+from visionrt.config import pipeline_options
 from visionrt.models import demo_model_path
-from visionrt.pipeline import Pipeline, PipelineOptions
+from visionrt.pipeline import Pipeline
 from visionrt.sources import SourceOptions
 from visionrt.tune import cached_plan
 
@@ -93,7 +94,7 @@ def main() -> None:
             reconnect_max_backoff=2,
             workers=workers,
         ),
-        options=PipelineOptions(track=True, detect_every=3),
+        options=pipeline_options(track=True, detect_every=3),
     )
     process, started, schedule = psutil.Process(), time.monotonic(), list(SCHEDULE)
     for _ in pipeline:

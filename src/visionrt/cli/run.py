@@ -139,9 +139,9 @@ def run_command(
         str | None,
         Opt(
             help="Fixed cameras: skip (a frame that did not change since the models last ran"
-            " reuses their results; they run again at least every pipeline.motion_refresh s),"
+            " reuses their results; they run again at least every pipeline.motion.refresh s),"
             " or regions (also: the detector runs only on windows around motion and known"
-            " objects; pipeline.motion_region_model sizes them)."
+            " objects; pipeline.motion.region_model sizes them)."
         ),
     ] = None,
     tile: Annotated[

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from visionrt.config import RunConfig, given_options, load_config
+from visionrt.config.pipeline import FLAT_KEYS
 from visionrt.errors import ConfigError
 from visionrt.pipeline.plan_run import PlannedRun, plan_run, with_defaults
 from visionrt.plans import PlanUse
@@ -101,7 +102,10 @@ def flag_key(name: str) -> str:
     """The config key a `run` flag's parameter `name` sets: the top-level key of that name or
     `section_key` (model → model, not depth.model; depth_smoothing → depth.smoothing), else the
     one section key of that name (conf → postprocess.conf). TypeError where none fits or two
-    sections share the name."""
+    sections share the name. The pipeline's flags are named after its keys of before each
+    policy had a section (`--detect-every` → pipeline.tracking.detect_every: FLAT_KEYS)."""
+    if name in FLAT_KEYS:
+        return f"pipeline.{FLAT_KEYS[name]}"
     keys = _config_keys().get(name, [])
     exact = [key for key in keys if key.replace(".", "_") == name]
     chosen = exact or keys

@@ -110,7 +110,7 @@ def _values(
     if sources:
         values["sources"] = list(sources)
     if track:
-        values["pipeline"] = {"track": True}
+        values["pipeline"] = {"tracking": {"enabled": True}}
     return values
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from visionrt.backends import BackendOptions
-from visionrt.config.pipeline import DepthOptions, PipelineOptions
+from visionrt.config.pipeline import DepthOptions, PipelineOptions, nested_key
 from visionrt.config.serve import ServeOptions
 from visionrt.config.sizes import SizedDetector, parse_size_key, size_key
 from visionrt.config.values import coerce
@@ -31,7 +31,7 @@ class OutputOptions:
     video: bool = True
     jsonl: bool = True
     telemetry: str = ""
-    mot: bool = False  # MOTChallenge text per source (needs pipeline.track)
+    mot: bool = False  # MOTChallenge text per source (needs pipeline.tracking.enabled)
     coco: bool = False  # COCO results JSON per source (<name>.coco.json)
     csv: bool = False  # CSV per source, a row per detection (<name>.csv)
     codec: str = "libx264"
@@ -147,7 +147,7 @@ class RunConfig:
     output: OutputOptions = field(default_factory=OutputOptions)
     depth: DepthConfig = field(default_factory=DepthConfig)
     # Zones and lines per source name (fuse.analytics): {cam: {zones: {door: [[x, y], ...]},
-    # lines: {gate: [[x1, y1], [x2, y2]]}}}; they need pipeline.track.
+    # lines: {gate: [[x1, y1], [x2, y2]]}}}; they need pipeline.tracking.enabled.
     analytics: dict[str, Any] = field(default_factory=dict)
     # Per source frame size "HEIGHTxWIDTH": the detector (model, backend, inference) the sources
     # of that size run instead of the run's own; a plan fills it with what it proved on each
@@ -157,7 +157,7 @@ class RunConfig:
     cluster: ClusterOptions = field(default_factory=ClusterOptions)  # `run --ray`
 
     def __post_init__(self) -> None:
-        if self.output.mot and not self.pipeline.track:
+        if self.output.mot and not self.pipeline.tracking.enabled:
             raise ConfigError("--mot writes tracks: add --track")
 
     def source_files(self) -> SourceFiles:
@@ -232,6 +232,8 @@ def _sizes(value: Any) -> dict[str, SizedDetector]:
 
 
 def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    if not isinstance(value, dict):
+        key = nested_key(key)  # a flat pipeline key of before, as its section's
     parts = key.split(".")
     if not all(parts):
         raise ConfigError(f"option '{key}': expected section.key, e.g. postprocess.conf")
@@ -256,6 +258,16 @@ def load_config(
     `KEY=VALUE` overrides (values parsed as YAML), then `values` (a nested dict, e.g. explicit
     command-line flags)."""
     return _build(RunConfig, _layers(path, overrides, values, base), "")  # type: ignore[no-any-return]
+
+
+def pipeline_options(**values: Any) -> PipelineOptions:
+    """The `pipeline` section from keys as a config file gives them — sections
+    (`tracking={"enabled": True}`) or the flat keys of before (`track=True`) — checked as
+    `load_config` checks them."""
+    tree: dict[str, Any] = {}
+    for key, value in _flatten({"pipeline": values}, keep_empty=True):
+        _set_dotted(tree, key, value)
+    return _build(PipelineOptions, tree.get("pipeline", {}), "pipeline.")  # type: ignore[no-any-return]
 
 
 def config_over(base: Mapping[str, Any], given: Mapping[str, Any]) -> RunConfig:

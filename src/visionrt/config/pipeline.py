@@ -1,6 +1,6 @@
 """The config's `pipeline` section (queue depth, live-mode staleness, warm-up, helper threads,
-tracking, latency target, tiling, motion gating, the live audit) and the depth model run beside
-the detector (the `depth` section's part the pipeline reads)."""
+and a section per policy: tracking, latency target, tiling, motion gating, the live audit) and
+the depth model run beside the detector (the `depth` section's part the pipeline reads)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,77 @@ from pathlib import Path
 
 from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError
-from visionrt.fuse.track_options import TRACKERS, TrackOptions
+from visionrt.fuse.track_options import TrackingOptions
 from visionrt.preprocess.depth import DEFAULT_SHORT_SIDE
 from visionrt.preprocess.motion import MotionOptions
 from visionrt.preprocess.tile import TileOptions
 from visionrt.tasks.depth import MAX_SHORT_SIDE
 
-MOTION_MODES = ("off", "skip", "regions")
+
+@dataclass(frozen=True, slots=True)
+class SloOptions:
+    """The config's `pipeline.slo` section (the pipeline's degradation ladder, pipeline/degrade):
+    live runs with a latency target. When glass-to-result p95 over `window` seconds passes
+    `target_ms`, step down a ladder — detect every N up to `max_every`, then the detector at each
+    of `sizes` (square input sides; empty: 0.8× and 0.6× of the model's, rounded to its stride),
+    then `model` (a lighter detector) — and back up with hysteresis. 0: off. With motion gating
+    off, the ladder's first step turns it on (skip) when `motion`."""
+
+    target_ms: float = 0.0
+    sizes: tuple[int, ...] = ()
+    model: str = ""
+    max_every: int = 3
+    motion: bool = True
+    window: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.target_ms < 0:
+            raise ConfigError(
+                f"pipeline.slo.target_ms: expected 0 (off) or milliseconds > 0, got"
+                f" {self.target_ms}"
+            )
+        if self.window <= 0:
+            raise ConfigError(f"pipeline.slo.window: expected > 0 seconds, got {self.window}")
+        if self.max_every < 1:
+            raise ConfigError(f"pipeline.slo.max_every: expected >= 1, got {self.max_every}")
+        if any(size < 32 for size in self.sizes):
+            raise ConfigError(f"pipeline.slo.sizes: expected sides >= 32, got {self.sizes}")
+
+
+@dataclass(frozen=True, slots=True)
+class AuditOptions:
+    """The config's `pipeline.audit` section (the live accuracy audit, accuracy/audit): the FP32
+    reference `reference` (an ONNX detector; "": the plan's source model) runs on a `share` of
+    each source's frames (None: 0.02 when a reference is known and the run is not the reference
+    itself, else off) in a low-priority lane; an event when mAP50 over the last `window`
+    audited frames falls below `min_fidelity` (None: the plan's budget, else 0.95)."""
+
+    share: float | None = None
+    reference: str = ""
+    min_fidelity: float | None = None
+    window: int = 30
+
+    def __post_init__(self) -> None:
+        if self.share is not None and not 0 <= self.share <= 0.5:
+            raise ConfigError(
+                "pipeline.audit.share (--audit): expected a share of frames from 0 to 0.5"
+                f" (0.02: one frame in 50), got {self.share:g}"
+            )
+        if self.min_fidelity is not None and not 0 <= self.min_fidelity <= 1:
+            raise ConfigError(
+                f"pipeline.audit.min_fidelity: expected 0 to 1, got {self.min_fidelity}"
+            )
+        if self.window < 1:
+            raise ConfigError(f"pipeline.audit.window: expected >= 1, got {self.window}")
 
 
 @dataclass(frozen=True, slots=True)
 class PipelineOptions:
-    """`queue_size` bounds each queue between stages; `stale_after` (seconds) is the live-mode
+    """The config's `pipeline` section: the runner's own options, and one section per policy,
+    each its component's options — `tracking` (fuse/track_options), `slo` (the degradation
+    ladder), `tiling` (preprocess/tile), `motion` (preprocess/motion), `audit`.
+
+    `queue_size` bounds each queue between stages; `stale_after` (seconds) is the live-mode
     age past which a frame is dropped before inference; `warmup` inferences run at load;
     `opencv_threads` sizes OpenCV's process-wide pool while the pipeline runs (0: its default)."""
 
@@ -36,78 +95,12 @@ class PipelineOptions:
     # How long an inference worker waits for more frames to fill a batch once it has one; 0
     # sends a batch with what is there (live mode should never wait for a stalled camera).
     batch_wait_ms: float = 0.0
-    # A tracker per source gives each box a track id; with `detect_every` N > 1 the detector
-    # runs on every Nth frame of each source and the frames between get the tracks' predicted
-    # boxes (needs `track`).
-    track: bool = False
-    detect_every: int = 1
-    tracker: str = "bytetrack"
-    # The tracker's first-association IoU gate and lost-track window (seconds). 0.2 is
-    # ByteTrack's own; 0.3 split more tracks across detect-every-N ≥ 3 without swapping fewer ids
-    # (docs/benchmarks.md, "Tracking").
-    track_match_iou: float = 0.2
-    track_lost_seconds: float = 1.0
-    # Tracks match detections of any class and take the latest one (a person whose class
-    # flickers between Normal and Fall keeps one id); true keeps each track to one class.
-    track_per_class: bool = False
-    # Live runs with a latency target: when glass-to-result p95 over `slo_window` seconds passes
-    # `slo_ms`, step down a ladder — detect every N up to `slo_max_every`, then the detector at
-    # each of `slo_sizes` (square input sides; empty: 0.8× and 0.6× of the model's, rounded to
-    # its stride), then `slo_model` (a lighter detector) — and back up with hysteresis. 0: off.
-    slo_ms: float = 0.0
-    slo_sizes: tuple[int, ...] = ()
-    slo_model: str = ""
-    slo_max_every: int = 3
-    # With `motion` off, the ladder's first step turns motion gating on (skip), kept below.
-    slo_motion: bool = True
-    slo_window: float = 2.0
-    # High-resolution sources: the detector runs on `tile`-pixel tiles overlapping by
-    # `tile_overlap` (0: off), batched in one call per frame, plus the whole frame when
-    # `tile_full_frame`, merged across tiles (IoU, or intersection-over-smaller for boxes a tile
-    # edge cut, above `tile_merge`).
-    tile: int = 0
-    tile_overlap: float = 0.2
-    tile_full_frame: bool = True
-    tile_merge: float = 0.5
-    # Fixed cameras: `motion` "skip" measures each frame's change since the frame the models last
-    # ran on (pixels differing by `motion_threshold` grey levels on a small grey copy); a frame
-    # under `motion_min_area` of the frame reuses that frame's results, but the models run again
-    # at least every `motion_refresh` seconds of video (something that appeared without motion).
-    motion: str = "off"
-    motion_threshold: int = 25
-    motion_min_area: float = 0.002
-    motion_refresh: float = 2.0
-    motion_dilate: int = 9  # regions: changed areas this close (160-px grey copy) are one box
-    # Regions mode: on a frame that moved, the detector runs on square windows of
-    # `motion_region` source pixels around the motion and around the objects last seen, at an
-    # input of that size: `motion_region_model` (an artifact made at that size, e.g. by `visionrt
-    # export --imgsz 320x320`; "": the run's model resized, which needs an ONNX model, or under
-    # a plan the region model `pipeline.planned.planned_regions` finds).
-    motion_region: int = 320
-    motion_region_model: str = ""
-    # The live accuracy audit: the FP32 reference `audit_reference` (an ONNX detector; "": the
-    # plan's source model) runs on a share `audit` of each source's frames (None: 0.02 when a
-    # reference is known and the run is not the reference itself, else off) in a low-priority
-    # lane; an event when mAP50 over the last `audit_window` audited frames falls below
-    # `audit_min_fidelity` (None: the plan's budget, else 0.95).
-    audit: float | None = None
-    audit_reference: str = ""
-    audit_min_fidelity: float | None = None
-    audit_window: int = 30
-
-    def motion_options(self) -> MotionOptions:
-        return MotionOptions(self.motion_threshold, self.motion_min_area, self.motion_dilate)
-
-    def tracking(self, high: float, low: float) -> TrackOptions:
-        """The tracker's options, `high` and `low` its confidence split (the run's threshold,
-        and the detector's when tracking)."""
-        return TrackOptions(
-            self.tracker, high, low, self.track_match_iou, self.track_lost_seconds,
-            self.track_per_class,
-        )  # fmt: skip
-
-    def tiling(self) -> TileOptions:
-        return TileOptions(self.tile, self.tile_overlap, self.tile_full_frame, self.tile_merge)
+    tracking: TrackingOptions = field(default_factory=TrackingOptions)
+    slo: SloOptions = field(default_factory=SloOptions)
+    # High-resolution sources: the detector runs on tiles, batched in one call per frame.
+    tiling: TileOptions = field(default_factory=TileOptions)
+    motion: MotionOptions = field(default_factory=MotionOptions)
+    audit: AuditOptions = field(default_factory=AuditOptions)
 
     def __post_init__(self) -> None:
         if self.queue_size < 1:
@@ -122,70 +115,13 @@ class PipelineOptions:
             raise ConfigError(
                 f"pipeline.batch_wait_ms: expected 0 to 1000, got {self.batch_wait_ms}"
             )
-        if self.detect_every < 1:
-            raise ConfigError(f"pipeline.detect_every: expected >= 1, got {self.detect_every}")
-        if self.detect_every > 1 and not self.track:
-            raise ConfigError(
-                "pipeline.detect_every: frames between detections need tracking: add --track"
-            )
-        if self.tracker not in TRACKERS:
-            raise ConfigError(
-                f"pipeline.tracker: expected one of {', '.join(TRACKERS)}, got '{self.tracker}'"
-            )
-        if not 0 < self.track_match_iou <= 1:
-            raise ConfigError(
-                f"pipeline.track_match_iou: expected 0 < IoU <= 1, got {self.track_match_iou}"
-            )
-        if not 0 <= self.track_lost_seconds <= 3600:
-            raise ConfigError(
-                "pipeline.track_lost_seconds: expected 0 to 3600 seconds, got"
-                f" {self.track_lost_seconds}"
-            )
-        if self.slo_ms < 0:
-            raise ConfigError(
-                f"pipeline.slo_ms: expected 0 (off) or milliseconds > 0, got {self.slo_ms}"
-            )
-        if self.slo_window <= 0:
-            raise ConfigError(f"pipeline.slo_window: expected > 0 seconds, got {self.slo_window}")
-        if self.slo_max_every < 1:
-            raise ConfigError(f"pipeline.slo_max_every: expected >= 1, got {self.slo_max_every}")
-        if any(size < 32 for size in self.slo_sizes):
-            raise ConfigError(f"pipeline.slo_sizes: expected sides >= 32, got {self.slo_sizes}")
-        if self.tile:
-            self.tiling()  # its own checks, with the flags' names
-        if self.audit is not None and not 0 <= self.audit <= 0.5:
-            raise ConfigError(
-                "pipeline.audit (--audit): expected a share of frames from 0 to 0.5 (0.02: one"
-                f" frame in 50), got {self.audit:g}"
-            )
-        if self.audit_min_fidelity is not None and not 0 <= self.audit_min_fidelity <= 1:
-            raise ConfigError(
-                f"pipeline.audit_min_fidelity: expected 0 to 1, got {self.audit_min_fidelity}"
-            )
-        if self.audit_window < 1:
-            raise ConfigError(f"pipeline.audit_window: expected >= 1, got {self.audit_window}")
-        if self.motion not in MOTION_MODES:
-            raise ConfigError(
-                f"pipeline.motion (--motion): expected off, skip or regions, got '{self.motion}'"
-            )
-        if self.motion == "regions" and self.tile:
+        if self.opencv_threads < 0:
+            raise ConfigError(f"pipeline.opencv_threads: expected >= 0, got {self.opencv_threads}")
+        if self.motion.mode == "regions" and self.tiling.tile:
             raise ConfigError(
                 "--motion regions: tiling (--tile) already cuts each frame into windows; use"
                 " --motion skip with it"
             )
-        if not 64 <= self.motion_region <= 4096 or self.motion_region % 32:
-            raise ConfigError(
-                "pipeline.motion_region: expected a multiple of 32 from 64 to 4096 pixels, got"
-                f" {self.motion_region}"
-            )
-        self.motion_options()  # its own checks
-        if not 0 < self.motion_refresh <= 3600:
-            raise ConfigError(
-                "pipeline.motion_refresh: expected seconds > 0, at most 3600 (how often the"
-                f" detector runs on a frame that did not move), got {self.motion_refresh:g}"
-            )
-        if self.opencv_threads < 0:
-            raise ConfigError(f"pipeline.opencv_threads: expected >= 0, got {self.opencv_threads}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +142,7 @@ class DepthOptions:
     on_nonfinite: str = "recompute"
     smoothing: float = 0.0
     # The live audit's FP32 depth reference ("": the depth plan's source model) and its AbsRel
-    # budget (None: the depth plan's, else 0.02); how often is PipelineOptions.audit.
+    # budget (None: the depth plan's, else 0.02); how often is PipelineOptions.audit.share.
     audit_reference: str | Path = ""
     audit_max_abs_rel: float | None = None
     # The short side the audit's reference runs at (None: the run's): the depth plan's
@@ -252,3 +188,46 @@ def _check_side(side: int) -> None:
             f" model's memory grows with the 4th power of the side: ~4 GB at"
             f" {MAX_SHORT_SIDE}), got {side}"
         )
+
+
+# The `pipeline` section's keys before each policy had its own section (2026-11-28): read, for
+# this release, as the key each names (a cached plan or a user's config may still hold them).
+# `motion` and `audit` were values and are now sections: a value there is the first key's.
+FLAT_KEYS = {
+    "track": "tracking.enabled",
+    "detect_every": "tracking.detect_every",
+    "tracker": "tracking.tracker",
+    "track_match_iou": "tracking.match_iou",
+    "track_lost_seconds": "tracking.lost_seconds",
+    "track_per_class": "tracking.per_class",
+    "slo_ms": "slo.target_ms",
+    "slo_sizes": "slo.sizes",
+    "slo_model": "slo.model",
+    "slo_max_every": "slo.max_every",
+    "slo_motion": "slo.motion",
+    "slo_window": "slo.window",
+    "tile": "tiling.tile",
+    "tile_overlap": "tiling.overlap",
+    "tile_full_frame": "tiling.full_frame",
+    "tile_merge": "tiling.merge_threshold",
+    "motion": "motion.mode",
+    "motion_threshold": "motion.threshold",
+    "motion_min_area": "motion.min_area",
+    "motion_refresh": "motion.refresh",
+    "motion_dilate": "motion.dilate",
+    "motion_region": "motion.region",
+    "motion_region_model": "motion.region_model",
+    "audit": "audit.share",
+    "audit_reference": "audit.reference",
+    "audit_min_fidelity": "audit.min_fidelity",
+    "audit_window": "audit.window",
+}
+
+
+def nested_key(key: str) -> str:
+    """A dotted config key with a flat `pipeline.*` key of before (FLAT_KEYS) as the key it
+    names now; any other key as it is."""
+    section, _, name = key.partition(".")
+    if section == "pipeline" and name in FLAT_KEYS:
+        return f"pipeline.{FLAT_KEYS[name]}"
+    return key

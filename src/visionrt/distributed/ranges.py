@@ -27,9 +27,9 @@ def split_reason(cfg: RunConfig) -> str:
     options = cfg.pipeline
     if not cfg.cluster.range_frames:
         return "cluster.range_frames is 0"
-    if options.track:
+    if options.tracking.enabled:
         return "tracks run through a file (--track)"
-    if options.motion != "off":
+    if options.motion.mode != "off":
         return "motion gating compares each frame with the ones before (--motion)"
     if cfg.depth.model and cfg.depth.smoothing:
         return "depth smoothing blends each map with the ones before"

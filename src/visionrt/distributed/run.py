@@ -227,7 +227,8 @@ def run_on_cluster(
             sink.append(line + "\n")
         if tables:
             found = FrameResult.from_json(
-                record if record is not None else json.loads(line), tracked=cfg.pipeline.track
+                record if record is not None else json.loads(line),
+                tracked=cfg.pipeline.tracking.enabled,
             )
             for table in tables:
                 table.write(found)

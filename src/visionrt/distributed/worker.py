@@ -232,7 +232,7 @@ class KeptDetector:
     @staticmethod
     def _key(cfg: RunConfig) -> str:
         options = cfg.pipeline
-        if options.tile or options.motion == "regions" or options.slo_ms:
+        if options.tiling.tile or options.motion.mode == "regions" or options.slo.target_ms:
             return ""
         return json.dumps([str(cfg.model), cfg.backend, asdict(cfg.inference)], default=str)
 

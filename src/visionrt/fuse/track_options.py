@@ -1,5 +1,6 @@
 """A tracker's options — which tracker, the confidence split, the first association's IoU gate,
-how long a lost track is kept, whether tracks keep to one class — checked once, here."""
+how long a lost track is kept, whether tracks keep to one class — checked once, here; and the
+config's tracking section they come from (TrackingOptions)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,50 @@ class TrackOptions:
             raise ConfigError(f"tracker: expected 0 < match_iou ≤ 1, got {self.match_iou}")
         if not (math.isfinite(self.lost_seconds) and self.lost_seconds >= 0):
             raise ConfigError(f"tracker: expected lost_seconds ≥ 0, got {self.lost_seconds}")
+
+
+@dataclass(frozen=True, slots=True)
+class TrackingOptions:
+    """The config's `pipeline.tracking` section: `enabled` gives each box a track id (a tracker
+    per source, `tracker` one of TRACKERS); with `detect_every` N > 1 the detector runs on every
+    Nth frame of each source and the frames between get the tracks' predicted boxes (needs
+    `enabled`). `match_iou`, `lost_seconds` and `per_class` are TrackOptions'."""
+
+    enabled: bool = False
+    detect_every: int = 1
+    tracker: str = "bytetrack"
+    match_iou: float = 0.2
+    lost_seconds: float = 1.0
+    per_class: bool = False
+
+    def options(self, high: float, low: float) -> TrackOptions:
+        """The tracker's options, `high` and `low` its confidence split (the run's threshold,
+        and the detector's when tracking)."""
+        return TrackOptions(
+            self.tracker, high, low, self.match_iou, self.lost_seconds, self.per_class
+        )
+
+    def __post_init__(self) -> None:
+        if self.detect_every < 1:
+            raise ConfigError(
+                f"pipeline.tracking.detect_every: expected >= 1, got {self.detect_every}"
+            )
+        if self.detect_every > 1 and not self.enabled:
+            raise ConfigError(
+                "pipeline.tracking.detect_every: frames between detections need tracking:"
+                " add --track"
+            )
+        if self.tracker not in TRACKERS:
+            raise ConfigError(
+                f"pipeline.tracking.tracker: expected one of {', '.join(TRACKERS)}, got"
+                f" '{self.tracker}'"
+            )
+        if not 0 < self.match_iou <= 1:
+            raise ConfigError(
+                f"pipeline.tracking.match_iou: expected 0 < IoU <= 1, got {self.match_iou}"
+            )
+        if not 0 <= self.lost_seconds <= 3600:
+            raise ConfigError(
+                "pipeline.tracking.lost_seconds: expected 0 to 3600 seconds, got"
+                f" {self.lost_seconds}"
+            )

@@ -32,30 +32,44 @@ DEFAULT_MAX_ABS_REL = 0.02  # tune --depth's own default budget
 # spinning keeps cores awake that the run's own runtime wants. Results are the same.
 REFERENCE_OPTIONS = BackendOptions(settings={"spin": "0"})
 
-Options = TypeVar("Options")
+Depth = TypeVar("Depth", bound="DepthOptions")
 
 log = logging.getLogger("visionrt")
 
 
-def planned_audit(options: Options, plan: Plan | None) -> Options:
-    """`options` (PipelineOptions, DepthOptions or DepthConfig) with the audit's reference and
-    budget taken from `plan` where the caller left them unset: the model the plan was tuned from
-    (its FP32 reference) and the limit it was tuned under."""
+def planned_audit(options: PipelineOptions, plan: Plan | None) -> PipelineOptions:
+    """`options` with the audit's reference and budget taken from `plan` where the caller left
+    them unset: the model the plan was tuned from (its FP32 reference) and the limit it was
+    tuned under."""
     if plan is None:
         return options
+    audit, limits = options.audit, plan.tuned.get("limits") or {}
+    changes: dict[str, Any] = {}
+    source = plan.tuned.get("source_model")
+    if not audit.reference and source:
+        changes["reference"] = str(source)
+    if audit.min_fidelity is None and "min_fidelity" in limits:
+        changes["min_fidelity"] = float(limits["min_fidelity"])
+    return replace(options, audit=replace(audit, **changes)) if changes else options
+
+
+def planned_depth_audit(depth: Depth, plan: Plan | None) -> Depth:
+    """The depth section with its audit's reference, budget and size taken from the depth
+    `plan` where the caller left them unset (as planned_audit)."""
+    if plan is None:
+        return depth
     limits = plan.tuned.get("limits") or {}
     changes: dict[str, Any] = {}
     source = plan.tuned.get("source_model")
-    if not getattr(options, "audit_reference", "") and source:
+    if not depth.audit_reference and source:
         changes["audit_reference"] = str(source)
-    for name, key in (("audit_min_fidelity", "min_fidelity"), ("audit_max_abs_rel", "max_abs_rel")):
-        if hasattr(options, name) and getattr(options, name) is None and key in limits:
-            changes[name] = float(limits[key])
+    if depth.audit_max_abs_rel is None and "max_abs_rel" in limits:
+        changes["audit_max_abs_rel"] = float(limits["max_abs_rel"])
     # A depth plan that chose a smaller size than it scored against: audit against that one.
     searched = plan.tuned.get("sizes_searched") or []
-    if hasattr(options, "audit_short_side") and options.audit_short_side is None and searched:
+    if depth.audit_short_side is None and searched:
         changes["audit_short_side"] = int(searched[0])
-    return replace(options, **changes) if changes else options  # type: ignore[type-var]
+    return replace(depth, **changes) if changes else depth
 
 
 def build_auditor(
@@ -70,16 +84,16 @@ def build_auditor(
 ) -> tuple[Auditor | None, list[str]]:
     """The run's audit lane (None: no audit) and the lines saying what it audits, over the
     loaded tasks (`parts`); `model` is the detector file the run loads, `tell` is told of each
-    event (on the audit's thread). A ConfigError when an audit was asked for (`pipeline.audit`
+    event (on the audit's thread). A ConfigError when an audit was asked for (`pipeline.audit.share`
     given) that cannot run."""
-    if options.audit == 0:
+    if options.audit.share == 0:
         return None, []
-    explicit = options.audit is not None
+    explicit = options.audit.share is not None
     notes: list[str] = []
-    detect = _reference(options.audit_reference, model, explicit, "detector", notes)
-    if detect is None and explicit and not options.audit_reference:
+    detect = _reference(options.audit.reference, model, explicit, "detector", notes)
+    if detect is None and explicit and not options.audit.reference:
         raise ConfigError(
-            f"--audit: no FP32 reference for {Path(model).name}: set pipeline.audit_reference"
+            f"--audit: no FP32 reference for {Path(model).name}: set pipeline.audit.reference"
             " to the ONNX model it was made from"
         )
     if detect is not None and _detector_is(parts, options, model, detect[0]):
@@ -92,16 +106,18 @@ def build_auditor(
             depth = _as_itself(depth, "depth model", explicit, notes)
     if detect is None and depth is None:
         return None, notes
-    rate = options.audit if options.audit is not None else DEFAULT_RATE
-    avoid = max(options.detect_every, options.slo_max_every if options.slo_ms else 1)
+    rate = options.audit.share if options.audit.share is not None else DEFAULT_RATE
+    avoid = max(
+        options.tracking.detect_every, options.slo.max_every if options.slo.target_ms else 1
+    )
     settings = AuditSettings(
         rate=rate,
         period=sample_period(rate, avoid),
         reference=str(detect[0]) if detect else "",
         depth_reference=str(depth[0]) if depth else "",
-        min_fidelity=_or(options.audit_min_fidelity, DEFAULT_MIN_FIDELITY),
+        min_fidelity=_or(options.audit.min_fidelity, DEFAULT_MIN_FIDELITY),
         max_abs_rel=_or(depth_options and depth_options.audit_max_abs_rel, DEFAULT_MAX_ABS_REL),
-        window=options.audit_window,
+        window=options.audit.window,
         architecture_only=bool(detect and detect[1]),
         depth_architecture_only=bool(depth and depth[1]),
     )
@@ -140,7 +156,7 @@ def _reference(
     """The FP32 reference of the detector or depth model (`what`): the one given, else (when
     the audit was asked for) the run's own ONNX model. One that is not there or not readable is
     a ConfigError when the audit was asked for, else a note and no audit of that model."""
-    key = "pipeline.audit_reference" if what == "detector" else "depth.audit_reference"
+    key = "pipeline.audit.reference" if what == "detector" else "depth.audit_reference"
     if not given:
         if explicit and Path(model).suffix == ".onnx":
             given = model
@@ -202,7 +218,9 @@ def _detector_is(
         _same(model, reference)
         and _plain(task)
         and task.input_hw == task.spec.input_size
-        and not (options.track or options.tile or options.slo_ms or parts.sized)
+        and not (
+            options.tracking.enabled or options.tiling.tile or options.slo.target_ms or parts.sized
+        )
     )
 
 
@@ -216,11 +234,11 @@ def _detect_builder(parts: Parts, options: PipelineOptions, reference: Path) -> 
 
     # The user's threshold: tracking lowers the detector's for ByteTrack's second stage only.
     post = replace(parts.postprocess, conf=parts.tracker_high)
-    if options.tile:
+    if options.tiling.tile:
         source_hw = parts.detector.source_hw  # type: ignore[union-attr]
         return lambda: TiledDetectTask(
             reference, REFERENCE_BACKEND, REFERENCE_OPTIONS, post,
-            tiling=options.tiling(), source_hw=source_hw,
+            tiling=options.tiling, source_hw=source_hw,
         )  # fmt: skip
     return lambda: DetectTask(reference, REFERENCE_BACKEND, REFERENCE_OPTIONS, post)
 

@@ -117,14 +117,14 @@ def build_parts(
     # Tracking: the user's threshold starts tracks; ByteTrack's second stage also needs the
     # detector's boxes down to TRACK_LOW, which only ever extend tracks already there.
     high, low = postprocess.conf, min(TRACK_LOW, postprocess.conf)
-    if options.track:
+    if options.tracking.enabled:
         postprocess = replace(postprocess, conf=low)
 
     def make(chosen: SizedDetector, on: Sequence[Source], loaded: Backend | None = None) -> Task:
         runtime = loaded if loaded is not None else chosen.backend
-        if options.tile:
+        if options.tiling.tile:
             known = [size for s in on if (size := frame_size(s))]
-            tiling = options.tiling()
+            tiling = options.tiling
             return TiledDetectTask.for_sources(
                 chosen.model, runtime, chosen.inference, postprocess, tiling, known
             )
@@ -144,10 +144,10 @@ def build_parts(
             raise ConfigError("--depth-on names sources for a depth model: give --depth MODEL")
         if sizes:
             _add_sized(parts, sources, names, sizes, own, make)
-        if options.slo_ms:
+        if options.slo.target_ms:
             live = any(s.live for s in sources)
             _add_degrade(parts, model, backend, backend_options, options, live, on_degrade)
-        if options.motion == "regions":
+        if options.motion.mode == "regions":
             _add_regions(parts, model, backend, backend_options, options, len(sources))
     except BaseException:
         parts.close()
@@ -213,10 +213,10 @@ def source_fusers(
     steps: list[Fuser] = []
     detector = parts.detector.name
     smoothing = parts.depth.smoothing if parts.depth is not None else 0.0
-    if options.motion != "off" or ladder_gates(options):
+    if options.motion.mode != "off" or ladder_gates(options):
         steps.append(ReuseFuser(detector))
-    if options.track:
-        tracker = make_tracker(options.tracking(parts.tracker_high, parts.tracker_low))
+    if options.tracking.enabled:
+        tracker = make_tracker(options.tracking.options(parts.tracker_high, parts.tracker_low))
         steps.append(TrackFuser(tracker, detector))
     for index in parts.schedule[source_id][1:]:
         smoother = DepthSmoother(smoothing) if smoothing else None
@@ -237,7 +237,7 @@ def check_analytics(
         raise ConfigError(
             f"analytics: no source named '{unknown[0]}' (sources: {', '.join(names)})"
         )
-    if analytics and not options.track:
+    if analytics and not options.tracking.enabled:
         raise ConfigError("analytics: zones and lines count tracks: add --track")
 
 
@@ -292,15 +292,19 @@ def _add_degrade(
     )
     parts.variants.extend(variants)
     parts.notes.extend(notes)
-    every = options.detect_every
+    every = options.tracking.detect_every
     gating = ladder_gates(options)
-    rungs = build_ladder(every, max(every, options.slo_max_every), options.track, labels, gating)
-    parts.degrader = Degrader(options.slo_ms / 1e3, rungs, options.slo_window, on_change=on_degrade)
+    rungs = build_ladder(
+        every, max(every, options.slo.max_every), options.tracking.enabled, labels, gating
+    )
+    parts.degrader = Degrader(
+        options.slo.target_ms / 1e3, rungs, options.slo.window, on_change=on_degrade
+    )
 
 
 def ladder_gates(options: PipelineOptions) -> bool:
     """The latency ladder may turn motion gating on (a rung of its own)."""
-    return bool(options.slo_ms) and options.slo_motion and options.motion == "off"
+    return bool(options.slo.target_ms) and options.slo.motion and options.motion.mode == "off"
 
 
 def _add_regions(
@@ -311,14 +315,14 @@ def _add_regions(
     options: PipelineOptions,
     sources: int,
 ) -> None:
-    """The region detector (`pipeline.motion_region_model`, or the run's model resized) and the
+    """The region detector (`pipeline.motion.region_model`, or the run's model resized) and the
     planner of its windows."""
     if not isinstance(backend, str):
         raise ConfigError("--motion regions: needs a backend name, not a loaded Backend")
-    side = options.motion_region
+    side = options.motion.region
     planner = RegionPlanner(sources, side, parts.detector.input_hw)
     parts.regions = RegionDetectTask(
-        options.motion_region_model or model,
+        options.motion.region_model or model,
         backend,
         backend_options,
         parts.postprocess,
@@ -329,13 +333,13 @@ def _add_regions(
 
 
 def build_gating(parts: Parts, options: PipelineOptions, telemetry: Telemetry) -> Gating | None:
-    """Motion gating's per-frame work when `pipeline.motion` is on, else None."""
-    if options.motion == "off" and not ladder_gates(options):
+    """Motion gating's per-frame work when `pipeline.motion.mode` is on, else None."""
+    if options.motion.mode == "off" and not ladder_gates(options):
         return None
     height, width = parts.detector.input_hw
-    side = options.motion_region
+    side = options.motion.region
     return Gating(
-        options.motion_options(),
+        options.motion,
         len(parts.schedule),
         telemetry,
         height * width,

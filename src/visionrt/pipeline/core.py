@@ -60,11 +60,11 @@ class Pipeline:
     plan the caller settled already (`pipeline_for`: the arguments are its configuration) — one
     decision for all of these (`pipeline.plan_run`). `notes` says which plan ran, or why none
     did (also logged at INFO on the "visionrt" logger and kept in the summary). `analytics`:
-    zones and lines per source name (see fuse.analytics; needs `options.track`). With `options`
-    None, the plan's motion gating (`tune` keeps it where it pays) runs too; regions with no
-    region model run the plan's (`pipeline.planned.planned_regions`). A plan that runs is
-    audited live against its FP32 reference (`options.audit`; `auditor`, `hooks.on_audit`,
-    summary `audit`: see accuracy.audit).
+    zones and lines per source name (see fuse.analytics; needs `options.tracking.enabled`).
+    With `options` None, the plan's motion gating (`tune` keeps it where it pays) runs too;
+    regions with no region model run the plan's (`pipeline.planned.planned_regions`). A plan
+    that runs is audited live against its FP32 reference (`options.audit`; `auditor`,
+    `hooks.on_audit`, summary `audit`: see accuracy.audit).
     `frame_ranges`: each source's (`start_frame`, `end_frame`), in place of `source_options`'
     (a cluster's retries resume each source of a group where it stopped; a long file's ranges
     run on several workers); `checkpoints`: each source's fusion state to resume with (None:
@@ -312,7 +312,7 @@ class Pipeline:
             summary.slo = self.degrader.report()
         if self.auditor is not None:
             summary.audit = self.auditor.report()
-        if self.options.motion != "off" or ladder_gates(self.options):
+        if self.options.motion.mode != "off" or ladder_gates(self.options):
             summary.motion = motion_summary(
                 self.options, self.input_hw, summary.events, summary.frames_out
             )

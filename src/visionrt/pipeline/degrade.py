@@ -62,7 +62,7 @@ def build_ladder(
     inputs first, a lighter model last) at that N."""
     if max_every < base_every:
         raise ConfigError(
-            f"pipeline.slo_max_every: expected >= detect_every ({base_every}), got {max_every}"
+            f"pipeline.slo.max_every: expected >= detect_every ({base_every}), got {max_every}"
         )
     what = "detect every {}" if tracking else "1 frame in {}"
     gate = "skip" if motion else ""
@@ -93,9 +93,9 @@ class Degrader:
         on_change: Callable[[Change], None] | None = None,
     ) -> None:
         if slo <= 0:
-            raise ConfigError(f"pipeline.slo_ms: expected > 0, got {slo * 1e3:g}")
+            raise ConfigError(f"pipeline.slo.target_ms: expected > 0, got {slo * 1e3:g}")
         if window <= 0:
-            raise ConfigError(f"pipeline.slo_window: expected > 0 seconds, got {window}")
+            raise ConfigError(f"pipeline.slo.window: expected > 0 seconds, got {window}")
         if not rungs:
             raise ConfigError("the degrade ladder has no rung")
         self.slo, self.rungs, self.window = slo, list(rungs), window
@@ -166,14 +166,14 @@ class Degrader:
 
 
 def check_slo_model(model: str) -> None:
-    """`pipeline.slo_model` must be a detector this pipeline can load: checked before the
+    """`pipeline.slo.model` must be a detector this pipeline can load: checked before the
     ladder builds on it (a depth or classification model would fail deep in a rewrite)."""
     from visionrt.models import read_model_spec
     from visionrt.postprocess import detect_layout
 
     path = Path(model)
     if not path.is_file():
-        raise ConfigError(f"pipeline.slo_model: model file not found: {model}")
+        raise ConfigError(f"pipeline.slo.model: model file not found: {model}")
     if path.suffix not in (".onnx", ".xml"):
         return  # .pt/.engine files are described by the runtime that loads them
     try:
@@ -181,7 +181,7 @@ def check_slo_model(model: str) -> None:
         detect_layout(list(spec.output_shape), len(spec.class_names), spec.end2end, "auto",
                       input_hw=spec.input_size)  # fmt: skip
     except ModelLoadError as err:
-        raise ConfigError(f"pipeline.slo_model: {path.name} is not a detector: {err}") from err
+        raise ConfigError(f"pipeline.slo.model: {path.name} is not a detector: {err}") from err
 
 
 def smaller_sides(stride: int, input_hw: tuple[int, int]) -> list[int]:

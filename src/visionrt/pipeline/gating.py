@@ -97,13 +97,13 @@ def motion_summary(
     motion_figures), a whole frame's detector input `input_hw`."""
     height, width = input_hw
     settings: dict[str, Any] = {
-        "mode": options.motion,
-        "threshold": options.motion_threshold,
-        "min_area": options.motion_min_area,
-        "refresh": options.motion_refresh,
+        "mode": options.motion.mode,
+        "threshold": options.motion.threshold,
+        "min_area": options.motion.min_area,
+        "refresh": options.motion.refresh,
     }
-    if options.motion == "regions":
-        settings["region"] = options.motion_region
+    if options.motion.mode == "regions":
+        settings["region"] = options.motion.region
     return motion_figures(settings, events, out, out * height * width)
 
 

@@ -9,7 +9,7 @@ a line saying which, or why none.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from visionrt.config.sizes import Size, SizedDetector, size_key
 from visionrt.errors import ConfigError, SourceError
 from visionrt.models import demo_model_path
 from visionrt.paths import DEMO_VIDEO
-from visionrt.pipeline.audit import planned_audit
+from visionrt.pipeline.audit import planned_audit, planned_depth_audit
 from visionrt.pipeline.planned import planned_regions
 from visionrt.plans import PlanRequest, PlanUse, use_depth_plan, use_gating, use_plan
 from visionrt.plans.gpu import batch_across_sources
@@ -64,7 +64,7 @@ def plan_run(
         model=Path(own.model) if own.model else None,
         chosen=_chosen(given),
         batch=own.inference.batch,
-        tile=bool(own.pipeline.tile),
+        tile=bool(own.pipeline.tiling.tile),
         live=_live(own) if live is None else live,
     )
     use = use_plan(request, plan, fingerprint=fingerprint)
@@ -91,7 +91,7 @@ def _batched(cfg: RunConfig, given: Mapping[str, Any], sources: int) -> tuple[Ru
     """Several sources on a CUDA device go to the detector together
     (`plans.gpu.batch_across_sources`), unless the user gave a batch (`--batch 1` too) or
     tiles (a batch of their own)."""
-    if "batch" in (given.get("inference") or {}) or cfg.pipeline.tile:
+    if "batch" in (given.get("inference") or {}) or cfg.pipeline.tiling.tile:
         return cfg, ""
     options, line = batch_across_sources(cfg.inference, sources)
     return replace(cfg, inference=options), line
@@ -140,7 +140,7 @@ def api_request(
     if changed := _changed(inference, BackendOptions()):
         given["inference"] = changed
     if options is not None:
-        given[PIPELINE_KEY] = {f.name: getattr(options, f.name) for f in fields(options)}
+        given[PIPELINE_KEY] = asdict(options)
     depth_given: dict[str, Any] = {"backend": depth.backend} if depth.backend else {}
     if changed := _changed(depth.inference, BackendOptions()):
         depth_given["inference"] = changed
@@ -217,7 +217,7 @@ def _with_depth_plan(
         inference=layered(cfg.depth.inference, use.sections.get("inference") or {}),
         short_side=int(use.sections["short_side"]),
     )
-    return replace(cfg, depth=planned_audit(depth, use.plan)), use.note
+    return replace(cfg, depth=planned_depth_audit(depth, use.plan)), use.note
 
 
 def _chosen(section: Mapping[str, Any]) -> tuple[str, ...]:

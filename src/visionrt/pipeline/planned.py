@@ -27,22 +27,22 @@ def planned_regions(
     in the export cache (`visionrt export --imgsz`), and for an artifact that cannot be resized
     (an OpenVINO IR, say) the FP32 reference resized, on the plan's runtime at fp32 — a
     ConfigError where that runtime would build an engine for it (TensorRT)."""
-    if plan is None or options.motion != "regions" or options.motion_region_model:
+    if plan is None or options.motion.mode != "regions" or options.motion.region_model:
         return options, ""
     from visionrt.models.cache import default_root, export_report, sized_export
 
-    artifact, side = Path(model), options.motion_region
+    artifact, side = Path(model), options.motion.region
     square = f"{side}×{side}"
     made = str((plan.tuned.get("motion") or {}).get("region_model") or "")
     if made and _made_at(Path(made), side):
         note = f"motion regions: the {square} region model tune made for the plan ({made})"
-        return replace(options, motion_region_model=made), note
+        return replace(options, motion=replace(options.motion, region_model=made)), note
     report = export_report(artifact) or {}
     target = str(report.get("target") or (plan.tuned.get("artifact") or {}).get("export") or "")
     cached = sized_export(artifact, (side, side), (default_root(),))
     if cached is not None:
         note = f"motion regions: the {square} {target} export from the cache ({cached})"
-        return replace(options, motion_region_model=str(cached)), note
+        return replace(options, motion=replace(options.motion, region_model=str(cached))), note
     reference = _reference(plan, asked)
     if artifact.suffix == ".onnx" or reference is None:
         return options, ""  # resized as it is; or nothing else to run (the task says why)
@@ -61,7 +61,7 @@ def planned_regions(
         f" reference {reference.name} resized to {square} on {backend} (a run builds nothing);"
         f" `{command}` makes one, which later runs take"
     )
-    return replace(options, motion_region_model=str(reference)), note
+    return replace(options, motion=replace(options.motion, region_model=str(reference))), note
 
 
 def _made_at(path: Path, side: int) -> bool:

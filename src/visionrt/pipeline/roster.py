@@ -61,8 +61,8 @@ class Roster:
         depth_lanes = list(range(1, len(pipeline.tasks)))
         if depth and not depth_lanes:
             raise ConfigError("tasks: depth needs a depth model: start the service with --depth")
-        if pipeline.options.tile:
-            raise ConfigError("pipeline.tile: sources cannot be added to a tiled service")
+        if pipeline.options.tiling.tile:
+            raise ConfigError("pipeline.tiling.tile: sources cannot be added to a tiled service")
         with self._lock:
             # One that ended (a file's end, a stream past its reconnects) gives up its name.
             if name in self._opening or (name in self.active and self._reading(name)):

@@ -52,8 +52,8 @@ class Scheduler:
         self.schedule = [tuple(lanes) for lanes in schedule]
         self.live = list(live)
         self.stale_after = options.stale_after
-        self.detect_every, self.track = options.detect_every, options.track
-        self.motion, self.refresh = options.motion, options.motion_refresh
+        self.detect_every, self.track = options.tracking.detect_every, options.tracking.enabled
+        self.motion, self.refresh = options.motion.mode, options.motion.refresh
         self.degrader = degrader
         self.variants, self.region_lane = tuple(variants), region_lane
         # Frames of each source until the detector runs again (detect-every-N), and frames

@@ -27,18 +27,18 @@ def degrade_variants(
     variants: list[Task] = []
     labels: list[str] = []
     notes: list[str] = []
-    if pipeline.slo_model:
-        check_slo_model(pipeline.slo_model)  # before minutes of loading the other rungs
+    if pipeline.slo.model:
+        check_slo_model(pipeline.slo.model)  # before minutes of loading the other rungs
     # A loaded Backend cannot be re-sized; tiles keep their size (detect less often instead).
-    if isinstance(backend, str) and not pipeline.tile and Path(model).suffix != ".onnx":
+    if isinstance(backend, str) and not pipeline.tiling.tile and Path(model).suffix != ".onnx":
         notes.append(
             f"slo: {Path(model).name} is an artifact made at one input size (quantized or"
             " compiled for it), so the ladder has no smaller-input rungs; it detects less"
             " often instead (`visionrt export --imgsz` makes one per size)"
         )
-    elif isinstance(backend, str) and not pipeline.tile:
+    elif isinstance(backend, str) and not pipeline.tiling.tile:
         try:
-            for side in pipeline.slo_sizes or smaller_sides(task.spec.stride, task.input_hw):
+            for side in pipeline.slo.sizes or smaller_sides(task.spec.stride, task.input_hw):
                 sized = replace(options, input_size=(side, side))
                 variants.append(DetectTask(model, backend, sized, postprocess))
                 labels.append(f"input {side}×{side}")
@@ -50,13 +50,13 @@ def degrade_variants(
                 f"slo: {Path(model).name} cannot run at a smaller input ({err}); the ladder"
                 " detects less often instead"
             )
-    if pipeline.slo_model:
+    if pipeline.slo.model:
         # Its own runtime at its own size: the precision and settings chosen for the main
         # model (a plan's INT8 artifact, say) mean nothing for another file.
         own = BackendOptions(
             options.device, threads=options.threads, batch=options.batch,
             cache_dir=options.cache_dir,
         )  # fmt: skip
-        variants.append(DetectTask(pipeline.slo_model, "", own, postprocess))
-        labels.append(f"model {Path(pipeline.slo_model).name}")
+        variants.append(DetectTask(pipeline.slo.model, "", own, postprocess))
+        labels.append(f"model {Path(pipeline.slo.model).name}")
     return variants, labels, notes

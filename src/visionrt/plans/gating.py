@@ -11,8 +11,7 @@ from typing import Any
 
 from visionrt.plans.store import PIPELINE_KEY, Plan
 
-MODE_KEY = "motion"
-REGION_MODEL_KEY = "motion_region_model"
+MOTION_KEY = "motion"  # the pipeline section's motion gating, and the tuned record's
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,17 +30,18 @@ def use_gating(plan: Plan | None, given: Mapping[str, Any]) -> GatingUse:
     `pipeline.planned.planned_regions`.)"""
     if plan is None:
         return GatingUse()
-    section = dict(plan.run.get(PIPELINE_KEY) or {})
-    planned = str(section.get(MODE_KEY, "off"))
-    mine = given.get(MODE_KEY)
+    motion = plan_motion(plan.run.get(PIPELINE_KEY) or {})
+    planned = str(motion.get("mode", "off"))
+    mine = _mode(given.get(MOTION_KEY))
+    section = {MOTION_KEY: motion}
     if planned == "off":
         return GatingUse()
     if mine is not None and mine != planned:
         return GatingUse(
-            note=f"plan's motion gating ({planned}) set aside: pipeline.motion (--motion)"
+            note=f"plan's motion gating ({planned}) set aside: pipeline.motion.mode (--motion)"
             f" {mine} given"
         )
-    region_model = str(section.get(REGION_MODEL_KEY) or "")
+    region_model = str(motion.get("region_model") or "")
     if region_model and not Path(region_model).is_file():
         return GatingUse(
             note=f"plan's motion gating ({planned}) set aside: its region model {region_model}"
@@ -54,9 +54,29 @@ def use_gating(plan: Plan | None, given: Mapping[str, Any]) -> GatingUse:
     return GatingUse(section, note)
 
 
+def plan_motion(section: Mapping[str, Any]) -> dict[str, Any]:
+    """A plan's `pipeline` section's motion gating as the `pipeline.motion` section's keys. A
+    plan tuned before that section existed holds them flat (`motion: skip`,
+    `motion_min_area: 0.005`)."""
+    motion = section.get(MOTION_KEY)
+    if isinstance(motion, Mapping):
+        return dict(motion)
+    flat = {
+        key.removeprefix("motion_"): value
+        for key, value in section.items()
+        if key.startswith("motion_")
+    }
+    return {**flat, "mode": motion} if motion is not None else flat
+
+
+def _mode(given: Any) -> str | None:
+    """The motion gating mode the user gave, if any (the section's, or a value of before)."""
+    return given.get("mode") if isinstance(given, Mapping) else given
+
+
 def _measured(plan: Plan, mode: str) -> str:
     """'2.10× the plan alone, fidelity 0.968 on vtest.avi' from the plan's record."""
-    record = plan.tuned.get(MODE_KEY) or {}
+    record = plan.tuned.get(MOTION_KEY) or {}
     # The mode as measured ("skip 0.005"), which names its options beyond `motion`.
     name = str(record.get("chosen") or mode)
     figures = (record.get("modes") or {}).get(name) or {}

@@ -32,33 +32,62 @@ class Motion:
     boxes: npt.NDArray[np.int32] = field(default_factory=lambda: NO_BOXES)
 
 
+MODES = ("off", "skip", "regions")
+
+
 @dataclass(frozen=True, slots=True)
 class MotionOptions:
-    """`threshold`: a grey-level difference (1-255) that counts a pixel as changed; `min_area`:
-    the share of the frame that must change for a frame to count as moved; `dilate`: changed
-    areas closer than this (pixels of the 160-wide grey copy; 9: ~5 % of the width, ~40 source
-    pixels of a 768-wide frame) merge into one motion box, since a walking person's difference
-    splits into limbs, head and the place they left."""
+    """The config's `pipeline.motion` section. `threshold`: a grey-level difference (1-255) that
+    counts a pixel as changed; `min_area`: the share of the frame that must change for a frame
+    to count as moved; `dilate`: changed areas closer than this (pixels of the 160-wide grey
+    copy; 9: ~5 % of the width, ~40 source pixels of a 768-wide frame) merge into one motion
+    box, since a walking person's difference splits into limbs, head and the place they left.
+
+    How a run gates on it: `mode` "skip" lets a frame under `min_area` reuse the results of the
+    frame the models last ran on, but the models run again at least every `refresh` seconds of
+    video (something that appeared without motion); "regions" also runs the detector, on a
+    frame that moved, on square windows of `region` source pixels around the motion and the
+    objects last seen, at an input of that size: `region_model` (an artifact made at that size,
+    e.g. by `visionrt export --imgsz 320x320`; "": the run's model resized, which needs an ONNX
+    model, or under a plan the region model `pipeline.planned.planned_regions` finds)."""
 
     threshold: int = 25
     min_area: float = 0.002
     dilate: int = 9
+    mode: str = "off"
+    refresh: float = 2.0
+    region: int = 320
+    region_model: str = ""
 
     def __post_init__(self) -> None:
         if not 1 <= self.threshold <= 255:
             raise ConfigError(
-                f"pipeline.motion_threshold: expected a grey-level difference from 1 to 255,"
+                f"pipeline.motion.threshold: expected a grey-level difference from 1 to 255,"
                 f" got {self.threshold}"
             )
         if not 0 < self.min_area < 1:
             raise ConfigError(
-                "pipeline.motion_min_area: expected a share of the frame between 0 and 1"
+                "pipeline.motion.min_area: expected a share of the frame between 0 and 1"
                 f" (0.002: 0.2 %), got {self.min_area:g}"
             )
         if not 1 <= self.dilate <= WIDTH // 2:
             raise ConfigError(
-                f"pipeline.motion_dilate: expected 1 to {WIDTH // 2} pixels of the {WIDTH}-wide"
+                f"pipeline.motion.dilate: expected 1 to {WIDTH // 2} pixels of the {WIDTH}-wide"
                 f" grey copy, got {self.dilate}"
+            )
+        if self.mode not in MODES:
+            raise ConfigError(
+                f"pipeline.motion.mode (--motion): expected off, skip or regions, got '{self.mode}'"
+            )
+        if not 64 <= self.region <= 4096 or self.region % 32:
+            raise ConfigError(
+                "pipeline.motion.region: expected a multiple of 32 from 64 to 4096 pixels, got"
+                f" {self.region}"
+            )
+        if not 0 < self.refresh <= 3600:
+            raise ConfigError(
+                "pipeline.motion.refresh: expected seconds > 0, at most 3600 (how often the"
+                f" detector runs on a frame that did not move), got {self.refresh:g}"
             )
 
 

@@ -14,25 +14,29 @@ from visionrt.preprocess.letterbox import InputLayout, compute_letterbox, letter
 from visionrt.types import Letterbox
 
 MIN_TILE = 32  # a detector's coarsest stride: a smaller tile cannot hold one grid cell
+DEFAULT_TILE = 640  # a tiled detector's window when none is given: the common YOLO input
 
 
 @dataclass(frozen=True, slots=True)
 class TileOptions:
-    """`tile`: side of a square window in source pixels. `overlap`: fraction of `tile` that
-    neighbouring windows share, in [0, 1). `full_frame`: also run the whole frame as one more row
+    """The config's `pipeline.tiling` section. `tile`: side of a square window in source pixels
+    (0: no tiling). `overlap`: fraction of `tile` that neighbouring windows share, in [0, 1).
+    `full_frame`: also run the whole frame as one more row
     (SAHI's "standard prediction"), which keeps objects larger than a tile whole.
     `merge_threshold`: overlap above which boxes of different tiles are one object (IoU, or
     intersection over the smaller box when a tile edge cuts one of them)."""
 
-    tile: int = 640
+    tile: int = 0
     overlap: float = 0.2
     full_frame: bool = True
     merge_threshold: float = 0.5
 
     def __post_init__(self) -> None:
-        if isinstance(self.tile, bool) or not isinstance(self.tile, int) or self.tile < MIN_TILE:
+        whole = isinstance(self.tile, int) and not isinstance(self.tile, bool)
+        if not whole or (self.tile != 0 and self.tile < MIN_TILE) or self.tile < 0:
             raise ConfigError(
-                f"--tile: expected a whole number of pixels >= {MIN_TILE}, got {self.tile!r}"
+                f"--tile: expected a whole number of pixels >= {MIN_TILE} (0: off), got"
+                f" {self.tile!r}"
             )
         if not (isinstance(self.overlap, int | float) and 0.0 <= self.overlap < 1.0):
             raise ConfigError(
@@ -77,6 +81,8 @@ def tile_windows(source_hw: tuple[int, int], tile: int, overlap: float) -> npt.N
     """Tiles covering a frame of `source_hw` (height, width): (K, 4) int32 x1, y1, x2, y2,
     row-major. A frame dimension shorter than `tile` gives windows of that dimension."""
     options = TileOptions(tile=tile, overlap=overlap)
+    if not tile:
+        raise ConfigError("--tile: tiling is off (0); expected a window side in pixels")
     height, width = source_hw
     if height < 1 or width < 1:
         raise ConfigError(f"--tile: expected a frame size of at least 1x1, got {width}x{height}")

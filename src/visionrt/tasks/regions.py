@@ -51,7 +51,7 @@ class RegionDetectTask:
         fixed = path.suffix != ".onnx" and known is not None  # an artifact made at one size
         if fixed and known != (side, side):
             raise ConfigError(
-                f"pipeline.motion_region_model: {path.name} is made at {known[0]}x{known[1]};"
+                f"pipeline.motion.region_model: {path.name} is made at {known[0]}x{known[1]};"
                 f" regions of {side} px need a detector at {side}x{side} (`visionrt export --to"
                 f" openvino-int8 --imgsz {side}x{side}`)"
             )
@@ -74,16 +74,16 @@ class RegionDetectTask:
         except ModelLoadError as err:  # a head the size rewrite does not understand
             raise ConfigError(
                 f"--motion regions: {path.name} cannot run at {side}x{side} ({err}); give a"
-                " detector made at that size as pipeline.motion_region_model"
+                " detector made at that size as pipeline.motion.region_model"
             ) from err
-        self.detector.memory_fix = "lower pipeline.motion_region or --batch"
+        self.detector.memory_fix = "lower pipeline.motion.region or --batch"
         if self.detector.input_hw != (side, side):
             height, width = self.detector.input_hw
             self.detector.close()
             raise ConfigError(
                 f"--motion regions: {path.name} runs at {height}x{width}, not the {side}x{side}"
-                " of pipeline.motion_region; give an ONNX model or an artifact made at that size"
-                " as pipeline.motion_region_model"
+                " of pipeline.motion.region; give an ONNX model or an artifact made at that size"
+                " as pipeline.motion.region_model"
             )
         self.postprocess, self.head = self.detector.postprocess, self.detector.head
         self.backend: Backend = self.detector.backend

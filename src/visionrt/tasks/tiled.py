@@ -18,7 +18,14 @@ from visionrt.models import SELF_DESCRIBING, read_model_spec
 from visionrt.postprocess import HeadLayout, PostprocessOptions
 from visionrt.postprocess.tiles import cut_sides, merge_tiles, seen_better
 from visionrt.postprocess.yolo import decode_one
-from visionrt.preprocess.tile import TileGrid, TileOptions, fill_tiles, plan_tiles, tile_count
+from visionrt.preprocess.tile import (
+    DEFAULT_TILE,
+    TileGrid,
+    TileOptions,
+    fill_tiles,
+    plan_tiles,
+    tile_count,
+)
 from visionrt.tasks.base import BatchBuffers
 from visionrt.tasks.detect import DetectTask
 from visionrt.types import Detections
@@ -64,7 +71,8 @@ class TiledDetectTask:
         rows_per_call: int = 0,
     ) -> None:
         options = backend_options or BackendOptions()
-        self.tiling = tiling or TileOptions()
+        tiling = tiling or TileOptions()
+        self.tiling = tiling if tiling.tile else replace(tiling, tile=DEFAULT_TILE)
         if len(source_hw) != 2 or min(source_hw) < 1:
             raise ConfigError(f"--tile: expected a source size (height, width), got {source_hw}")
         self.source_hw = (int(source_hw[0]), int(source_hw[1]))

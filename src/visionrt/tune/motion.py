@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from visionrt.errors import Interrupted, VisionRTError
 from visionrt.pipeline import PipelineOptions
+from visionrt.preprocess.motion import MotionOptions
 from visionrt.tune.candidates import Candidate
 from visionrt.tune.search import Limits, Measurement
 
@@ -107,13 +108,13 @@ class MotionOutcome:
         options = self.options()
         if options is None:
             return {}
-        defaults = PipelineOptions()
-        return {
-            item.name: getattr(options, item.name)
-            for item in dataclasses.fields(options)
-            if item.name.startswith("motion")
-            and getattr(options, item.name) != getattr(defaults, item.name)
+        motion, defaults = options.motion, MotionOptions()
+        changed = {
+            item.name: getattr(motion, item.name)
+            for item in dataclasses.fields(motion)
+            if getattr(motion, item.name) != getattr(defaults, item.name)
         }
+        return {"motion": changed}
 
     def record(self) -> dict[str, Any]:
         """What the plan keeps under `tuned.motion`: the choice, the rule, and per mode its
@@ -124,7 +125,7 @@ class MotionOutcome:
         base = off.combined().fps if off is not None else 0.0
         regions = next((r.mode.options for r in self.results if r.mode.name == "regions"), None)
         # Kept whichever mode won: a run that asks for regions itself can use it.
-        region_model = regions.motion_region_model if regions is not None else ""
+        region_model = regions.motion.region_model if regions is not None else ""
         return {
             "chosen": self.chosen,
             "rule": RULE,
@@ -260,7 +261,7 @@ def region_mode(candidate: Candidate, evaluator: GatedEvaluator, say: Say | None
     """`regions` for the candidate: with its artifact made at the region size (the same export,
     cached by content so it is made once) when the candidate runs one, the run's model resized
     otherwise; or why it cannot be built."""
-    size = PipelineOptions().motion_region
+    size = MotionOptions().region
     try:
         model = ""
         if candidate.export:
@@ -268,7 +269,7 @@ def region_mode(candidate: Candidate, evaluator: GatedEvaluator, say: Say | None
                 say(f"motion regions: the {size}×{size} region model ({candidate.export}; made"
                     " once, then cached)")  # fmt: skip
             model = str(evaluator.artifact(replace(candidate, input_size=(size, size))))
-        return GatingMode("regions", PipelineOptions(motion="regions", motion_region_model=model))
+        return GatingMode("regions", _gated(MotionOptions(mode="regions", region_model=model)))
     except Interrupted:
         raise
     except (VisionRTError, RuntimeError, OSError, ValueError, ImportError) as err:
@@ -276,9 +277,13 @@ def region_mode(candidate: Candidate, evaluator: GatedEvaluator, say: Say | None
         return GatingMode("regions", error=f"cannot build its region model: {first}")
 
 
+def _gated(motion: MotionOptions) -> PipelineOptions:
+    return PipelineOptions(motion=motion)
+
+
 def skip_name(min_area: float) -> str:
     """'skip' at the default area, 'skip 0.005' at another."""
-    return "skip" if min_area == PipelineOptions().motion_min_area else f"skip {min_area:g}"
+    return "skip" if min_area == MotionOptions().min_area else f"skip {min_area:g}"
 
 
 def tune_motion(
@@ -302,7 +307,7 @@ def tune_motion(
     modes = [
         GatingMode("off", PipelineOptions()),
         *(
-            GatingMode(skip_name(area), PipelineOptions(motion="skip", motion_min_area=area))
+            GatingMode(skip_name(area), _gated(MotionOptions(mode="skip", min_area=area)))
             for area in SKIP_AREAS
         ),
         region_mode(candidate, evaluator, say),
