@@ -212,7 +212,7 @@ def test_onnx_int8_sym_is_what_tensorrt_takes_and_keeps_fidelity(
 ) -> None:
     import onnx
 
-    from visionrt.backends.tensorrt import qdq_problem
+    from visionrt.export.tensorrt import qdq_problem
 
     result = export_demo("onnx-int8-sym", demo_model, demo_video, demo_artifacts)
     proto = onnx.load(str(result.path))

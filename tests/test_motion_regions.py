@@ -148,7 +148,7 @@ def test_region_options_are_checked(tmp_path: Path, tiny_model: Path) -> None:
     with pytest.raises(ConfigError, match=r"tiling .* already cuts"):
         pipeline_options(motion="regions", tile=640)
     cv2.imwrite(str(tmp_path / "a.png"), scene(100))
-    with pytest.raises(ConfigError, match=r"tiny.onnx cannot run at 320x320 .*motion_region_model"):
+    with pytest.raises(ConfigError, match=r"tiny.onnx cannot run at 320x320 .*motion.region_model"):
         Pipeline(
             [str(tmp_path / "a.png")], tiny_model, "onnxruntime",
             options=pipeline_options(motion="regions"),

@@ -120,7 +120,7 @@ RUN_CASES = [
     ("VIDEO -m MODEL --set nope.key=1", 2, "postprocess, serve, sizes, source, sources, tasks"),
     # 4: a latency-ladder model that is not a detector, checked before the ladder builds on it.
     ("VIDEO -m MODEL --realtime --slo-ms 100 --set pipeline.slo_model=DEPTH", 2,
-     "pipeline.slo_model: depth.onnx is not a detector"),
+     "pipeline.slo.model: depth.onnx is not a detector"),
     # #32, 13: a flag after --ray is taken as its address (Ray's ValueError traceback before).
     ("VIDEO -m MODEL --ray --no-video", 2,
      "cluster.address (--ray): expected local, auto, processes or HOST:PORT, got '--no-video'"
@@ -128,8 +128,8 @@ RUN_CASES = [
     ("VIDEO -m MODEL --ray head", 2, "expected local, auto, processes or HOST:PORT, got 'head'"),
     # #32, 16: ranges whose words contradicted the value refused ("expected 0 to 3600, got 0").
     ("VIDEO -m MODEL --set pipeline.motion_refresh=0", 2,
-     "pipeline.motion_refresh: expected seconds > 0, at most 3600"),
-    ("VIDEO -m MODEL --set pipeline.slo_ms=-1", 2, "pipeline.slo_ms: expected 0 (off) or"),
+     "pipeline.motion.refresh: expected seconds > 0, at most 3600"),
+    ("VIDEO -m MODEL --set pipeline.slo_ms=-1", 2, "pipeline.slo.target_ms: expected 0 (off) or"),
     ("VIDEO -m MODEL --set output.metrics_port=-1", 2, "expected 0 (off) or 1 to 65535, got -1"),
 ]  # fmt: skip
 

@@ -83,11 +83,13 @@ def test_engine_agrees_with_onnxruntime(
 ) -> None:
     from visionrt.bench import prepared_inputs
     from visionrt.bench.reference import collect_detections
+    from visionrt.export import building
     from visionrt.fidelity import fidelity
     from visionrt.preprocess import InputLayout
 
     options = BackendOptions(device="cuda", precision=precision, cache_dir=tmp_path)
-    backend = load_backend("tensorrt", demo_model, options)
+    with building():  # a load builds only when its caller asks
+        backend = load_backend("tensorrt", demo_model, options)
     (engine,) = tmp_path.glob("*.engine")
     built = engine.stat()
     again = load_backend("tensorrt", demo_model, options)  # from the cache, not rebuilt
@@ -130,7 +132,7 @@ def test_qdq_problem_names_what_tensorrt_refuses(
     # Checked before any TensorRT import, so on every machine.
     from onnx import TensorProto, helper, numpy_helper
 
-    from visionrt.backends.tensorrt import qdq_problem
+    from visionrt.export.tensorrt import qdq_problem
 
     inputs = ["x", "scale"] + (["zero"] if zero_type else [])
     constants = [numpy_helper.from_array(np.array(0.1, np.float32), "scale")]
@@ -149,3 +151,64 @@ def test_qdq_problem_names_what_tensorrt_refuses(
     assert qdq_problem(helper.make_model(graph)) == problem
     float_only = helper.make_graph([], "f", [], [], [])
     assert qdq_problem(helper.make_model(float_only)) == "has no QuantizeLinear nodes"
+
+
+def test_a_load_builds_no_engine_unless_its_caller_opened_building(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from visionrt.backends.tensorrt import engine_for
+    from visionrt.errors import ModelLoadError
+    from visionrt.export import tensorrt as builds
+
+    model, cached = tmp_path / "yolo.onnx", tmp_path / "trt" / "yolo-fp16.engine"
+    options = BackendOptions(device="cuda", precision="fp16", batch=4, input_size=(640, 640))
+    with pytest.raises(ModelLoadError) as refused:
+        engine_for(model, options, cached)
+    message = str(refused.value)
+    assert "no engine for yolo.onnx (fp16, batch 4, 640×640)" in message
+    assert "visionrt run` builds it first" in message
+    assert "\n" not in message
+    built: list[tuple[Path, BackendOptions]] = []
+
+    def build(path: Path, chosen: BackendOptions) -> Path:
+        built.append((path, chosen))
+        return cached
+
+    monkeypatch.setattr(builds, "build_engine", build)
+    said: list[str] = []
+    with builds.building(said.append):
+        assert engine_for(model, options, cached) == cached
+        with builds.building():  # the innermost caller's builder builds
+            assert engine_for(model, options, cached) == cached
+        assert len(said) == 2  # the inner one said nothing; the outer is open again
+        assert engine_for(model, options, cached) == cached
+    assert built == [(model, options)] * 3
+    assert said[0].startswith("tensorrt: building the engine for yolo.onnx (fp16, batch 4)")
+    assert said[1].startswith("tensorrt: engine built in ")
+    with pytest.raises(ModelLoadError):  # closed: loads build nothing again
+        engine_for(model, options, cached)
+    # A cached engine, or an engine file given, loads with no builder.
+    cached.parent.mkdir()
+    cached.write_bytes(b"engine")
+    assert engine_for(model, options, cached) == cached
+    assert engine_for(tmp_path / "own.engine", options, cached) == tmp_path / "own.engine"
+
+
+def test_the_command_line_lets_its_commands_build_engines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import visionrt.backends.tensorrt as runtime
+    import visionrt.cli.main as cli
+
+    open_during: list[int] = []
+
+    def command(**_: object) -> int:
+        open_during.append(len(runtime._builders))
+        return 0
+
+    monkeypatch.setattr(cli, "_register_optional", lambda: None)
+    monkeypatch.setattr(cli, "app", command)
+    before = len(runtime._builders)
+    cli.main(["doctor"])
+    assert open_during == [before + 1]
+    assert len(runtime._builders) == before

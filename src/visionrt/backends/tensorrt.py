@@ -1,7 +1,8 @@
-"""NVIDIA TensorRT: build an engine from ONNX (cached on disk), then run it with execute_async_v3.
+"""NVIDIA TensorRT: run an engine with execute_async_v3.
 
-`build_engine` is separate from running so that `export`/`tune` can build ahead of time; `load`
-reads a `.engine` file directly, or builds (or reuses) the cached engine for an `.onnx`. Buffers
+`load` reads a `.engine` file directly, or for an `.onnx` the engine cached for it with these
+options on this GPU. Building one is not a load's business: `visionrt.export.tensorrt` builds
+(`export`, `tune`, and a load inside `export.building()`, which the command line opens). Buffers
 are torch CUDA tensors, so torch (a CUDA build) is needed alongside TensorRT.
 """
 
@@ -10,14 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from visionrt.backends.base import Array, Backend, BackendOptions
-from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
+from visionrt.errors import BackendUnavailable, ModelLoadError
 from visionrt.paths import cache_root, file_sha256
 from visionrt.types import BackendInfo, TensorSpec
 
@@ -43,7 +44,7 @@ def engine_key(model_sha256: str, trt_version: str, gpu: str, options: BackendOp
     return f"{model_sha256[:16]}-trt{trt_version}-{options.precision}-{digest}"
 
 
-def _import() -> tuple[Any, Any]:
+def import_runtime() -> tuple[Any, Any]:
     try:
         import tensorrt as trt
     except ImportError as err:
@@ -62,105 +63,66 @@ def _import() -> tuple[Any, Any]:
     return trt, torch
 
 
-def _workspace_bytes(options: BackendOptions) -> int:
-    raw = options.settings.get("workspace_mb", str(DEFAULT_WORKSPACE_MB))
-    if not raw.isdigit() or int(raw) < 1:
-        raise ConfigError(
-            f"inference.settings.workspace_mb: expected a positive integer, got {raw}"
+# Who builds an engine that a load does not find cached: the builder a caller installs on
+# purpose (`visionrt.export.building`, which the command line opens), else nobody. Building one
+# takes minutes, so a run that only loads says what to do instead of starting one unasked.
+Builder = Callable[[Path, BackendOptions], Path]
+_builders: list[Builder] = []
+_builders_lock = threading.Lock()
+
+
+def allow_building(builder: Builder) -> Callable[[], None]:
+    """Let loads in this process build the engines they do not find, with `builder`, until the
+    returned function is called."""
+    with _builders_lock:
+        _builders.append(builder)
+
+    def undo() -> None:
+        with _builders_lock:
+            _builders.remove(builder)
+
+    return undo
+
+
+def cached_engine(model: Path, options: BackendOptions, trt_version: str, gpu: str) -> Path:
+    """Where the engine for `model` with `options` is kept (whether it is there or not)."""
+    key = engine_key(file_sha256(model), trt_version, gpu, options)
+    return cache_dir(options) / f"{key}.engine"
+
+
+def engine_for(model: Path, options: BackendOptions, cached: Path) -> Path:
+    """The engine a load runs: `model` itself when it is one, else the one `cached` for it, else
+    one the installed builder makes; a ModelLoadError saying how to build it when none is."""
+    if model.suffix == ".engine":
+        return model
+    if cached.is_file():
+        return cached
+    with _builders_lock:
+        builder = _builders[-1] if _builders else None
+    if builder is None:
+        size = "×".join(map(str, options.input_size)) if options.input_size else "its size"
+        raise ModelLoadError(
+            f"tensorrt: no engine for {model.name} ({options.precision}, batch {options.batch},"
+            f" {size}) is built on this GPU yet, and this load builds none: `visionrt run`"
+            " builds it first (minutes, once), or from Python load it inside `with"
+            " visionrt.export.building():`"
         )
-    return int(raw) << 20
-
-
-def qdq_problem(proto: Any) -> str:
-    """Why an ONNX model is not one TensorRT's explicit quantization takes ("" when it is):
-    TensorRT needs QuantizeLinear nodes whose zero points are int8 zeros."""
-    from onnx import TensorProto, numpy_helper
-
-    quantize = [n for n in proto.graph.node if n.op_type == "QuantizeLinear"]
-    if not quantize:
-        return "has no QuantizeLinear nodes"
-    constants = {t.name: t for t in proto.graph.initializer}
-    for node in quantize:
-        zero = constants.get(node.input[2]) if len(node.input) > 2 else None
-        if zero is None:
-            continue  # no zero point: int8 zeros by the operator's default (uint8 needs one)
-        if zero.data_type != TensorProto.INT8:
-            return f"quantizes to {TensorProto.DataType.Name(zero.data_type).lower()} ({node.name})"
-        if numpy_helper.to_array(zero).any():
-            return f"has a non-zero zero point ({node.name})"
-    return ""
-
-
-def build_engine(model: Path, options: BackendOptions) -> Path:
-    """Build (or find in the cache) the engine for `model` with `options`; returns its path."""
-    trt, torch = _import()
-    if options.precision not in ("fp32", "fp16", "int8"):
-        raise ConfigError(f"tensorrt precision '{options.precision}': expected fp32, fp16 or int8")
-    import onnx
-
-    proto = onnx.load(str(model), load_external_data=False)
-    if options.precision == "int8" and (problem := qdq_problem(proto)):
-        raise ConfigError(
-            f"tensorrt int8 needs a symmetric int8 QDQ ONNX, and {model.name} {problem}: make one"
-            " with `visionrt export --to onnx-int8-sym`"
-        )
-    gpu = torch.cuda.get_device_name()
-    folder = cache_dir(options)
-    folder.mkdir(parents=True, exist_ok=True)
-    engine_path = folder / f"{engine_key(file_sha256(model), trt.__version__, gpu, options)}.engine"
-    if engine_path.is_file():
-        return engine_path
-    logger = trt.Logger(trt.Logger.WARNING)
-    builder = trt.Builder(logger)
-    network = builder.create_network(0)  # explicit batch is the only mode in TensorRT 10
-    parser = trt.OnnxParser(network, logger)
-    if not parser.parse_from_file(str(model)):
-        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-        raise ModelLoadError(f"TensorRT cannot parse {model}: {errors}")
-    config = builder.create_builder_config()
-    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, _workspace_bytes(options))
-    if options.precision in ("fp16", "int8"):
-        config.set_flag(trt.BuilderFlag.FP16)  # INT8 layers fall back to FP16, not FP32
-    if options.precision == "int8":
-        config.set_flag(trt.BuilderFlag.INT8)
-    timing_path = folder / f"timing-trt{trt.__version__}-{gpu.replace(' ', '_')}.cache"
-    timing = config.create_timing_cache(timing_path.read_bytes() if timing_path.is_file() else b"")
-    config.set_timing_cache(timing, ignore_mismatch=False)
-    tensor = network.get_input(0)
-    if any(d < 0 for d in tensor.shape):
-        dims = tuple(tensor.shape)
-        static = len(dims) == 4 and min(dims[2:4]) > 0
-        height, width = dims[2:4] if static else options.input_size or (-1, -1)
-        if height < 0:
-            raise ConfigError(
-                f"tensorrt: {model.name} is dynamic in H and W; set inference.input_size to"
-                " build an engine for one size"
-            )
-        profile = builder.create_optimization_profile()
-        fixed = (options.batch, tensor.shape[1] if tensor.shape[1] > 0 else 3, height, width)
-        smallest = (1, *fixed[1:]) if tensor.shape[0] < 0 else fixed
-        profile.set_shape(tensor.name, smallest, fixed, fixed)
-        config.add_optimization_profile(profile)
-    blob = builder.build_serialized_network(network, config)
-    if blob is None:
-        raise ModelLoadError(f"TensorRT failed to build an engine for {model} (see log above)")
-    timing_path.write_bytes(memoryview(config.get_timing_cache().serialize()))
-    partial = engine_path.with_suffix(".partial")
-    partial.write_bytes(memoryview(blob))
-    partial.replace(engine_path)  # atomic: a crashed build never leaves a truncated engine
-    return engine_path
+    return builder(model, options)
 
 
 class TensorRTBackend(Backend):
     name = "tensorrt"
 
     def load(self, model: Path, options: BackendOptions) -> None:
-        trt, torch = _import()
+        trt, torch = import_runtime()
         self._torch = torch
         index = int(options.device.split(":")[1]) if ":" in options.device else 0
         device = torch.device("cuda", index)
         torch.cuda.set_device(device)
-        engine_path = model if model.suffix == ".engine" else build_engine(model, options)
+        gpu = torch.cuda.get_device_name(device)
+        engine_path = engine_for(
+            model, options, cached_engine(model, options, trt.__version__, gpu)
+        )
         runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
         self._engine = runtime.deserialize_cuda_engine(engine_path.read_bytes())
         if self._engine is None:

@@ -15,6 +15,7 @@ if __name__ == "__main__":  # `python -m visionrt.cli.main`: signals before type
 import typer
 
 from visionrt.errors import VisionRTError
+from visionrt.export.tensorrt import building
 
 app = typer.Typer(
     name="visionrt",
@@ -49,7 +50,10 @@ def main(argv: list[str] | None = None) -> None:
         STARTUP.install()
         _register_optional()
         # Not standalone: typer would print usage errors as a framed paragraph; we print one line.
-        code = app(args=args or ["--help"], prog_name="visionrt", standalone_mode=False)
+        # A command that loads a TensorRT model with no engine built builds one, saying so (the
+        # library builds none unasked).
+        with building(_say):
+            code = app(args=args or ["--help"], prog_name="visionrt", standalone_mode=False)
     except VisionRTError as err:
         if STARTUP.received and err.exit_code != 130:  # a signal a library turned into an error
             _fail(STARTUP.message(), 130)
@@ -76,6 +80,10 @@ def main(argv: list[str] | None = None) -> None:
         STARTUP.exit_now(code)
     if code:
         sys.exit(code)
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _call_in_flight() -> bool:

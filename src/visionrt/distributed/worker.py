@@ -5,6 +5,7 @@ frame order."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -17,6 +18,7 @@ from visionrt.config import RunConfig, load_config
 from visionrt.distributed.outputs import AttemptOutputs, writes_every_frame
 from visionrt.distributed.units import Group, WorkUnit
 from visionrt.errors import ConfigError, ModelLoadError, SourceError
+from visionrt.export.tensorrt import building
 from visionrt.fuse import Checkpoint
 from visionrt.pipeline import Pipeline, pipeline_for
 from visionrt.pipeline.gating import motion_summary
@@ -25,6 +27,8 @@ from visionrt.sinks.jsonl import jsonl_record
 from visionrt.sources.registry import open_source, source_kind
 from visionrt.tasks.detect import DetectTask
 from visionrt.telemetry.report import TelemetrySampler
+
+log = logging.getLogger("visionrt")
 
 Frames = tuple[tuple[int, str], ...]  # (frame index, JSONL line), in frame order
 # (unit id, frames, its source's fusion state after the last of them: None without any)
@@ -282,7 +286,9 @@ def _pipeline(
     names = {unit.name for unit in units}
     analytics = {name: spec for name, spec in cfg.analytics.items() if name in names}
     cfg = replace(cfg, analytics=analytics)
-    return pipeline_for(cfg, specs, loaded=loaded, frame_ranges=ranges, checkpoints=restored)
+    # A run on the cluster builds the TensorRT engine a node lacks, as a plain run does.
+    with building(log.warning):
+        return pipeline_for(cfg, specs, loaded=loaded, frame_ranges=ranges, checkpoints=restored)
 
 
 def _own_audit(audit: dict[str, Any], name: str) -> dict[str, Any]:

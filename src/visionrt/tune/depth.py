@@ -26,6 +26,7 @@ from visionrt.export.depth import (
     reference_depth_maps,
     static_depth_hw,
 )
+from visionrt.export.tensorrt import building
 from visionrt.models import is_architecture_only
 from visionrt.paths import file_sha256
 from visionrt.plans import Plan, machine_fingerprint, plan_path
@@ -142,6 +143,7 @@ def _time_model(model: Path, candidate: DepthCandidate, input_hw: tuple[int, int
         task.close()
 
 
+@building()  # tune builds the TensorRT engines it measures
 def tune_depth(
     video: str | Path,
     model: Path,

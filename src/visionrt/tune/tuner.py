@@ -15,6 +15,7 @@ from visionrt import hardware
 from visionrt.backends.gpus import gpu_runtimes
 from visionrt.backends.registry import find_row, unavailable_reason
 from visionrt.errors import ConfigError, ModelLoadError
+from visionrt.export.tensorrt import building
 from visionrt.models import read_model_spec
 from visionrt.paths import file_sha256
 from visionrt.plans import Plan, machine_fingerprint, plan_path
@@ -63,6 +64,7 @@ def this_machine() -> Machine:
 CONFIRM_RUNS = 3
 
 
+@building()  # tune builds the TensorRT engines it measures
 def tune_gpu_batch(
     search: SearchResult,
     evaluate: Evaluate,
@@ -123,6 +125,7 @@ def _source_hw(video: str) -> tuple[int, int]:
     return int(height), int(width)
 
 
+@building()  # tune builds the TensorRT engines it measures
 def tune(
     video: str | Path,
     model: Path,
@@ -258,6 +261,7 @@ def live_twin(candidate: Candidate) -> Candidate | None:
     return None if twin == candidate else twin
 
 
+@building()  # tune builds the TensorRT engines it measures
 def tune_live(
     best: Trial,
     evaluate: Evaluate,
