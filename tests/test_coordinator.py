@@ -1278,3 +1278,42 @@ def test_a_worker_sharing_its_node_leaves_its_runtimes_threads_unpinned(
         options = seen[-1].inference
         assert (options.threads, options.pin_threads) == (cpus, pinned)
         assert seen[-1].depth.inference.pin_threads == pinned
+
+
+def test_what_a_lost_attempt_dropped_before_its_worker_died_is_counted(
+    clock: CoordinatorClock,
+) -> None:
+    """A live stream's attempt drops stale frames (3, 4, 7 and 8: numbers its batches skip),
+    then its worker dies with the counts of why. Its retry goes on after the gap. Every frame
+    number up to the last written is then written or counted: the skipped ones as dropped by
+    the lost attempt, the gap as lost."""
+    from visionrt.distributed.report import UNREPORTED
+    from visionrt.distributed.summary import WORKER_LOST, cluster_summary
+
+    stream = WorkUnit(0, "cam", "rtsp://cam", live=True)
+
+    def act(worker: str, unit: WorkUnit) -> list[Report]:
+        if unit.attempt == 1:
+            sent = [(0, 3), (5, 7), (9, 10)]
+            reports: list[Report] = [Batch(worker, 0, 1, lines(unit, a, b)) for a, b in sent]
+            executor.alive.discard(worker)
+            executor.alive.add("w2")
+            return [*reports, Lost(worker)]
+        clock.now += 0.1  # the replacement takes its time to open the stream again
+        return [
+            Batch(worker, 0, unit.attempt, lines(unit, 0, 5)),
+            Done(worker, 0, unit.attempt, {"dropped": {"older than 0.5s": 1}}),
+        ]
+
+    executor = Scripted({"w1"}, act, pause=0.02, clock=clock)
+    got: list[int] = []
+    report = Coordinator([stream], executor, lambda _n, f, _l: got.append(f)).run()
+    state = report.sources["cam"]
+    assert state.dropped_before == {UNREPORTED: 4}
+    assert got[:6] == [0, 1, 2, 5, 6, 9]
+    row = cluster_summary(report, frozenset({"cam"}), []).sources[0]
+    assert row["dropped"][UNREPORTED] == 4
+    assert row["dropped"][WORKER_LOST] == state.lost
+    # Every number up to the last written is accounted for (the retry's own drop came after).
+    assert got[-1] + 1 == len(got) + 4 + state.lost
+    assert row["frames_in"] == len(got) + sum(row["dropped"].values())

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from visionrt.distributed.ranges import SourceRanges
-from visionrt.distributed.report import ClusterReport, SourceState
+from visionrt.distributed.report import UNREPORTED, ClusterReport, SourceState
 from visionrt.distributed.units import Batch, Done, Group, Lost, Report, Sample, WorkUnit
 
 # How long the queue may wait with no worker alive before its units are failed: a shrinking
@@ -130,6 +130,10 @@ class Coordinator:
         self._waiting: dict[int, float] = {}  # a live unit put back → since when (monotonic)
         self._stopping: dict[str, float] = {}  # workers told to end their group → since when
         self._regrouped: dict[int, int] = {}  # unit id → its attempts that were regroups
+        # A live unit's current attempt: [the first frame it wrote, frames it wrote]. A frame
+        # number between them not written is one the attempt dropped (stale, say): counted
+        # from its summary, or here when its worker died with its counts.
+        self._spans: dict[int, list[int]] = {}
 
     def run(self) -> ClusterReport:
         """Until every unit is done or its source failed; the report (its `failed` sources)."""
@@ -347,6 +351,8 @@ class Coordinator:
                 state.duplicates += 1
                 continue
             self._received[unit.unit_id] = frame
+            if unit.live:
+                self._spans.setdefault(unit.unit_id, [frame, 0])[1] += 1
             self.report.frames_by_worker[batch.worker] = (
                 self.report.frames_by_worker.get(batch.worker, 0) + 1
             )
@@ -373,9 +379,14 @@ class Coordinator:
     def _again(self, unit: WorkUnit, reason: str, counted: bool = True) -> None:
         """The unit's next attempt, after the last frame committed, first in the queue; one
         not `counted` (a regroup, not a failure) is not held against `max_attempts`."""
+        state = self.report.sources[unit.name]
+        span = self._spans.pop(unit.unit_id, None)
+        if counted and span is not None:  # its own counts went with it: what it skipped
+            unseen = self._received[unit.unit_id] - span[0] + 1 - span[1]
+            if unseen > 0:
+                state.dropped_before[UNREPORTED] = state.dropped_before.get(UNREPORTED, 0) + unseen
         if self._ending is not None:  # a stop was asked: no other attempt
             return
-        state = self.report.sources[unit.name]
         tries = unit.attempt - self._regrouped.get(unit.unit_id, 0)
         if counted and tries >= self.max_attempts:
             self._fail(unit.name, f"gave up after {tries} attempts ({reason})")

@@ -6,6 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# Frames a live attempt read and did not deliver (stale, say) before its worker died with the
+# counts of why: the frame numbers its delivered frames skipped.
+UNREPORTED = "cluster: dropped by an attempt whose worker was lost"
+
 
 @dataclass
 class SourceState:
