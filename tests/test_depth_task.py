@@ -319,3 +319,70 @@ def test_pipeline_smooths_depth_per_source_in_order(tiny_depth: Path, tiny_model
     flicker_raw = np.mean([depth_flicker(a, b) for a, b in itertools.pairwise(raw)])
     flicker_smooth = np.mean([depth_flicker(a, b) for a, b in itertools.pairwise(smoothed)])
     assert flicker_smooth < 0.8 * flicker_raw
+
+
+def test_depth_every_n_runs_it_on_one_frame_in_n_and_the_others_take_its_map(
+    tiny_depth: Path, tiny_model: Path
+) -> None:
+    """`DepthOptions.every` 3: the depth model runs on frames 0, 3, 6 of each source; the
+    frames between carry the map made on the one before (the JSONL's `depth.from`) and their
+    own boxes' distances measured on it. The audit never scores a held map."""
+    from visionrt import Pipeline, PipelineOptions
+    from visionrt.pipeline import DepthOptions
+
+    pipeline = Pipeline(
+        ["a=synthetic:64x48:8", "b=synthetic:64x48:8"],
+        tiny_model,
+        "onnxruntime",
+        options=PipelineOptions(warmup=0),
+        depth=DepthOptions(tiny_depth, short_side=42, every=3),
+    )
+    backend = pipeline.tasks[1].backend
+    rows: list[int] = []
+    run = backend.infer
+
+    def counted(inputs):  # the frames each call of the depth model takes
+        rows.append(len(next(iter(inputs.values()))))
+        return run(inputs)
+
+    backend.infer = counted  # type: ignore[method-assign]
+    results = list(pipeline)
+    pipeline.close()
+    for name in ("a", "b"):
+        mine = [r for r in results if r.frame.source_name == name]
+        assert [r.depth_from for r in mine] == [None, 0, 0, None, 3, 3, None, 6]
+        made = {r.frame.index: r.depth for r in mine if r.depth_from is None}
+        for result in mine:
+            assert result.depth is made[result.frame.index - result.frame.index % 3]
+            assert result.distance is not None
+            assert len(result.distance) == len(result.detections)
+            line = result.to_json()
+            assert line["depth"].get("from") == result.depth_from
+    assert sum(rows) == 6  # the depth model ran on 3 frames of each source, not 8
+
+
+def test_a_held_depth_map_is_given_only_to_frames_of_its_size() -> None:
+    from visionrt.fuse import Fused
+    from visionrt.fuse.depth import DepthFuser
+    from visionrt.types import Detections, Frame
+
+    def fused(index: int, hw: tuple[int, int], depth: DepthMap | None) -> Fused:
+        frame = Frame(0, index, np.zeros((*hw, 3), np.uint8), index / 30, 0.0)
+        boxes = Detections(np.array([[2, 2, 6, 6]], np.float32), np.ones(1, np.float32),
+                           np.zeros(1, np.int32))  # fmt: skip
+        return Fused(frame, {"depth": depth} if depth is not None else {}, boxes)
+
+    made = DepthMap(np.full((8, 8), 2.0, np.float32))
+    holding, plain = DepthFuser(hold=True), DepthFuser()
+    for fuser in (holding, plain):
+        fuser.fuse(fused(0, (8, 8), made))
+    later = fused(1, (8, 8), None)
+    holding.fuse(later)
+    assert (later.depth, later.depth_from, later.distance.tolist()) == (made, 0, [2.0])
+    untouched = fused(1, (8, 8), None)
+    plain.fuse(untouched)  # depth on every frame: nothing is held
+    assert untouched.depth is None
+    resized = fused(2, (16, 16), None)  # the camera came back at another size
+    holding.fuse(resized)
+    assert resized.depth is None
+    assert resized.distance is None

@@ -38,6 +38,23 @@ def test_detect_every_n_with_tracking_runs_the_detector_on_every_nth_frame() -> 
     assert [scheduler.decide(1, 0.0).lanes for _ in range(4)] == [(0,), (), (), (0,)]
 
 
+def test_depth_every_n_runs_depth_on_every_nth_frame_of_each_source() -> None:
+    scheduler = Scheduler([[0, 1], [0], [0, 1]], PipelineOptions(), [False] * 3, depth_every=3)
+    assert [scheduler.decide(0, 0.0).lanes for _ in range(7)] == [
+        (0, 1), (0,), (0,), (0, 1), (0,), (0,), (0, 1),
+    ]  # fmt: skip
+    assert [scheduler.decide(1, 0.0).lanes for _ in range(2)] == [(0,), (0,)]  # no depth
+    assert scheduler.decide(2, 0.0).lanes == (0, 1)  # its own count
+    scheduler.add_source([0, 1], live=False)  # a camera added: depth on its first frame
+    assert [scheduler.decide(3, 0.0).lanes for _ in range(4)] == [(0, 1), (0,), (0,), (0, 1)]
+    # With tracking between detections, each keeps its own count.
+    tracked = Scheduler([[0, 1]], pipeline_options(track=True, detect_every=2), [False],
+                        depth_every=3)  # fmt: skip
+    assert [tracked.decide(0, 0.0).lanes for _ in range(6)] == [
+        (0, 1), (), (0,), (1,), (0,), (),
+    ]  # fmt: skip
+
+
 def test_the_ladder_thins_frames_without_tracking_and_swaps_in_a_variant() -> None:
     clock = Clock()
     rungs = [Rung(1, 0, "as configured"), Rung(2, 0, "every 2"), Rung(2, 1, "input 512")]

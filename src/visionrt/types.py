@@ -309,6 +309,8 @@ class FrameResult:
     # seconds there, per line the in/out totals so far; empty without them.
     analytics: dict[str, Any] = field(default_factory=dict)
     events: tuple[Event, ...] = ()  # what the frame showed happen (zones and lines)
+    # With depth on 1 frame in N: the frame `depth` was made on, when not this one.
+    depth_from: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         det = self.detections
@@ -348,6 +350,7 @@ class FrameResult:
                 "units": self.depth.units,
                 "recomputed": self.depth.recomputed,
                 **{k: round(v, 4) if np.isfinite(v) else None for k, v in stats.items()},
+                **({"from": self.depth_from} if self.depth_from is not None else {}),
             }
         return line
 

@@ -133,7 +133,10 @@ class Auditor:
         if full:
             self._skip(name, BUSY)
             return
-        sample = Sample(name, frame.index, frame.image.copy(), result.detections, result.depth)
+        # A map held from an earlier frame (depth on 1 frame in N) is not this frame's: the
+        # audit scores the model, not the staleness the user chose.
+        depth = result.depth if result.depth_from is None else None
+        sample = Sample(name, frame.index, frame.image.copy(), result.detections, depth)
         self._queue.put_nowait(sample)
 
     def finish(self, drain: bool) -> None:

@@ -189,6 +189,13 @@ def run_command(
         float | None,
         Opt(help="Smooth depth over time per source: EMA weight of the previous map, 0-1."),
     ] = None,
+    depth_every: Annotated[
+        int | None,
+        Opt(
+            help="Run depth on 1 frame in N per source; the frames between take its latest"
+            " map (distances measured on it: stale where things moved). Default 1."
+        ),
+    ] = None,
     metrics_port: Annotated[
         int | None,
         Opt(help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics while the run lasts."),

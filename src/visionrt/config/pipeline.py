@@ -124,6 +124,10 @@ class PipelineOptions:
             )
 
 
+# A map older than this many frames is no distance for anything that moves.
+MAX_DEPTH_EVERY = 30
+
+
 @dataclass(frozen=True, slots=True)
 class DepthOptions:
     """A depth model beside the detector (`model` "": none), on the sources named in `on`
@@ -131,8 +135,10 @@ class DepthOptions:
     266, 364 or 518; None: the depth plan's, else DEFAULT_SHORT_SIDE — `input_short_side`);
     `on_nonfinite` is what a NaN/Inf depth map does: "recompute" the frame in
     FP32, or "fail" the run; `smoothing` is the EMA weight of a source's previous depth map (0:
-    off; for live depth that flickers). The run configuration's `depth` section is this, plus
-    its outputs (config.DepthConfig)."""
+    off; for live depth that flickers); `every` N > 1 runs the depth model on 1 frame in N of
+    each of its sources, the frames between taking that source's latest map (their distances
+    measured on it at their own boxes: stale where things moved). The run configuration's
+    `depth` section is this, plus its outputs (config.DepthConfig)."""
 
     model: str | Path = ""
     on: tuple[str, ...] = ()
@@ -141,6 +147,7 @@ class DepthOptions:
     short_side: int | None = None
     on_nonfinite: str = "recompute"
     smoothing: float = 0.0
+    every: int = 1
     # The live audit's FP32 depth reference ("": the depth plan's source model) and its AbsRel
     # budget (None: the depth plan's, else 0.02); how often is PipelineOptions.audit.share.
     audit_reference: str | Path = ""
@@ -168,6 +175,11 @@ class DepthOptions:
             )
         if not 0.0 <= self.smoothing < 1.0:
             raise ConfigError(f"depth.smoothing: expected 0 <= alpha < 1, got {self.smoothing}")
+        if not 1 <= self.every <= MAX_DEPTH_EVERY:
+            raise ConfigError(
+                f"depth.every (--depth-every): expected 1 (every frame) to {MAX_DEPTH_EVERY}"
+                f" frames, got {self.every}"
+            )
         if self.audit_max_abs_rel is not None and not self.audit_max_abs_rel > 0:
             raise ConfigError(
                 f"depth.audit_max_abs_rel: expected > 0, got {self.audit_max_abs_rel}"

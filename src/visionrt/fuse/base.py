@@ -29,6 +29,7 @@ class Fused:
     # tracking): a track missing from `tracks` but held here has not ended.
     held_tracks: frozenset[int] | None = None
     depth: DepthMap | None = None
+    depth_from: int | None = None  # the frame `depth` was made on, when not this one
     distance: npt.NDArray[np.float32] | None = None
     reused: bool = False
     windows: npt.NDArray[np.int32] | None = None

@@ -152,16 +152,29 @@ class DepthSmoother:
 
 class DepthFuser:
     """One source's depth: the map of task `task` (smoothed in frame order when `smoother`) and
-    each detection's distance from it."""
+    each detection's distance from it. With `hold` (depth runs on 1 frame in N), a frame depth
+    did not run on takes the latest map (`depth_from`: the frame it was made on) and its own
+    boxes' distances on it."""
 
-    def __init__(self, task: str = "depth", smoother: DepthSmoother | None = None) -> None:
-        self.task, self.smoother = task, smoother
+    def __init__(
+        self, task: str = "depth", smoother: DepthSmoother | None = None, hold: bool = False
+    ) -> None:
+        self.task, self.smoother, self.hold = task, smoother, hold
+        self._held: tuple[DepthMap, int] | None = None  # the latest map, and its frame
 
     def fuse(self, fused: Fused) -> None:
         depth = fused.results.get(self.task)
         if depth is None:
-            return
-        if self.smoother is not None:  # in order per source, as EMA needs
-            depth = self.smoother.smooth(fused.frame.source_id, depth, fused.frame.timestamp)
+            if self._held is None or not self.hold:
+                return
+            depth, made_on = self._held
+            if depth.values.shape != fused.frame.size:  # the camera changed size
+                return
+            fused.depth_from = made_on
+        else:
+            if self.smoother is not None:  # in order per source, as EMA needs
+                depth = self.smoother.smooth(fused.frame.source_id, depth, fused.frame.timestamp)
+            if self.hold:
+                self._held = (depth, fused.frame.index)
         fused.depth = depth
         fused.distance = box_distance(depth, fused.detections.xyxy)

@@ -220,7 +220,8 @@ def source_fusers(
         steps.append(TrackFuser(tracker, detector))
     for index in parts.schedule[source_id][1:]:
         smoother = DepthSmoother(smoothing) if smoothing else None
-        steps.append(DepthFuser(parts.tasks[index].name, smoother))
+        hold = parts.depth is not None and parts.depth.every > 1
+        steps.append(DepthFuser(parts.tasks[index].name, smoother, hold))
     if analytics is not None:
         steps.append(AnalyticsFuser(analytics, parts.detector.class_names, warn))
     if parts.planner is not None:
@@ -374,6 +375,7 @@ def build_graph(
         parts.degrader,
         range(first_variant, first_variant + len(parts.variants)),
         first_variant + len(parts.variants) if parts.regions is not None else -1,
+        parts.depth.every if parts.depth is not None else 1,
     )
     fusers = build_fusers(parts, options, analytics, names, note)
     for source_id, checkpoint in enumerate(resume):

@@ -366,6 +366,7 @@ class Graph:
             regions=item.windows,
             analytics=fused.analytics,
             events=tuple(fused.events),
+            depth_from=fused.depth_from,
         )
 
     def _drain(self) -> None:

@@ -1,7 +1,8 @@
 """Which lanes (tasks) run on each frame, or why the frame is dropped: live staleness, the
-latency ladder's frame thinning and detector variants, detect-every-N with tracking, and motion
-gating (an unchanged frame reuses the last results; a moving one may run the detector on regions
-only). One home for these rules; the graph only carries out what `Scheduler.decide` says."""
+latency ladder's frame thinning and detector variants, detect-every-N with tracking, depth on 1
+frame in N, and motion gating (an unchanged frame reuses the last results; a moving one may run
+the detector on regions only). One home for these rules; the graph only carries out what
+`Scheduler.decide` says."""
 
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ class Scheduler:
     """`schedule[i]` lists the lanes run on source i's frames, its first the detector (lane 0,
     the run's own, or the one its frame size runs); `variants[j]` is the lane of the latency
     ladder's variant j + 1 of the run's own detector; `region_lane` the
-    region detector's (motion regions). Call `decide` once per frame, in order per source, from
-    one thread; `observe` each delivered frame's latency."""
+    region detector's (motion regions); the lanes after a source's first (depth) run on 1 of
+    its frames in `depth_every`. Call `decide` once per frame, in order per source, from one
+    thread; `observe` each delivered frame's latency."""
 
     def __init__(
         self,
@@ -48,6 +50,7 @@ class Scheduler:
         degrader: Degrader | None = None,
         variants: Sequence[int] = (),
         region_lane: int = -1,
+        depth_every: int = 1,
     ) -> None:
         self.schedule = [tuple(lanes) for lanes in schedule]
         self.live = list(live)
@@ -59,6 +62,8 @@ class Scheduler:
         # Frames of each source until the detector runs again (detect-every-N), and frames
         # since the last kept one (the ladder's frame thinning without tracking).
         self._until_detect = [0] * len(self.schedule)
+        # Frames of each source until depth runs again (0: on its next frame that runs lanes).
+        self.depth_every, self._until_depth = depth_every, [0] * len(self.schedule)
         self._skipped = [0] * len(self.schedule)
         # The video time of each source's last frame the detector ran on whole (motion gating).
         self._full_at: list[float | None] = [None] * len(self.schedule)
@@ -67,6 +72,7 @@ class Scheduler:
         """One more source, numbered next (a service's camera added while it runs). Lists grow
         by appending, so the preprocess thread reading an older source is undisturbed."""
         self._until_detect.append(0)
+        self._until_depth.append(0)
         self._skipped.append(0)
         self._full_at.append(None)
         self.live.append(live)
@@ -107,6 +113,7 @@ class Scheduler:
         # another detector keeps it on those rungs (frames are still thinned, gated).
         if rung is not None and rung.variant and lanes[0] == 0:
             lanes = (self.variants[rung.variant - 1], *lanes[1:])
+        lanes = self._depth_due(source_id, lanes)
         if self.track and every > 1:
             if self._until_detect[source_id] > 0:  # tracking alone on this frame
                 self._until_detect[source_id] -= 1
@@ -118,6 +125,17 @@ class Scheduler:
                 return Decision((self.region_lane, *lanes[1:]), windows=windows)
         self._full_at[source_id] = timestamp
         return Decision(lanes, full=True)
+
+    def _depth_due(self, source_id: int, lanes: tuple[int, ...]) -> tuple[int, ...]:
+        """`lanes` on a frame depth runs on (1 in `depth_every` of the source's frames that run
+        lanes), else its detector's alone: the fusers give the frame its source's latest map."""
+        if self.depth_every == 1 or len(lanes) == 1:
+            return lanes
+        if self._until_depth[source_id] > 0:
+            self._until_depth[source_id] -= 1
+            return lanes[:1]
+        self._until_depth[source_id] = self.depth_every - 1
+        return lanes
 
     def _refresh_due(self, source_id: int, timestamp: float) -> bool:
         """The detector has not run on a whole frame of the source within the refresh interval
