@@ -10,8 +10,11 @@ over the frames whose map was held (`depth.from` in the JSONL) and over all. Wit
 architecture-only depth model (random weights) the distances are plumbing, not accuracy: the
 error says how far a held map is from the frame's own for that model, not for a trained one.
 
+With `--track`, a tracked object keeps the distance measured on it on the map's own frame
+(the held map has other things where its box moved to).
+
 Usage: .venv/bin/python scripts/bench_depth_every.py [--every 1,2,3,5] [--frames 150]
-       [--runs 3] [--json docs/results/depth_every.json]
+       [--runs 3] [--track] [--json docs/results/depth_every.json]
 """
 
 from __future__ import annotations
@@ -36,9 +39,9 @@ ROOT = Path(__file__).resolve().parent.parent
 VISIONRT = str(Path(sys.executable).parent / "visionrt")
 
 
-def seed_run(every: int, frames: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One run of the seed scenario with `--depth-every every`: its summary and the rgb
-    camera's JSONL lines."""
+def seed_run(every: int, frames: int, track: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One run of the seed scenario with `--depth-every every` (and `--track`): its summary and
+    the rgb camera's JSONL lines."""
     video = str(DEMO_VIDEO)
     with tempfile.TemporaryDirectory() as out:
         command = [
@@ -46,6 +49,7 @@ def seed_run(every: int, frames: int) -> tuple[dict[str, Any], list[dict[str, An
             "--depth", str(depth_model_path()), "--depth-on", "rgb",
             "--depth-every", str(every), "--max-frames", str(frames),
             "--no-video", "-o", out, "-q", "--json", "--audit", "0",
+            *(["--track"] if track else []),
         ]  # fmt: skip
         proc = subprocess.run(command, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -91,6 +95,9 @@ def main() -> None:
     parser.add_argument("--every", default="1,2,3,5")
     parser.add_argument("--frames", type=int, default=150)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--track", action="store_true", help="track: a tracked object keeps its distance"
+    )
     parser.add_argument("--json", type=Path, default=ROOT / "docs" / "results" / "depth_every.json")
     args = parser.parse_args()
     values = sorted({int(n) for n in args.every.split(",")})
@@ -103,7 +110,7 @@ def main() -> None:
         order = values if index % 2 == 0 else values[::-1]
         rows_of: dict[int, list[dict[str, Any]]] = {}
         for every in order:
-            summary, rows = seed_run(every, args.frames)
+            summary, rows = seed_run(every, args.frames, args.track)
             fps[every].append(camera_fps(summary))
             rows_of[every] = rows
             notes = summary.get("notes", notes)
@@ -117,6 +124,7 @@ def main() -> None:
         "cpu": cpu_model(),
         "frames": args.frames,
         "runs": args.runs,
+        "track": args.track,
         "depth_model": str(depth_model_path()),
         "notes": notes,
         "rows": {},

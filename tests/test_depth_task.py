@@ -386,3 +386,33 @@ def test_a_held_depth_map_is_given_only_to_frames_of_its_size() -> None:
     holding.fuse(resized)
     assert resized.depth is None
     assert resized.distance is None
+
+
+def test_a_tracked_object_keeps_the_distance_measured_on_it_while_a_map_is_held() -> None:
+    """On a frame holding an earlier map, a track's box has moved: the held map has something
+    else at its new place. The track keeps the distance measured on it on the map's frame; a
+    box with no track kept from then is measured on the held map."""
+    from visionrt.fuse import Fused
+    from visionrt.fuse.depth import DepthFuser
+    from visionrt.types import Detections, Frame, TrackedDetections
+
+    near = np.full((8, 16), 9.0, np.float32)
+    near[:, :8] = 2.0  # the object on the left half; far background on the right
+    made = DepthMap(near)
+
+    def fused(index: int, boxes: list[list[float]], ids: list[int], depth: DepthMap | None):
+        frame = Frame(0, index, np.zeros((8, 16, 3), np.uint8), index / 30, 0.0)
+        found = Detections(np.array(boxes, np.float32), np.ones(len(boxes), np.float32),
+                           np.zeros(len(boxes), np.int32))  # fmt: skip
+        tracks = TrackedDetections(found, np.array(ids, np.int64), np.zeros(len(ids), np.bool_))
+        return Fused(frame, {"depth": depth} if depth is not None else {}, found, tracks)
+
+    fuser = DepthFuser(hold=True)
+    first = fused(0, [[0, 0, 8, 8]], [7], made)
+    fuser.fuse(first)
+    assert first.distance.tolist() == [2.0]
+    # Track 7 walked to the right half; track 8 appeared there since the map was made.
+    later = fused(1, [[8, 0, 16, 8], [8, 0, 16, 8]], [7, 8], None)
+    fuser.fuse(later)
+    assert later.depth_from == 0
+    assert later.distance.tolist() == [2.0, 9.0]

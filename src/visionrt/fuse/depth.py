@@ -153,14 +153,16 @@ class DepthSmoother:
 class DepthFuser:
     """One source's depth: the map of task `task` (smoothed in frame order when `smoother`) and
     each detection's distance from it. With `hold` (depth runs on 1 frame in N), a frame depth
-    did not run on takes the latest map (`depth_from`: the frame it was made on) and its own
-    boxes' distances on it."""
+    did not run on takes the latest map (`depth_from`: the frame it was made on); a tracked
+    object keeps the distance measured on it there (its box has moved since: the held map has
+    other things at its new place), and other boxes are measured on the held map."""
 
     def __init__(
         self, task: str = "depth", smoother: DepthSmoother | None = None, hold: bool = False
     ) -> None:
         self.task, self.smoother, self.hold = task, smoother, hold
         self._held: tuple[DepthMap, int] | None = None  # the latest map, and its frame
+        self._by_track: dict[int, float] = {}  # each track's distance on that map
 
     def fuse(self, fused: Fused) -> None:
         depth = fused.results.get(self.task)
@@ -178,3 +180,22 @@ class DepthFuser:
                 self._held = (depth, fused.frame.index)
         fused.depth = depth
         fused.distance = box_distance(depth, fused.detections.xyxy)
+        if self.hold and fused.tracks is not None:
+            self._track_distances(fused)
+
+    def _track_distances(self, fused: Fused) -> None:
+        """On the map's own frame, keep each track's distance; on a frame holding it, give each
+        track the distance kept for it."""
+        assert fused.distance is not None
+        ids = [int(track) for track in fused.tracks.track_id] if fused.tracks else []
+        if fused.depth_from is None:
+            self._by_track = {
+                track: float(distance)
+                for track, distance in zip(ids, fused.distance, strict=True)
+                if np.isfinite(distance)
+            }
+            return
+        for i, track in enumerate(ids):
+            kept = self._by_track.get(track)
+            if kept is not None:
+                fused.distance[i] = kept
