@@ -136,8 +136,9 @@ class DepthOptions:
     `on_nonfinite` is what a NaN/Inf depth map does: "recompute" the frame in
     FP32, or "fail" the run; `smoothing` is the EMA weight of a source's previous depth map (0:
     off; for live depth that flickers); `every` N > 1 runs the depth model on 1 frame in N of
-    each of its sources, the frames between taking that source's latest map (their distances
-    measured on it at their own boxes: stale where things moved). The run configuration's
+    each of its sources, the frames between taking that source's latest map (a tracked object
+    keeps the distance measured on it there; other boxes are measured on the held map: stale
+    where things moved). The run configuration's
     `depth` section is this, plus its outputs (config.DepthConfig)."""
 
     model: str | Path = ""
