@@ -41,35 +41,40 @@ def planned_audit(options: PipelineOptions, plan: Plan | None) -> PipelineOption
     """`options` with the audit's reference and budget taken from `plan` where the caller left
     them unset: the model the plan was tuned from (its FP32 reference) and the limit it was
     tuned under."""
-    if plan is None:
-        return options
-    audit, limits = options.audit, plan.tuned.get("limits") or {}
-    changes: dict[str, Any] = {}
-    source = plan.tuned.get("source_model")
-    if not audit.reference and source:
-        changes["reference"] = str(source)
-    if audit.min_fidelity is None and "min_fidelity" in limits:
-        changes["min_fidelity"] = float(limits["min_fidelity"])
-    return replace(options, audit=replace(audit, **changes)) if changes else options
+    audit = options.audit
+    changes = _from_plan(plan, audit.reference, audit.min_fidelity, "min_fidelity")
+    names = {"reference": "reference", "limit": "min_fidelity"}
+    changed = {names[key]: value for key, value in changes.items()}
+    return replace(options, audit=replace(audit, **changed)) if changed else options
 
 
 def planned_depth_audit(depth: Depth, plan: Plan | None) -> Depth:
     """The depth section with its audit's reference, budget and size taken from the depth
     `plan` where the caller left them unset (as planned_audit)."""
-    if plan is None:
-        return depth
-    limits = plan.tuned.get("limits") or {}
-    changes: dict[str, Any] = {}
-    source = plan.tuned.get("source_model")
-    if not depth.audit_reference and source:
-        changes["audit_reference"] = str(source)
-    if depth.audit_max_abs_rel is None and "max_abs_rel" in limits:
-        changes["audit_max_abs_rel"] = float(limits["max_abs_rel"])
+    changes = _from_plan(plan, depth.audit_reference, depth.audit_max_abs_rel, "max_abs_rel")
+    names = {"reference": "audit_reference", "limit": "audit_max_abs_rel"}
+    changed = {names[key]: value for key, value in changes.items()}
     # A depth plan that chose a smaller size than it scored against: audit against that one.
-    searched = plan.tuned.get("sizes_searched") or []
+    searched = (plan.tuned.get("sizes_searched") or []) if plan is not None else []
     if depth.audit_short_side is None and searched:
-        changes["audit_short_side"] = int(searched[0])
-    return replace(depth, **changes) if changes else depth
+        changed["audit_short_side"] = int(searched[0])
+    return replace(depth, **changed) if changed else depth
+
+
+def _from_plan(
+    plan: Plan | None, reference: object, limit: float | None, key: str
+) -> dict[str, Any]:
+    """The plan's source model as the `reference` and its limit `key` as the `limit`, where
+    the caller's are unset."""
+    if plan is None:
+        return {}
+    changes: dict[str, Any] = {}
+    source, limits = plan.tuned.get("source_model"), plan.tuned.get("limits") or {}
+    if not reference and source:
+        changes["reference"] = str(source)
+    if limit is None and key in limits:
+        changes["limit"] = float(limits[key])
+    return changes
 
 
 def build_auditor(
