@@ -181,21 +181,21 @@ class DepthFuser:
         fused.depth = depth
         fused.distance = box_distance(depth, fused.detections.xyxy)
         if self.hold and fused.tracks is not None:
-            self._track_distances(fused)
+            self._track_distances(fused.tracks.track_id.tolist(), fused.distance, fused.depth_from)
 
-    def _track_distances(self, fused: Fused) -> None:
-        """On the map's own frame, keep each track's distance; on a frame holding it, give each
-        track the distance kept for it."""
-        assert fused.distance is not None
-        ids = [int(track) for track in fused.tracks.track_id] if fused.tracks else []
-        if fused.depth_from is None:
+    def _track_distances(
+        self, ids: list[int], distance: npt.NDArray[np.float32], held_from: int | None
+    ) -> None:
+        """On the map's own frame (`held_from` None), keep each track's distance; on a frame
+        holding it, give each track the distance kept for it."""
+        if held_from is None:
             self._by_track = {
-                track: float(distance)
-                for track, distance in zip(ids, fused.distance, strict=True)
-                if np.isfinite(distance)
+                track: float(value)
+                for track, value in zip(ids, distance, strict=True)
+                if np.isfinite(value)
             }
             return
         for i, track in enumerate(ids):
             kept = self._by_track.get(track)
             if kept is not None:
-                fused.distance[i] = kept
+                distance[i] = kept

@@ -42,39 +42,39 @@ def planned_audit(options: PipelineOptions, plan: Plan | None) -> PipelineOption
     them unset: the model the plan was tuned from (its FP32 reference) and the limit it was
     tuned under."""
     audit = options.audit
-    changes = _from_plan(plan, audit.reference, audit.min_fidelity, "min_fidelity")
-    names = {"reference": "reference", "limit": "min_fidelity"}
-    changed = {names[key]: value for key, value in changes.items()}
+    source, limit = _from_plan(plan, audit.reference, audit.min_fidelity, "min_fidelity")
+    changed = _set(reference=source, min_fidelity=limit)
     return replace(options, audit=replace(audit, **changed)) if changed else options
 
 
 def planned_depth_audit(depth: Depth, plan: Plan | None) -> Depth:
     """The depth section with its audit's reference, budget and size taken from the depth
     `plan` where the caller left them unset (as planned_audit)."""
-    changes = _from_plan(plan, depth.audit_reference, depth.audit_max_abs_rel, "max_abs_rel")
-    names = {"reference": "audit_reference", "limit": "audit_max_abs_rel"}
-    changed = {names[key]: value for key, value in changes.items()}
+    source, limit = _from_plan(plan, depth.audit_reference, depth.audit_max_abs_rel, "max_abs_rel")
     # A depth plan that chose a smaller size than it scored against: audit against that one.
     searched = (plan.tuned.get("sizes_searched") or []) if plan is not None else []
-    if depth.audit_short_side is None and searched:
-        changed["audit_short_side"] = int(searched[0])
+    side = int(searched[0]) if searched and depth.audit_short_side is None else None
+    changed = _set(audit_reference=source, audit_max_abs_rel=limit, audit_short_side=side)
     return replace(depth, **changed) if changed else depth
 
 
 def _from_plan(
     plan: Plan | None, reference: object, limit: float | None, key: str
-) -> dict[str, Any]:
-    """The plan's source model as the `reference` and its limit `key` as the `limit`, where
-    the caller's are unset."""
+) -> tuple[str | None, float | None]:
+    """The plan's source model where the caller's `reference` is unset, and its limit `key`
+    where the caller's `limit` is (None: the caller's stays)."""
     if plan is None:
-        return {}
-    changes: dict[str, Any] = {}
+        return None, None
     source, limits = plan.tuned.get("source_model"), plan.tuned.get("limits") or {}
-    if not reference and source:
-        changes["reference"] = str(source)
-    if limit is None and key in limits:
-        changes["limit"] = float(limits[key])
-    return changes
+    return (
+        str(source) if source and not reference else None,
+        float(limits[key]) if limit is None and key in limits else None,
+    )
+
+
+def _set(**values: Any) -> dict[str, Any]:
+    """The values that are set (not None)."""
+    return {name: value for name, value in values.items() if value is not None}
 
 
 def build_auditor(

@@ -213,6 +213,7 @@ def source_fusers(
     steps: list[Fuser] = []
     detector = parts.detector.name
     smoothing = parts.depth.smoothing if parts.depth is not None else 0.0
+    hold = parts.depth is not None and parts.depth.every > 1  # depth on 1 frame in N
     if options.motion.mode != "off" or ladder_gates(options):
         steps.append(ReuseFuser(detector))
     if options.tracking.enabled:
@@ -220,7 +221,6 @@ def source_fusers(
         steps.append(TrackFuser(tracker, detector))
     for index in parts.schedule[source_id][1:]:
         smoother = DepthSmoother(smoothing) if smoothing else None
-        hold = parts.depth is not None and parts.depth.every > 1
         steps.append(DepthFuser(parts.tasks[index].name, smoother, hold))
     if analytics is not None:
         steps.append(AnalyticsFuser(analytics, parts.detector.class_names, warn))
