@@ -32,7 +32,7 @@ def use_gating(plan: Plan | None, given: Mapping[str, Any]) -> GatingUse:
         return GatingUse()
     motion = plan_motion(plan.run.get(PIPELINE_KEY) or {})
     planned = str(motion.get("mode", "off"))
-    mine = _mode(given.get(MOTION_KEY))
+    mine = (given.get(MOTION_KEY) or {}).get("mode")  # given as the config reads it: nested
     section = {MOTION_KEY: motion}
     if planned == "off":
         return GatingUse()
@@ -67,11 +67,6 @@ def plan_motion(section: Mapping[str, Any]) -> dict[str, Any]:
         if key.startswith("motion_")
     }
     return {**flat, "mode": motion} if motion is not None else flat
-
-
-def _mode(given: Any) -> str | None:
-    """The motion gating mode the user gave, if any (the section's, or a value of before)."""
-    return given.get("mode") if isinstance(given, Mapping) else given
 
 
 def _measured(plan: Plan, mode: str) -> str:
