@@ -6,6 +6,7 @@ two kinds (one hiding a CPU feature) run their own plans."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import av
+import psutil
 import pytest
 from conftest import write_video
 
@@ -81,6 +83,12 @@ def cluster_run(
             report.frames_by_worker.get(w, 0) >= when for w in doomed
         ):
             cluster.remove_node(node, allow_graceful=False)
+            # A machine that goes takes its processes with it. Removing a local node kills only
+            # its raylet: its worker would stream on until it noticed, and on a loaded machine
+            # it could finish its file first (no loss seen: CI, 2026-11-28).
+            for worker in doomed:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    psutil.Process(executor.info(worker)["pid"]).kill()
             moments["removed"], moments["total"] = time.monotonic(), total
         elif "removed" in moments and report.lost_workers and "lost" not in moments:
             moments["lost"], moments["total"] = time.monotonic(), total
