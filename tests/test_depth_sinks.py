@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import av
 import cv2
 import numpy as np
 import pytest
@@ -16,10 +17,12 @@ from visionrt.types import DepthMap, Detections, Frame, FrameResult
 # -- sinks -----------------------------------------------------------------------------------
 
 
-def _result(index: int, depth: DepthMap | None, source_id: int = 0) -> FrameResult:
+def _result(
+    index: int, depth: DepthMap | None, source_id: int = 0, depth_from: int | None = None
+) -> FrameResult:
     image = np.full((48, 64, 3), 40, np.uint8)
     frame = Frame(source_id, index, image, index / 25, 0.0, source_name="rgb")
-    return FrameResult(frame, Detections.empty(), {}, depth=depth)
+    return FrameResult(frame, Detections.empty(), {}, depth=depth, depth_from=depth_from)
 
 
 def _gradient(index: int = 0) -> DepthMap:
@@ -66,6 +69,29 @@ def test_npy_maps_keep_the_values_exactly(tmp_path: Path) -> None:
     sink.close()
     values = np.load(tmp_path / "maps" / "rgb-000007.npy")
     np.testing.assert_array_equal(values, _gradient().values)
+
+
+def test_a_map_given_to_later_frames_is_written_once_on_its_own_frame(tmp_path: Path) -> None:
+    """Depth on 1 frame in N (or a frame motion gating reused): the frames between hold frame
+    0's map; the folder has one file per map made, and the video a picture per frame."""
+    maps = DepthMapSink(tmp_path / "rgb.depth", "npy")
+    video = DepthVideoSink(tmp_path / "rgb.depth.mp4", fps=25.0)
+    made = _gradient()
+    for index in range(4):
+        result = _result(index, made, depth_from=None if index == 0 else 0)
+        maps.write(result)
+        video.write(result)
+    maps.write(_result(4, _gradient(4)))
+    video.write(_result(4, _gradient(4)))
+    maps.close()
+    video.close()
+    lines = [json.loads(x) for x in (tmp_path / "rgb.depth" / "frames.jsonl").open()]
+    assert [line["frame"] for line in lines] == [0, 4]
+    assert sorted(p.name for p in (tmp_path / "rgb.depth").glob("*.npy")) == [
+        "rgb-000000.npy", "rgb-000004.npy",
+    ]  # fmt: skip
+    with av.open(str(tmp_path / "rgb.depth.mp4")) as decoded:
+        assert sum(1 for _ in decoded.decode(video=0)) == 5
 
 
 def test_map_folder_stays_partial_after_an_incomplete_run(tmp_path: Path) -> None:

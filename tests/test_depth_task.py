@@ -416,3 +416,50 @@ def test_a_tracked_object_keeps_the_distance_measured_on_it_while_a_map_is_held(
     fuser.fuse(later)
     assert later.depth_from == 0
     assert later.distance.tolist() == [2.0, 9.0]
+
+
+def test_a_frame_motion_gating_reused_takes_the_latest_map_as_an_earlier_frames() -> None:
+    """A reused frame's results are its source's last ones: its map was made on an earlier
+    frame (`depth_from`), is not smoothed again, and with depth on 1 frame in N it is the map
+    held since then, not a new one made on the reused frame."""
+    from visionrt.fuse import Fused
+    from visionrt.fuse.depth import DepthFuser, DepthSmoother
+    from visionrt.types import Detections, Frame
+
+    boxes = Detections(np.array([[2, 2, 6, 6]], np.float32), np.ones(1, np.float32),
+                       np.zeros(1, np.int32))  # fmt: skip
+
+    def fused(index: int, depth: DepthMap | None, reused: bool = False) -> Fused:
+        frame = Frame(0, index, np.zeros((8, 8, 3), np.uint8), index / 30, 0.0)
+        return Fused(frame, {"depth": depth} if depth is not None else {}, boxes, reused=reused)
+
+    first, second = (
+        DepthMap(np.full((8, 8), 2.0, np.float32)),
+        DepthMap(np.full((8, 8), 4.0, np.float32)),
+    )
+    smoothing = DepthFuser(smoother=DepthSmoother(0.5, align=False))
+    smoothing.fuse(fused(0, first))
+    made = fused(1, second)
+    smoothing.fuse(made)
+    assert made.depth_from is None
+    assert made.distance.tolist() == [3.0]  # blended once: 0.5·4 + 0.5·2
+    reused = fused(2, second, reused=True)  # the reuse step gave it frame 1's results
+    smoothing.fuse(reused)
+    assert (reused.depth, reused.depth_from, reused.distance.tolist()) == (made.depth, 1, [3.0])
+
+    holding = DepthFuser(hold=True)
+    holding.fuse(fused(0, first))
+    holding.fuse(fused(1, None))  # held
+    # Frame 1 was the last the models ran on: its results (no map) are the reused frame's,
+    # beside a map the reuse step kept from frame 0.
+    again = fused(2, first, reused=True)
+    holding.fuse(again)
+    assert (again.depth, again.depth_from) == (first, 0)
+    later = fused(3, None)
+    holding.fuse(later)
+    assert later.depth_from == 0  # still frame 0's map, not one "made" on frame 2
+
+    plain = DepthFuser()
+    untouched = fused(0, None, reused=True)  # reused before any map was made
+    plain.fuse(untouched)
+    assert untouched.depth is None

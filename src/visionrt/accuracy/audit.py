@@ -133,8 +133,8 @@ class Auditor:
         if full:
             self._skip(name, BUSY)
             return
-        # A map held from an earlier frame (depth on 1 frame in N) is not this frame's: the
-        # audit scores the model, not the staleness the user chose.
+        # An earlier frame's map (held: depth on 1 frame in N; or a frame motion gating
+        # reused) is not this frame's: the audit scores the model, not the staleness chosen.
         depth = result.depth if result.depth_from is None else None
         sample = Sample(name, frame.index, frame.image.copy(), result.detections, depth)
         self._queue.put_nowait(sample)

@@ -152,32 +152,34 @@ class DepthSmoother:
 
 class DepthFuser:
     """One source's depth: the map of task `task` (smoothed in frame order when `smoother`) and
-    each detection's distance from it. With `hold` (depth runs on 1 frame in N), a frame depth
-    did not run on takes the latest map (`depth_from`: the frame it was made on); a tracked
-    object keeps the distance measured on it there (its box has moved since: the held map has
-    other things at its new place), and other boxes are measured on the held map."""
+    each detection's distance from it. A frame the depth model did not run on takes the
+    latest map, `depth_from` naming the frame it was made on: a frame motion gating reused
+    (nothing moved), and with `hold` (depth on 1 frame in N) every frame between. While a map is
+    held, a tracked object keeps the distance measured on it there (its box has moved since:
+    the held map has other things at its new place), and other boxes are measured on it."""
 
     def __init__(
         self, task: str = "depth", smoother: DepthSmoother | None = None, hold: bool = False
     ) -> None:
         self.task, self.smoother, self.hold = task, smoother, hold
-        self._held: tuple[DepthMap, int] | None = None  # the latest map, and its frame
+        self._latest: tuple[DepthMap, int] | None = None  # the latest map made, and its frame
         self._by_track: dict[int, float] = {}  # each track's distance on that map
 
     def fuse(self, fused: Fused) -> None:
-        depth = fused.results.get(self.task)
+        # A reused frame's results are an earlier frame's: its map is the latest one made (and
+        # smoothed once, there), not a new one.
+        depth = None if fused.reused else fused.results.get(self.task)
         if depth is None:
-            if self._held is None or not self.hold:
+            if self._latest is None or not (self.hold or fused.reused):
                 return
-            depth, made_on = self._held
+            depth, made_on = self._latest
             if depth.values.shape != fused.frame.size:  # the camera changed size
                 return
             fused.depth_from = made_on
         else:
             if self.smoother is not None:  # in order per source, as EMA needs
                 depth = self.smoother.smooth(fused.frame.source_id, depth, fused.frame.timestamp)
-            if self.hold:
-                self._held = (depth, fused.frame.index)
+            self._latest = (depth, fused.frame.index)
         fused.depth = depth
         fused.distance = box_distance(depth, fused.detections.xyxy)
         if self.hold and fused.tracks is not None:

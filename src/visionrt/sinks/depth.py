@@ -94,7 +94,9 @@ class DepthMapSink(Sink):
     """Every depth map (of one source when `source_id` is set) as a file in the folder `path`:
     `png` a 16-bit PNG, min–max scaled per frame (see `decode_png16`), or `npy` the float32
     values as they are (NaN kept). `frames.jsonl` in the folder has a line per file: frame,
-    timestamp, units, min, max, recomputed.
+    timestamp, units, min, max, recomputed. A frame given an earlier frame's map (`depth_from`:
+    depth on 1 frame in N, or motion gating) writes none: the JSONL's `depth.from` names the
+    frame whose file it is.
 
     The folder is `<name>.partial<suffix>` until closed complete, then renamed to `path`
     (which must not exist, or be an empty folder); created at the first map, so a run that
@@ -130,6 +132,8 @@ class DepthMapSink(Sink):
             raise SinkError(f"{self.path}: write after close")
         depth, frame = result.depth, result.frame
         if depth is None or (self.source_id is not None and frame.source_id != self.source_id):
+            return
+        if result.depth_from is not None:  # that frame's file holds it
             return
         if self._index is None:
             self._start()
