@@ -12,7 +12,8 @@ $(VENV)/.installed: pyproject.toml scripts/setup.sh
 	VENV=$(VENV) bash scripts/setup.sh
 	touch $@
 
-# The architecture-only depth model (built once, cached; the demo's run uses none).
+# The architecture-only depth model (built once, cached; the demo's run uses none, and the demo
+# plans it with `tune --depth` once it is built).
 depth-model: $(VENV)/.installed
 	VENV=$(VENV) bash scripts/setup_depth.sh
 

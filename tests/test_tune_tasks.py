@@ -264,3 +264,30 @@ def test_depth_candidates_on_a_gpu_are_torch_on_cuda() -> None:
         "precision": "fp16", "device": "cuda", "settings": {"cuda_graphs": "true"},
     }  # fmt: skip
     assert found[0].inference() == {"precision": "fp32"}
+
+
+def test_a_cached_depth_plan_answers_a_tune_of_the_size_it_was_tuned_at(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`tune --depth --if-missing` (and the demo) tune again unless the cached plan answers:
+    with no size asked, one that searched the sizes; with a size, one tuned at it."""
+    from visionrt.cli.tune_depth import cached_depth_plan
+    from visionrt.plans import Plan, machine_fingerprint, plan_path
+
+    monkeypatch.setenv("VISIONRT_PLANS", str(tmp_path / "plans"))
+    model = tmp_path / "depth.onnx"
+    model.write_bytes(b"a depth model")
+
+    def cache(**tuned: object) -> None:
+        path = plan_path(model, machine_fingerprint())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Plan(run={"model": str(model), "backend": "openvino"}, tuned=tuned).save(path)
+
+    cache(task="detect", short_side=518, sizes_searched=[518, 364])
+    assert cached_depth_plan(model, None) is None  # not a depth plan
+    cache(task="depth", short_side=364, sizes_searched=[364])
+    assert cached_depth_plan(model, None) is None  # one size tuned: the sizes not searched
+    assert cached_depth_plan(model, 364) is not None
+    assert cached_depth_plan(model, 518) is None
+    cache(task="depth", short_side=364, sizes_searched=[518, 364, 266])
+    assert cached_depth_plan(model, None) is not None

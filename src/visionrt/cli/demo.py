@@ -91,6 +91,41 @@ def run_demo(
     return code
 
 
+def plan_depth(
+    given: list[str], depth: Path | None, planned: Callable[[], bool], command: Command, say: Say
+) -> int:
+    """After the detector's results, the depth model's plan too (`tune --depth`, once), so
+    `run --depth` runs on it as typed, not FP32 at 518. `depth` None: no depth model is built
+    here (`make demo` builds none); `planned`: its plan for this machine is cached already."""
+    if depth is None:
+        say(
+            "demo: no depth model here, none planned: `make depth-model` builds the"
+            " architecture-only one, `visionrt tune --depth MODEL` plans it for `run --depth`"
+        )
+        return 0
+    if planned():
+        return 0
+    say(
+        f"demo: planning the depth model {depth.name} too (once; minutes on a CPU), so"
+        f" `visionrt run … --depth {depth}` runs on its plan; the results above stand meanwhile"
+    )
+    code = command(["tune", *given, "--if-missing", "--depth", str(depth)])
+    if code != 0:
+        say("demo: no depth plan cached; the detector's results above stand")
+    return code
+
+
+def depth_planned(model: Path) -> Callable[[], bool]:
+    """Whether `model`'s depth plan for this machine, with its sizes searched, is cached."""
+
+    def planned() -> bool:
+        from visionrt.cli.tune_depth import cached_depth_plan
+
+        return cached_depth_plan(model, None) is not None
+
+    return planned
+
+
 def plan_label(plan: Plan) -> str:
     """Which plan: tuned in full, or time-boxed (its search stopped at its budget)."""
     label = "the time-boxed plan" if plan.time_boxed else "the tuned plan"
@@ -136,7 +171,8 @@ def demo_command(
 ) -> None:
     """The demo (`make demo`): a run on this machine's tuned plan; with no plan yet, the FP32
     reference's run first, then `tune`, then the run again on its plan. Each run ends in one
-    line saying which configuration it used and where its results are."""
+    line saying which configuration it used and where its results are. Then, once, the depth
+    model's plan (`tune --depth`) when the depth model is built (`make setup`)."""
     if not (budget_minutes > 0 and math.isfinite(budget_minutes)):  # refused before the runs
         raise ConfigError(
             f"--budget-minutes: expected a number of minutes > 0, got {budget_minutes}"
@@ -149,6 +185,12 @@ def demo_command(
 
     ready = ready_plan(Path(model) if model else None)
     code = run_demo(out, given, budget_minutes, ready, visionrt_command, say)
+    if code == 0:
+        from visionrt.models import depth_model_target  # numpy: not at the CLI's start
+
+        depth = depth_model_target()
+        built = depth if depth.is_file() else None
+        code = plan_depth(given, built, depth_planned(depth), visionrt_command, say)
     if code == 130:
         raise Interrupted("demo interrupted")
     if code != 0:

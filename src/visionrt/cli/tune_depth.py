@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from visionrt.errors import ConfigError
-from visionrt.plans import cached_plan
+from visionrt.plans import Plan, cached_plan
 from visionrt.tune.depth import DEPTH_SIZES, DepthLimits, DepthTrial, tune_depth
 
 
@@ -44,8 +44,8 @@ def tune_depth_model(
     err: Console,
     stop: threading.Event,
 ) -> None:
-    found = cached_plan(model)
-    if if_missing and found is not None and _answers(found[0].tuned, short_side):
+    found = cached_depth_plan(model, short_side) if if_missing else None
+    if found is not None:
         plan, path = found
         err.print(f"depth plan {path.name}: {plan.summary_line()} (cached)")
         return
@@ -91,11 +91,13 @@ def tune_depth_model(
     err.print(f"cached as {path}: `visionrt run --depth {model}` now uses it")
 
 
-def _answers(tuned: dict[str, object], short_side: int | None) -> bool:
-    """Whether a cached depth plan answers this tune: its size was asked, or, with no size
-    asked, it searched the sizes."""
-    if tuned.get("task") != "depth":
-        return False
+def cached_depth_plan(model: Path, short_side: int | None) -> tuple[Plan, Path] | None:
+    """`model`'s cached depth plan on this machine when it answers a tune at `short_side`: that
+    size was tuned, or, with no size asked, the sizes were searched."""
+    found = cached_plan(model)
+    if found is None or found[0].tuned.get("task") != "depth":
+        return None
+    tuned = found[0].tuned
     if short_side is None:
-        return len(tuned.get("sizes_searched") or []) > 1  # type: ignore[arg-type]
-    return tuned.get("short_side") == short_side
+        return found if len(tuned.get("sizes_searched") or []) > 1 else None
+    return found if tuned.get("short_side") == short_side else None
