@@ -285,9 +285,12 @@ def test_a_cached_depth_plan_answers_a_tune_of_the_size_it_was_tuned_at(
 
     cache(task="detect", short_side=518, sizes_searched=[518, 364])
     assert cached_depth_plan(model, None) is None  # not a depth plan
-    cache(task="depth", short_side=364, sizes_searched=[364])
+    cache(task="depth", short_side=364, sizes_searched=[364], every={"chosen": 1})
     assert cached_depth_plan(model, None) is None  # one size tuned: the sizes not searched
     assert cached_depth_plan(model, 364) is not None
     assert cached_depth_plan(model, 518) is None
     cache(task="depth", short_side=364, sizes_searched=[518, 364, 266])
+    assert cached_depth_plan(model, None) is None  # how often depth must run: not measured
+    assert cached_depth_plan(model, None, every=False) is not None  # not asked (no detector)
+    cache(task="depth", short_side=364, sizes_searched=[518, 364, 266], every={"chosen": 1})
     assert cached_depth_plan(model, None) is not None

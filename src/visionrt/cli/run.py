@@ -193,7 +193,8 @@ def run_command(
         int | None,
         Opt(
             help="Run depth on 1 frame in N per source; the frames between take its latest"
-            " map (distances measured on it: stale where things moved). Default 1."
+            " map (distances measured on it: stale where things moved). Default: the depth"
+            " plan's N (`tune --depth` measures it), else 1."
         ),
     ] = None,
     metrics_port: Annotated[

@@ -26,6 +26,7 @@ from visionrt.plans import machine_fingerprint, plan_path
 from visionrt.sinks.base import check_writable
 from visionrt.tune import Limits, Plan, cached_plan, tune
 from visionrt.tune.batch import BatchPoint
+from visionrt.tune.depth_every import DEFAULT_MAX_HELD_ERROR
 from visionrt.tune.search import INTERRUPTED, Trial
 
 Opt = typer.Option
@@ -81,6 +82,14 @@ def tune_command(
     min_delta1: Annotated[
         float, Opt(help="With --depth: least depth δ<1.25 against FP32 (after alignment).")
     ] = 0.95,
+    max_held_error: Annotated[
+        float,
+        Opt(
+            help="With --depth: most error (90th percentile, relative) a depth map held for"
+            " later frames may put into the distances at the detector's boxes; the plan runs"
+            " depth on 1 frame in the largest N (up to 5) within it (0: on every frame)."
+        ),
+    ] = DEFAULT_MAX_HELD_ERROR,
     motion: Annotated[
         bool,
         Opt(
@@ -108,7 +117,7 @@ def tune_command(
     video = videos[0] if videos else str(DEMO_VIDEO)
     err = Console(stderr=True, soft_wrap=True)
     limits = _limits(min_fidelity, max_p99_ms, objective, budget_minutes)
-    limits_for_depth = depth_limits(depth, depth_size, max_abs_rel, min_delta1)
+    limits_for_depth = depth_limits(depth, depth_size, max_abs_rel, min_delta1, max_held_error)
     if ray is not None:
         from visionrt.cli.tune_cluster import tune_on_cluster
 
@@ -135,7 +144,14 @@ def tune_command(
                 _prove_others(model_path, videos, err)
         if depth is not None and limits_for_depth is not None:
             tune_depth_model(
-                video, Path(depth), depth_size, limits_for_depth, if_missing, err, stop
+                video,
+                Path(depth),
+                depth_size,
+                limits_for_depth,
+                if_missing,
+                err,
+                stop,
+                model_path,
             )
     except KeyboardInterrupt as interrupt:
         raise Interrupted(INTERRUPTED) from interrupt

@@ -138,8 +138,9 @@ class DepthOptions:
     off; for live depth that flickers); `every` N > 1 runs the depth model on 1 frame in N of
     each of its sources, the frames between taking that source's latest map (a tracked object
     keeps the distance measured on it there; other boxes are measured on the held map: stale
-    where things moved). The run configuration's
-    `depth` section is this, plus its outputs (config.DepthConfig)."""
+    where things moved); a run not given it takes the depth plan's (`tune --depth` measures
+    it). The run configuration's `depth` section is this, plus its outputs
+    (config.DepthConfig)."""
 
     model: str | Path = ""
     on: tuple[str, ...] = ()

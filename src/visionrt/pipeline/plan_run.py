@@ -202,7 +202,8 @@ def _with_depth_plan(
     cfg: RunConfig, given: Mapping[str, Any], fingerprint: dict[str, Any] | None = None
 ) -> tuple[RunConfig, str]:
     """The depth model's plan (`tune --depth`) in place of FP32, unless the user chose its
-    backend or inference settings (`plans.use_depth_plan`)."""
+    backend or inference settings (`plans.use_depth_plan`); its `every` unless the user
+    gave `depth.every`."""
     if not cfg.depth.model:
         return cfg, ""
     use = use_depth_plan(
@@ -216,6 +217,7 @@ def _with_depth_plan(
         backend=str(use.sections["backend"]),
         inference=layered(cfg.depth.inference, use.sections.get("inference") or {}),
         short_side=int(use.sections["short_side"]),
+        every=cfg.depth.every if "every" in given else int(use.sections.get("every", 1)),
     )
     return replace(cfg, depth=planned_depth_audit(depth, use.plan)), use.note
 

@@ -241,6 +241,7 @@ def use_depth_plan(
         )
     sections = {key: plan.run[key] for key in RUN_KEYS if key in plan.run}
     sections["short_side"] = tuned_side if short_side is None else short_side
+    sections["every"] = plan.depth_every
     tuned_at = "" if short_side in (None, tuned_side) else f" (tuned at short side {tuned_side})"
     return PlanUse(sections, f"{where}: {plan.summary_line()}{tuned_at}", plan)
 

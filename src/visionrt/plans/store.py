@@ -83,6 +83,14 @@ class Plan:
         necessarily the best there is (`visionrt tune` with a larger budget looks further)."""
         return bool((self.tuned.get("budget") or {}).get("reached"))
 
+    @property
+    def depth_every(self) -> int:
+        """A depth plan's depth on 1 frame in N (1: a plan from before it was measured, or one
+        that found no box to measure on)."""
+        every = self.tuned.get("every")
+        chosen = every.get("chosen", 1) if isinstance(every, dict) else 1
+        return chosen if isinstance(chosen, int) and 1 <= chosen <= 30 else 1
+
     def summary_line(self) -> str:
         """One line: what runs, when it was tuned, what it measured."""
         inference = self.run.get("inference", {})
@@ -90,9 +98,11 @@ class Plan:
         if self.tuned.get("task") == "depth":
             size = self.tuned.get("input_hw") or ["?", "?"]
             caveat = " (architecture-only model)" if self.tuned.get("architecture_only") else ""
+            every = f", depth on 1 frame in {self.depth_every}" if self.depth_every > 1 else ""
             return (
                 f"{self.run.get('backend')} {inference.get('precision', 'fp32')}"
-                f" {size[0]}×{size[1]}, tuned {str(self.tuned.get('at', '?'))[:10]},"
+                f" {size[0]}×{size[1]}{every}, tuned"
+                f" {str(self.tuned.get('at', '?'))[:10]},"
                 f" {measured.get('ms', 0):.1f} ms model-only, AbsRel"
                 f" {measured.get('abs_rel', 0):.3f}{_against(self.tuned)}{caveat}"
             )

@@ -1,7 +1,8 @@
 """`tune --depth`: the fastest configuration of a depth model on this machine — runtime,
 precision and input size — within a depth fidelity budget (AbsRel and δ<1.25 against ONNX
 Runtime FP32 at the largest size searched, after per-frame scale-and-shift alignment), on the
-user's video, cached as the depth model's plan (`run --depth` takes its size unless given)."""
+user's video, cached as the depth model's plan (`run --depth` takes its size unless given).
+Given the detector, the plan also says on how many frames depth must run (`depth_every`)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,14 @@ from visionrt.paths import file_sha256
 from visionrt.plans import Plan, machine_fingerprint, plan_path
 from visionrt.preprocess.depth import SHORT_SIDES
 from visionrt.tune.candidates import Machine
+from visionrt.tune.depth_every import (
+    DEFAULT_MAX_HELD_ERROR,
+    FRAMES,
+    TRIED,
+    choose_every,
+    depth_and_boxes,
+    held_errors,
+)
 from visionrt.tune.search import INTERRUPTED
 
 TIMED_CALLS = 8  # model-only runs per candidate after 2 of warm-up: depth calls are long
@@ -42,10 +51,13 @@ DEPTH_SIZES = tuple(sorted(SHORT_SIDES, reverse=True))
 
 @dataclass(frozen=True, slots=True)
 class DepthLimits:
-    """The depth fidelity budget: most AbsRel and least δ<1.25 against FP32 (DESIGN.md)."""
+    """The depth fidelity budget: most AbsRel and least δ<1.25 against FP32 (DESIGN.md); and
+    most p90 relative error a held map may put into the distances at the boxes (`depth_every`;
+    0: depth on every frame)."""
 
     max_abs_rel: float = 0.02
     min_delta1: float = 0.95
+    max_held_error: float = DEFAULT_MAX_HELD_ERROR
 
     def why(self, abs_rel: float, delta1: float, nonfinite: int) -> str:
         if nonfinite:
@@ -155,13 +167,17 @@ def tune_depth(
     on_trial: Callable[[DepthTrial], None] | None = None,
     stop: threading.Event | None = None,
     sizes: Sequence[int] = DEPTH_SIZES,
+    detector: Path | None = None,
+    every_frames: int = FRAMES,
 ) -> tuple[Plan, Path, list[DepthTrial]]:
     """Measure each candidate at each short side (`short_side` alone when given, else
     `sizes`, largest first; a model exported at a fixed size: that size): model-only ms, and
     fidelity on `frames` frames of `video` against the FP32 reference at the largest size.
     Choose the fastest within `limits` (the reference when none is) and cache it, with its
     size, as the depth model's plan for this machine. At a smaller size only the candidates
-    that held the budget at the size above it are tried: the size's loss adds to theirs."""
+    that held the budget at the size above it are tried: the size's loss adds to theirs.
+    With the `detector`, the chosen configuration's held maps are measured at its boxes on
+    `every_frames` consecutive frames (`depth_every`): the plan's `every`."""
     from visionrt.tune.tuner import this_machine
 
     limits = limits or DepthLimits()
@@ -202,7 +218,10 @@ def tune_depth(
     feasible = [t for t in trials if not t.why_out and t.ms]
     best = min(feasible, key=lambda t: t.ms) if feasible else trials[0]
     chosen_hw = depth_export_size(model, best.candidate.short_side, video)
-    plan = _depth_plan(model, video, searched, chosen_hw, best, trials, limits)
+    every = None
+    if detector is not None:
+        every = _every(video, model, best, chosen_hw, detector, limits, every_frames, stop)
+    plan = _depth_plan(model, video, searched, chosen_hw, best, trials, limits, every)
     path = plan.save(plan_path(model, plan.fingerprint, plans_root))
     return plan, path, trials
 
@@ -267,6 +286,43 @@ def _measure(
         trial.why_out = (str(err).splitlines() or [type(err).__name__])[0]
 
 
+def _every(
+    video: Path,
+    model: Path,
+    best: DepthTrial,
+    input_hw: tuple[int, int],
+    detector: Path,
+    limits: DepthLimits,
+    frames: int,
+    stop: threading.Event | None,
+) -> dict[str, Any]:
+    """The plan's `every` section: N chosen, why not more, and each N's error at the boxes."""
+    candidate = best.candidate
+    options = candidate.options(None if candidate.export else input_hw)
+    section: dict[str, Any] = {
+        "chosen": 1, "why": "", "max_held_error": limits.max_held_error, "frames": frames,
+        "detector": str(detector), "tried": [],
+    }  # fmt: skip
+    if not limits.max_held_error > 0:
+        section["why"] = choose_every([], limits.max_held_error)[1]
+        return section
+    measured = depth_and_boxes(
+        video, best.model or model, candidate.backend, options, detector, frames, stop
+    )
+    try:
+        errors = held_errors(measured, TRIED)
+    except Interrupted:
+        raise
+    except (VisionRTError, RuntimeError, MemoryError) as err:
+        if stop is not None and stop.is_set():
+            raise Interrupted(INTERRUPTED) from err
+        section["why"] = "not measured: " + (str(err).splitlines() or [type(err).__name__])[0]
+        return section
+    section["chosen"], section["why"] = choose_every(errors, limits.max_held_error)
+    section["tried"] = [error.as_dict() for error in errors]
+    return section
+
+
 def _depth_plan(
     model: Path,
     video: Path,
@@ -275,6 +331,7 @@ def _depth_plan(
     best: DepthTrial,
     trials: list[DepthTrial],
     limits: DepthLimits,
+    every: dict[str, Any] | None = None,
 ) -> Plan:
     reference = trials[0]
     candidate = best.candidate
@@ -302,6 +359,8 @@ def _depth_plan(
             # Fidelity is against FP32 at the first; the plan's size is the one chosen.
             "sizes_searched": list(searched),
             "limits": {"max_abs_rel": limits.max_abs_rel, "min_delta1": limits.min_delta1},
+            # On how many frames depth runs (`depth.every`); absent: 1, not measured.
+            **({"every": every} if every is not None else {}),
             "architecture_only": is_architecture_only(model),
             "measured": {
                 "ms": round(best.ms, 2),
