@@ -145,3 +145,25 @@ def test_an_ended_cameras_name_can_be_used_again(serving: Any, media: Path) -> N
     assert (served.out / "a.csv").is_file()
     assert (served.out / "a-2.csv").is_file(), "the new camera's files do not overwrite"
     assert next(s for s in summary.sources if s["name"] == "a")["instances"] == 2
+
+
+def test_a_camera_gone_for_good_leaves_only_its_counts(
+    serving: Any, media: Path, no_grace: None
+) -> None:
+    """A service runs for weeks while cameras come and go: once a removed camera's files are
+    finalized (its last frames through), its tracks, last results and held maps are let go.
+    Before, every camera ever added kept them."""
+    served = serving([f"a={media / 'a.mp4'}", f"b={media / 'b.mp4'}"], track=True)
+    wait_until(lambda: served.frames_out("a") > 3 and served.frames_out("b") > 3, WAIT, "frames")
+    graph = served.pipeline.graph
+    a, b = (served.service.cameras[name].source_id for name in ("a", "b"))
+    assert graph.fusers[a], "each camera has its fusers (tracking)"
+    assert graph.fusers[b]
+    assert served.delete("/sources/a").status == 200
+    wait_until(lambda: finalized(served, "a", (".csv", ".coco.json")), WAIT, "a's files")
+    wait_until(lambda: graph.fusers[a] == [], WAIT, "a's fusers let go")
+    assert graph.fusers[b], "the camera still running keeps its own"
+    before = served.frames_out("b")
+    wait_until(lambda: served.frames_out("b") > before + 3, WAIT, "b runs on")
+    summary = served.stop()
+    assert next(s for s in summary.sources if s["name"] == "a")["frames_out"] > 3  # its counts

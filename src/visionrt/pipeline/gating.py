@@ -46,6 +46,10 @@ class Gating:
         """A gate for one more source, numbered next (its first frame is always "moved")."""
         self.gates.append(MotionGate(self.options))
 
+    def forget(self, source_id: int) -> None:
+        """A source that will see no more frames: its gate's reference frame is let go."""
+        self.gates[source_id] = MotionGate(self.options)
+
     def measure(self, item: Item) -> tuple[bool, Callable[[], Any] | None]:
         """Whether the frame moved, and (regions mode) how to plan its windows when the
         scheduler asks."""

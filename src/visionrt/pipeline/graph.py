@@ -185,6 +185,13 @@ class Graph:
         """Stop reading a source (a service's camera removed); what it read is still delivered."""
         self.source_side.retire(source_id)
 
+    def forget(self, source_id: int) -> None:
+        """Let go of a source's per-frame state once its last frames are through: its fusers
+        (tracks, last results, held depth maps) and its motion reference."""
+        self.fusers[source_id] = []
+        if self.gating is not None:
+            self.gating.forget(source_id)
+
     def release(self) -> None:
         """A service was stopped: the graph ends once its readers have."""
         self.source_side.release()

@@ -126,6 +126,14 @@ class Roster:
         graph = self.pipeline.graph
         return graph is None or graph.readers[self.active[name]].is_alive()
 
+    def forget(self, source_id: int) -> None:
+        """A removed or ended source whose last frames are through (a service's files of it
+        finalized): its per-frame state is let go, so a service whose cameras come and go for
+        weeks keeps only each one's counts. Nothing while its reader still runs."""
+        graph = self.pipeline.graph
+        if graph is not None and not graph.readers[source_id].is_alive():
+            graph.forget(source_id)
+
     def remove(self, name: str) -> int:
         """Stop reading source `name`; the frames it read are still delivered. Its id."""
         with self._lock:

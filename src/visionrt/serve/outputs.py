@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from visionrt.errors import SinkError
@@ -36,6 +37,8 @@ class ServiceSinks(Sink):
         # Removed sources: their reader, and when it was first seen ended (None: not yet).
         self._retired: dict[int, tuple[threading.Thread, float | None]] = {}
         self._closed: list[Path] = []
+        # Told of each retired source once its files are finalized (its last frames through).
+        self.on_settled: Callable[[int], None] | None = None
 
     def open_source(self, source_id: int, name: str, fps: float = 0.0) -> list[Path]:
         """Open source `source_id`'s own files (named after `name`; `fps` its frame rate, for
@@ -73,6 +76,7 @@ class ServiceSinks(Sink):
         not any other source writes); the files finalized."""
         now = time.monotonic()
         closed: list[Path] = []
+        settled: list[int] = []
         with self._writing:
             due: list[Sink] = []
             with self._lock:
@@ -85,6 +89,7 @@ class ServiceSinks(Sink):
                     if now - ended >= RETIRE_AFTER:
                         del self._retired[source_id]
                         due.extend(self._own.pop(source_id, []))
+                        settled.append(source_id)
             for sink in due:
                 try:
                     closed.extend(sink.close())
@@ -92,6 +97,9 @@ class ServiceSinks(Sink):
                     log.warning("%s", err)
         with self._lock:
             self._closed.extend(closed)
+        if self.on_settled is not None:
+            for source_id in settled:
+                self.on_settled(source_id)
         return closed
 
     def close(self, complete: bool = True) -> list[Path]:

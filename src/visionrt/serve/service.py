@@ -65,6 +65,8 @@ class Service:
         keep_events: int = 200,
     ) -> None:
         self.pipeline, self.sinks, self.preview = pipeline, sinks, preview
+        if pipeline.roster is not None:  # a camera gone for good keeps only its counts
+            sinks.on_settled = pipeline.roster.forget
         self.publisher, self.files, self.down_after = publisher, tuple(files), down_after
         self.telemetry = pipeline.telemetry
         self._events: deque[dict[str, Any]] = deque(maxlen=keep_events)
