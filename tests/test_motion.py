@@ -135,3 +135,39 @@ def test_gating_composes_with_detect_every_n() -> None:
     assert [d.lanes for d in decisions] == [(0,), (), (0,), (), (), (), (0,)]
     assert [d.reused for d in decisions] == [False, False, False, True, True, False, False]
     assert [d.full for d in decisions] == [True, False, True, False, False, False, True]
+
+
+def test_an_i420_frame_is_measured_on_its_luma_without_a_colour_conversion(
+    demo_video: Path,
+) -> None:
+    """A frame decoded in a worker process comes as I420: the gate measures its Y plane
+    (stretched to full range), not a BGR conversion of it (half the gate's time, and a BGR
+    picture the device path never needs). On real footage it sees what the BGR frame shows."""
+    from visionrt.pipeline.flow import Item
+    from visionrt.pipeline.gating import Gating
+    from visionrt.telemetry import Telemetry
+    from visionrt.types import Frame, i420_grey
+
+    capture = cv2.VideoCapture(str(demo_video))
+    pictures = [capture.read()[1] for _ in range(40)]
+    capture.release()
+    # The reference stays frame 0's: the change grows as people walk, through min_area.
+    options = MotionOptions(mode="skip", min_area=0.01)
+    gates = {"bgr": MotionGate(options), "luma": MotionGate(options)}
+    gating = Gating(options, 1, Telemetry(), 640 * 640)
+    moved = []
+    for index, bgr in enumerate(pictures):
+        i420 = cv2.cvtColor(bgr, cv2.COLOR_BGR2YUV_I420)
+        # The BGR side gets the I420 frame converted, so that only the way of measuring differs.
+        bgr_share = gates["bgr"].measure(cv2.cvtColor(i420, cv2.COLOR_YUV2BGR_I420)).share
+        luma_share = gates["luma"].measure(i420_grey(i420)).share
+        assert abs(bgr_share - luma_share) <= 0.002, index
+        frame = Frame(0, index, i420, index / 25, 0.0)
+        moved.append(gating.measure(Item(frame))[0])
+        assert frame._bgr is None, "no BGR picture was made"
+        if index == 0:
+            for gate in (*gates.values(), gating.gates[0]):
+                gate.keep()
+    assert moved[0]
+    assert not all(moved[1:]), "some frames are still against frame 0"
+    assert any(moved[1:]), "and some have moved past min_area"

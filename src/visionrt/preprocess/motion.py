@@ -103,7 +103,8 @@ class MotionGate:
         self._source_hw: tuple[int, int] | None = None
 
     def measure(self, image: npt.NDArray[np.uint8], boxes: bool = False) -> Motion:
-        """The change of `image` since the reference; with `boxes`, where it changed."""
+        """The change of `image` (H×W×3 BGR, or H×W grey) since the reference; with `boxes`,
+        where it changed."""
         hw = (int(image.shape[0]), int(image.shape[1]))
         if hw != self._source_hw:  # a new stream size: the old reference means nothing
             self._source_hw, self._reference = hw, None
