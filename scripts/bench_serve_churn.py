@@ -8,8 +8,10 @@ costs for the rest of the service's life.
 `--src DIR` runs the service from another tree's src/ (`git archive` of an earlier commit) for a
 before/after; the two are alternated, ROUNDS times.
 
+`--detect-only`: the cameras run detection and tracking, no depth model.
+
 Usage: .venv/bin/python scripts/bench_serve_churn.py [--cycles 10] [--rounds 2]
-       [--src /tmp/before/src] [--json FILE]
+       [--src /tmp/before/src] [--detect-only] [--json FILE]
 """
 
 from __future__ import annotations
@@ -69,18 +71,19 @@ def delivered(base: str, name: str, frames: int = 5) -> bool:
     return bool(rows.get(name, {}).get("frames_out", 0) >= frames)
 
 
-def one_service(src: str | None, cycles: int) -> list[float]:
+def one_service(src: str | None, cycles: int, depth: bool = True) -> list[float]:
     """RSS (MiB) of the service after each cycle's camera is let go of."""
     port = free_port()
     with tempfile.TemporaryDirectory() as work:
         out = Path(work) / "out"
-        config = {
+        config: dict[str, Any] = {
             "sources": [f"base={DEMO_VIDEO}"],
-            "depth": {"model": str(depth_model_path())},
             "pipeline": {"tracking": {"enabled": True}},
             "serve": {"port": port, "files": [str(DEMO_VIDEO.parent)]},
             "output": {"dir": str(out), "csv": True},  # a camera's own file: when it is let go
         }
+        if depth:
+            config["depth"] = {"model": str(depth_model_path())}
         (Path(work) / "serve.yaml").write_text(yaml.safe_dump(config))
         env = dict(os.environ)
         command = [sys.executable, "-m", "visionrt.cli.main", "serve", "--config",
@@ -106,7 +109,8 @@ def one_service(src: str | None, cycles: int) -> list[float]:
             rss = []
             name = "churn"
             for cycle in range(cycles):
-                body = {"name": name, "uri": str(DEMO_VIDEO), "tasks": ["detect", "depth"]}
+                tasks = ["detect", "depth"] if depth else ["detect"]
+                body = {"name": name, "uri": str(DEMO_VIDEO), "tasks": tasks}
                 request(f"{base}/sources", "POST", body)
 
                 wait(f"cycle {cycle}'s frames", lambda: delivered(base, name))
@@ -141,6 +145,7 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--src", default=None, help="an earlier tree's src/ (before)")
+    parser.add_argument("--detect-only", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     variants = {"now": None, **({"before": args.src} if args.src else {})}
@@ -148,11 +153,13 @@ def main() -> None:
     for run in range(args.rounds):
         order = list(variants) if run % 2 == 0 else list(reversed(variants))
         for name in order:
-            found[name].append(one_service(variants[name], args.cycles))
+            found[name].append(one_service(variants[name], args.cycles, not args.detect_only))
             print(f"round {run + 1} {name}: RSS MiB " + ", ".join(
                 f"{v:.0f}" for v in found[name][-1]), flush=True)  # fmt: skip
-    print(f"{cpu_model()} · {args.cycles} cycles of a camera with detection, depth and tracking")
-    result: dict[str, Any] = {"cpu": cpu_model(), "cycles": args.cycles, "variants": {}}
+    tasks = "detection and tracking" if args.detect_only else "detection, depth and tracking"
+    print(f"{cpu_model()} · {args.cycles} cycles of a camera with {tasks}")
+    result: dict[str, Any] = {"cpu": cpu_model(), "cycles": args.cycles, "tasks": tasks}
+    result["variants"] = {}
     for name, runs in found.items():
         slopes = [slope(r) for r in runs]
         print(f"  {name}: {spread(slopes)} MiB per camera gone (slope per round)")
