@@ -348,6 +348,7 @@ def test_depth_every_n_runs_it_on_one_frame_in_n_and_the_others_take_its_map(
     backend.infer = counted  # type: ignore[method-assign]
     results = list(pipeline)
     pipeline.close()
+    assert pipeline.summary().backend["depth"]["every"] == 3  # summary.json says so
     for name in ("a", "b"):
         mine = [r for r in results if r.frame.source_name == name]
         assert [r.depth_from for r in mine] == [None, 0, 0, None, 3, 3, None, 6]

@@ -12,11 +12,14 @@ from visionrt.sources import Source
 
 
 def describe_parts(parts: Parts, names: Sequence[str], sources: Sequence[Source]) -> dict[str, Any]:
-    """The detector's description, with each other task's under its name, the detectors by
-    frame size (`detectors`: each with the sources it ran) and what motion windows ran."""
+    """The detector's description, with each other task's under its name (the depth model's
+    with `every`: depth on 1 frame in N), the detectors by frame size (`detectors`: each with
+    the sources it ran) and what motion windows ran."""
     described = parts.detector.describe()
-    for task in parts.tasks[1:]:
+    for task in parts.tasks[1:]:  # the depth model: also on 1 frame in how many it ran
         described[task.name] = task.describe()
+        if parts.depth is not None:
+            described[task.name]["every"] = parts.depth.every
     if parts.sized:
         described["detectors"] = parts.detector_rows(names, sources)
     if parts.regions is not None:
