@@ -116,7 +116,8 @@ def plan_depth(
 
 
 def depth_planned(model: Path) -> Callable[[], bool]:
-    """Whether `model`'s depth plan for this machine, with its sizes searched, is cached."""
+    """Whether `model`'s depth plan for this machine is cached, its sizes searched and how
+    often depth must run measured."""
 
     def planned() -> bool:
         from visionrt.cli.tune_depth import cached_depth_plan
