@@ -59,6 +59,8 @@ def main() -> None:
     if found is None:
         sys.exit(f"no depth plan for {depth.name}: run without --no-tune")
     print(f"depth plan {found[1].name}: {found[0].summary_line()}", file=sys.stderr)
+    if not tuned:  # --no-tune: the record names the cached plan the runs took
+        tuned = {"depth_plan": found[0].tuned, "path": str(found[1])}
     video = str(DEMO_VIDEO)
     seed = [f"rgb={video}", f"slam1={video}", f"slam2={video}", "--depth", str(depth),
             "--depth-on", "rgb", "--max-frames", str(args.frames)]  # fmt: skip

@@ -93,10 +93,12 @@ def seed_cpu() -> list[str]:
     )
     depth = data["tune"]["depth_plan"]
     weights = ", architecture-only depth weights" if depth.get("architecture_only") else ""
+    every = int((depth.get("every") or {}).get("chosen", 1))
+    often = "every frame" if every == 1 else f"1 frame in {every}"
     return [
         "the seed scenario as typed (rgb detect + depth, two more cameras detect)",
         _cpu(data["cpu"]),
-        f"{per_camera:.1f} FPS per camera (depth plan {depth['label']}{weights})",
+        f"{per_camera:.1f} FPS per camera (depth plan {depth['label']}, depth on {often}{weights})",
         str(depth["at"])[:10],
         "`scripts/bench_depth_size.py` → depth_size.json",
     ]
