@@ -165,3 +165,20 @@ def test_the_tune_says_how_often_depth_runs_and_why_not_less_often(
         line.startswith("depth plan: onnxruntime fp32 42×56, depth on 1 frame in 3")
         for line in lines
     )
+
+
+def test_tune_refuses_depth_through_ray_instead_of_dropping_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, `tune --ray … --depth D` tuned the detector on the cluster and silently planned
+    no depth model."""
+    from conftest import run_cli
+
+    depth = tmp_path / "d.onnx"
+    depth.write_bytes(b"x")
+    code, err = run_cli(["tune", "--ray", "127.0.0.1:1", "--depth", str(depth)], capsys)
+    assert code == 2
+    assert err.strip().splitlines() == [
+        "visionrt: error: --depth with --ray: a cluster's depth plans are made on its nodes, one"
+        f" kind at a time: run `visionrt tune --depth {depth}` on a node of each kind"
+    ]

@@ -119,6 +119,11 @@ def tune_command(
     limits = _limits(min_fidelity, max_p99_ms, objective, budget_minutes)
     limits_for_depth = depth_limits(depth, depth_size, max_abs_rel, min_delta1, max_held_error)
     if ray is not None:
+        if depth is not None:  # refused, not dropped: each kind of node plans its own
+            raise ConfigError(
+                "--depth with --ray: a cluster's depth plans are made on its nodes, one kind at"
+                f" a time: run `visionrt tune --depth {depth}` on a node of each kind"
+            )
         from visionrt.cli.tune_cluster import tune_on_cluster
 
         tune_on_cluster(ray, model_path, Path(video), limits, motion, err)
