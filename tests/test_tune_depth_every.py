@@ -179,6 +179,7 @@ def test_tune_refuses_depth_through_ray_instead_of_dropping_it(
     code, err = run_cli(["tune", "--ray", "127.0.0.1:1", "--depth", str(depth)], capsys)
     assert code == 2
     assert err.strip().splitlines() == [
-        "visionrt: error: --depth with --ray: a cluster's depth plans are made on its nodes, one"
-        f" kind at a time: run `visionrt tune --depth {depth}` on a node of each kind"
+        "visionrt: error: --depth with --ray: the depth model is not planned on a cluster's"
+        f" nodes yet; `visionrt tune --depth {depth}` plans it for this machine's kind (nodes"
+        " of other kinds run it FP32)"
     ]

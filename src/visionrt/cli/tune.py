@@ -119,10 +119,11 @@ def tune_command(
     limits = _limits(min_fidelity, max_p99_ms, objective, budget_minutes)
     limits_for_depth = depth_limits(depth, depth_size, max_abs_rel, min_delta1, max_held_error)
     if ray is not None:
-        if depth is not None:  # refused, not dropped: each kind of node plans its own
+        if depth is not None:  # refused, not dropped
             raise ConfigError(
-                "--depth with --ray: a cluster's depth plans are made on its nodes, one kind at"
-                f" a time: run `visionrt tune --depth {depth}` on a node of each kind"
+                "--depth with --ray: the depth model is not planned on a cluster's nodes yet;"
+                f" `visionrt tune --depth {depth}` plans it for this machine's kind (nodes of"
+                " other kinds run it FP32)"
             )
         from visionrt.cli.tune_cluster import tune_on_cluster
 
