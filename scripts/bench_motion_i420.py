@@ -1,7 +1,8 @@
 """Motion gating on I420 frames (decoded in worker processes): the gate's time per frame when it
-converts the frame to BGR first (before) and when it measures the Y plane (`types.i420_grey`,
-now), alternating within each round, on the demo video's frames held as I420; and how far the
-two measured shares of change are apart (same reference, kept every 5th frame).
+converts the frame to BGR first (before) and when it measures the Y plane
+(`preprocess.motion.i420_grey`, now), alternating within each round, on the demo video's
+frames held as I420; and how far the two measured shares of change are apart (same reference,
+kept every 5th frame).
 
 Usage: .venv/bin/python scripts/bench_motion_i420.py [--frames 200] [--runs 7]
 """
@@ -19,8 +20,7 @@ from bench_plan import spread  # scripts/ is on the path of a script run from it
 
 from visionrt.hardware import cpu_model
 from visionrt.paths import DEMO_VIDEO
-from visionrt.preprocess.motion import MotionGate, MotionOptions
-from visionrt.types import i420_grey
+from visionrt.preprocess.motion import MotionGate, MotionOptions, i420_grey
 
 Picture = Callable[[npt.NDArray[np.uint8]], npt.NDArray[np.uint8]]
 WAYS: dict[str, Picture] = {

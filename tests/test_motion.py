@@ -145,8 +145,9 @@ def test_an_i420_frame_is_measured_on_its_luma_without_a_colour_conversion(
     picture the device path never needs). On real footage it sees what the BGR frame shows."""
     from visionrt.pipeline.flow import Item
     from visionrt.pipeline.gating import Gating
+    from visionrt.preprocess.motion import i420_grey
     from visionrt.telemetry import Telemetry
-    from visionrt.types import Frame, i420_grey
+    from visionrt.types import Frame
 
     capture = cv2.VideoCapture(str(demo_video))
     pictures = [capture.read()[1] for _ in range(40)]

@@ -62,20 +62,6 @@ def as_bgr(pixels: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
     return cv2.cvtColor(pixels, cv2.COLOR_YUV2BGR_I420)  # type: ignore[no-any-return]
 
 
-# Video-range luma (16–235) stretched to 0–255: what BGR→grey gives of OpenCV's I420→BGR
-# conversion (its chroma terms cancel in the grey sum), within a level where colours clip.
-_FULL_RANGE = np.clip(np.rint((np.arange(256) - 16) * 255 / 219), 0, 255).astype(np.uint8)
-
-
-def i420_grey(pixels: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
-    """The H×W grey of an I420 picture (as `Frame.pixels` holds one) from its Y plane alone:
-    no colour conversion, for what looks at grey only (motion gating)."""
-    import cv2
-
-    luma = pixels[: picture_hw(pixels)[0]]
-    return cv2.LUT(luma, _FULL_RANGE)  # type: ignore[no-any-return]
-
-
 def picture_hw(pixels: npt.NDArray[np.uint8]) -> tuple[int, int]:
     """(height, width) of a picture held as `Frame.pixels` holds one (BGR or I420)."""
     if pixels.ndim == 2:

@@ -11,10 +11,9 @@ from typing import Any
 from visionrt.config.pipeline import PipelineOptions
 from visionrt.pipeline.flow import Item
 from visionrt.pipeline.schedule import Decision
-from visionrt.preprocess.motion import MotionGate, MotionOptions
+from visionrt.preprocess.motion import MotionGate, MotionOptions, i420_grey
 from visionrt.preprocess.regions import RegionPlanner
 from visionrt.telemetry import Telemetry
-from visionrt.types import i420_grey
 
 MOTION_SKIPPED = "motion: skipped"  # an event per frame that reused its source's last results
 MOTION_REGIONS = "motion: regions"  # an event per frame whose detector ran on windows

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from visionrt.errors import ConfigError
+from visionrt.types import picture_hw
 
 WIDTH = 160  # pixels across the grey copy: a person in a corridor camera is still 5-10 wide
 BLUR = (5, 5)  # sensor noise and compression blocks are smaller than this; people are not
@@ -89,6 +90,18 @@ class MotionOptions:
                 "pipeline.motion.refresh: expected seconds > 0, at most 3600 (how often the"
                 f" detector runs on a frame that did not move), got {self.refresh:g}"
             )
+
+
+# Video-range luma (16–235) stretched to 0–255: what BGR→grey gives of OpenCV's I420→BGR
+# conversion (its chroma terms cancel in the grey sum), within a level where colours clip.
+_FULL_RANGE = np.clip(np.rint((np.arange(256) - 16) * 255 / 219), 0, 255).astype(np.uint8)
+
+
+def i420_grey(pixels: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+    """The H×W grey of an I420 picture (as `Frame.pixels` holds one) from its Y plane alone:
+    no colour conversion, for what looks at grey only (motion gating)."""
+    luma = pixels[: picture_hw(pixels)[0]]
+    return cv2.LUT(luma, _FULL_RANGE)  # type: ignore[no-any-return]
 
 
 class MotionGate:
