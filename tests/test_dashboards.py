@@ -64,7 +64,7 @@ def _rules() -> list[dict[str, Any]]:
 
 
 def _scraped(pipeline: Pipeline) -> tuple[RunSummary, str]:
-    return scraped(pipeline, {"runtime": pipeline.backend.info.runtime})
+    return scraped(pipeline, {"runtime": pipeline.task.backend.info.runtime})
 
 
 @pytest.fixture(scope="module")

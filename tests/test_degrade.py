@@ -12,7 +12,7 @@ from conftest import write_toy_head
 from visionrt import BackendOptions, Pipeline, SourceOptions
 from visionrt.config import pipeline_options
 from visionrt.errors import ConfigError
-from visionrt.pipeline import build as build_module
+from visionrt.pipeline import parts as parts_module
 from visionrt.pipeline.degrade import HEADROOM, Change, Degrader, build_ladder
 
 
@@ -116,7 +116,7 @@ def test_live_run_degrades_under_load_and_recovers(
     """A model whose frames take 120 ms mid-run, then 5 ms again (ScriptedDegrader): the run
     steps down (detect every N, then the smaller-input variant), logs why, and steps back up;
     every frame is accounted for."""
-    monkeypatch.setattr(build_module, "Degrader", ScriptedDegrader)
+    monkeypatch.setattr(parts_module, "Degrader", ScriptedDegrader)
     detector = write_toy_head(tmp_path / "toy.onnx", 64, 64, classes=2)  # resizable to 32×32
     pipeline = Pipeline(
         ["cam=synthetic:96x96:330"],
@@ -134,8 +134,8 @@ def test_live_run_degrades_under_load_and_recovers(
             slo_motion=False,  # the motion rung has its own tests
         ),
     )
-    assert isinstance(pipeline.degrader, ScriptedDegrader)
-    assert [r.label for r in pipeline.degrader.rungs] == [
+    assert isinstance(pipeline.parts.degrader, ScriptedDegrader)
+    assert [r.label for r in pipeline.parts.degrader.rungs] == [
         "as configured",
         "detect every 2",
         "input 32×32",
@@ -143,7 +143,7 @@ def test_live_run_degrades_under_load_and_recovers(
     seen: list[int] = []
 
     def load(result: object) -> None:
-        seen.append(pipeline.degrader.level if pipeline.degrader else -1)
+        seen.append(pipeline.parts.degrader.level if pipeline.parts.degrader else -1)
 
     changes = []
     pipeline.hooks.on_degrade = changes.append

@@ -136,7 +136,7 @@ def test_a_pipeline_on_the_cpu_keeps_batch_one(tiny_model: Path, small_video: Pa
 
     pipeline = Pipeline([f"a={small_video}", f"b={small_video}"], tiny_model, "onnxruntime")
     try:
-        assert pipeline.batch == 1
+        assert pipeline.task.batch == 1
         assert not any("sources on the GPU" in note for note in pipeline.notes)
     finally:
         pipeline.close()

@@ -96,8 +96,8 @@ def test_a_still_scene_reuses_results_and_accounts_for_every_frame(
     options = pipeline_options(warmup=0, motion="skip", motion_refresh=2.0, track=True)
     pipeline = Pipeline([str(tmp_path)], tiny_model, "onnxruntime", options=options)
     calls = []
-    infer = pipeline.backend.infer
-    pipeline.backend.infer = lambda inputs: calls.append(1) or infer(inputs)  # type: ignore[method-assign]
+    infer = pipeline.task.backend.infer
+    pipeline.task.backend.infer = lambda inputs: calls.append(1) or infer(inputs)  # type: ignore[method-assign]
     results = list(pipeline)
     pipeline.close()
     summary = pipeline.summary()

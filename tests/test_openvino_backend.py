@@ -175,8 +175,8 @@ def test_pipeline_runs_openvino_in_order(model: Path, video: str) -> None:
         [video], model, "openvino", options, source_options=SourceOptions(max_frames=20)
     )
     try:
-        assert pipeline.backend.concurrency == 2
-        assert pipeline.layout is InputLayout.NHWC_U8_BGR
+        assert pipeline.task.backend.concurrency == 2
+        assert pipeline.task.layout is InputLayout.NHWC_U8_BGR
         indices = [result.frame.index for result in pipeline]
     finally:
         pipeline.close()

@@ -51,7 +51,7 @@ def test_parallel_inference_workers_keep_order(small_video: Path, tiny_model: Pa
     pipeline = Pipeline(
         [str(small_video)], tiny_model, "null", BackendOptions(settings={"delay_ms": "3"})
     )
-    pipeline.backend.concurrency = 3  # results overtake each other; the pipeline reorders
+    pipeline.task.backend.concurrency = 3  # results overtake each other; the pipeline reorders
     indices = [r.frame.index for r in pipeline]
     pipeline.close()
     assert indices == list(range(40))
@@ -67,14 +67,14 @@ def test_batching_processes_every_frame(small_video: Path, tiny_model: Path) -> 
         BackendOptions(batch=4),
         options=PipelineOptions(batch_wait_ms=1000, warmup=0),
     )
-    infer, frames_per_call = pipeline.backend.infer, []
+    infer, frames_per_call = pipeline.task.backend.infer, []
 
     def counted(inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         (tensor,) = inputs.values()
         frames_per_call.append(len(np.unique(tensor.reshape(len(tensor), -1), axis=0)))
         return infer(inputs)
 
-    pipeline.backend.infer = counted  # type: ignore[method-assign]
+    pipeline.task.backend.infer = counted  # type: ignore[method-assign]
     results = list(pipeline)
     pipeline.close()
     assert [r.frame.index for r in results] == list(range(40))
@@ -116,7 +116,7 @@ def test_live_mode_drops_are_counted(tiny_model: Path) -> None:
         source_options=SourceOptions(mode="live"),
         options=PipelineOptions(warmup=0),
     )
-    source, infer = pipeline.sources[0], pipeline.backend.infer
+    source, infer = pipeline.sources[0], pipeline.task.backend.infer
     held: list[int] = []
 
     def slower_than_the_source(inputs: Any) -> Any:
@@ -125,7 +125,7 @@ def test_live_mode_drops_are_counted(tiny_model: Path) -> None:
             until(lambda: source.stats.frames == 90, "read its 90 frames")
         return infer(inputs)
 
-    pipeline.backend.infer = slower_than_the_source  # type: ignore[method-assign]
+    pipeline.task.backend.infer = slower_than_the_source  # type: ignore[method-assign]
     out = finishes(lambda: [r.frame.index for r in pipeline], "the live run")
     pipeline.close()
     summary = pipeline.summary()
@@ -288,7 +288,7 @@ def test_live_latency_does_not_build_up(tiny_model: Path) -> None:
         # Age is not what this is about: none is dropped as stale however long the hold.
         options=PipelineOptions(warmup=0, stale_after=2 * HANG_SECONDS),
     )
-    infer, held = pipeline.backend.infer, []
+    infer, held = pipeline.task.backend.infer, []
 
     def holding_frame_0(inputs: Any) -> Any:
         if not held:
@@ -297,7 +297,7 @@ def test_live_latency_does_not_build_up(tiny_model: Path) -> None:
             until(lambda: source.stats.frames == 60, "sent its 60 frames")
         return infer(inputs)
 
-    pipeline.backend.infer = holding_frame_0  # type: ignore[method-assign]
+    pipeline.task.backend.infer = holding_frame_0  # type: ignore[method-assign]
     results = finishes(lambda: [r.frame.index for r in pipeline], "the live run")
     pipeline.close()
     summary = pipeline.summary()

@@ -219,7 +219,7 @@ def test_live_sources_drop_only_their_own_stale_frames(tiny_model: Path) -> None
 
 def test_model_file_picks_its_runtime(small_video: Path, tiny_model: Path) -> None:
     pipeline = Pipeline([str(small_video)], tiny_model)  # no backend named: .onnx → onnxruntime
-    assert pipeline.backend.info.runtime == "onnxruntime"
+    assert pipeline.task.backend.info.runtime == "onnxruntime"
     pipeline.close()
     with pytest.raises(Exception, match=r"backend 'openvino' cannot read x\.pt: .*torch"):
         load_backend("openvino", tiny_model.with_name("x.pt"))

@@ -341,11 +341,11 @@ def test_the_python_api_and_profile_use_the_plan(
     reference = Pipeline([str(demo_video)], real_plan["renamed"], source_options=options,
                          plan=False)  # fmt: skip
     try:
-        assert planned.backend.info.runtime == "openvino"
-        assert planned.backend.info.precision == "int8"
+        assert planned.task.backend.info.runtime == "openvino"
+        assert planned.task.backend.info.precision == "int8"
         assert planned.plan is not None
         assert "openvino int8 512×640" in planned.notes[0]
-        assert reference.backend.info.runtime == "onnxruntime"
+        assert reference.task.backend.info.runtime == "onnxruntime"
         assert reference.notes == []
         assert len(list(planned)) == 2
         assert planned.summary().notes == planned.notes

@@ -85,8 +85,8 @@ def test_onnxruntime_runs_the_model_at_512x640(results, demo_model: Path, demo_v
     )
     smaller = list(pipeline)
     pipeline.close()
-    assert pipeline.input_hw == (512, 640)
-    assert pipeline.backend.info.inputs[0].shape == (1, 3, 512, 640)
+    assert pipeline.task.input_hw == (512, 640)
+    assert pipeline.task.backend.info.inputs[0].shape == (1, 3, 512, 640)
     for big, small in zip(results[:10], smaller, strict=True):
         # 16 px pads keep YOLO's grid where the 640 letterbox put it: the same people.
         assert abs(len(big.detections) - len(small.detections)) <= 1

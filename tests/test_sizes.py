@@ -87,7 +87,7 @@ def test_sources_run_their_sizes_detector_one_per_configuration(
     )
     results = _run(pipeline)
     assert len(pipeline.parts.sized) == 1  # two sources of one size: one more detector
-    assert pipeline.schedule == [[0], [1], [1]]
+    assert pipeline.parts.schedule == [[0], [1], [1]]
     by_source: dict[str, list] = {"wide": [], "a": [], "b": []}
     for result in results:
         by_source[pipeline.names[result.frame.source_id]].append(result)

@@ -185,7 +185,7 @@ def measure_interleaved(
         pipeline = make_pipeline()
         try:
             _, summary = measure_end_to_end(pipeline)
-            times = measure_model_only(baseline or pipeline.backend, inputs, calls, warmup=0)
+            times = measure_model_only(baseline or pipeline.task.backend, inputs, calls, warmup=0)
         finally:
             pipeline.close()
         frames += summary["frames_out"]

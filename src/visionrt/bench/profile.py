@@ -199,7 +199,7 @@ def profile_pipeline(
     summary = pipeline.summary()
     wall = max(summary.seconds, 1e-9)
     stage_ms = {s: v["mean"] for s, v in summary.stages.items() if v["mean"]}
-    concurrency = max(1, pipeline.backend.concurrency)
+    concurrency = max(1, pipeline.task.backend.concurrency)
     totals: dict[str, float] = {}
     for span in spans:
         totals[span.stage] = totals.get(span.stage, 0.0) + span.seconds

@@ -74,21 +74,21 @@ def run_bench(
                 plan=False,  # each variant as written
             )
             # The same runtime and model file with the runtime's own defaults.
-            info = pipeline.backend.info
+            info = pipeline.task.backend.info
             plain = plain_session(info.runtime, info.details.get("model", variant.model))
             try:
-                inputs = prepared_inputs(video, pipeline.input_hw, pipeline.layout)
-                times = measure_model_only(pipeline.backend, inputs, half)
+                inputs = prepared_inputs(video, pipeline.task.input_hw, pipeline.task.layout)
+                times = measure_model_only(pipeline.task.backend, inputs, half)
                 plain_times = measure_model_only(plain, inputs, half) if plain else []
                 fps, summary = measure_end_to_end(pipeline)
                 if plain:
                     plain_times += measure_model_only(plain, inputs, half, warmup=0)
                     row["plain"].append(len(plain_times) / sum(plain_times))
-                times += measure_model_only(pipeline.backend, inputs, half, warmup=0)
+                times += measure_model_only(pipeline.task.backend, inputs, half, warmup=0)
                 if interleave:
                     row["eff"].append(
                         measure_interleaved(
-                            lambda v=variant, b=pipeline.backend: Pipeline(
+                            lambda v=variant, b=pipeline.task.backend: Pipeline(
                                 [video],
                                 v.model,
                                 b,

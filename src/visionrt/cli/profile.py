@@ -122,7 +122,7 @@ def _profile(
         sinks.append(JsonlSink(out / f"{stem}.jsonl", pipeline.names[:1], [first.name]))
         with err.status("profiling"):
             if torch_profiler is not None:
-                if pipeline.backend.info.runtime != "torch":
+                if pipeline.task.backend.info.runtime != "torch":
                     err.print("note: --torch-profiler applies to the torch backend only")
                     result = profile_pipeline(pipeline, sinks)
                 else:

@@ -27,10 +27,10 @@ def run_progress(label: str, console: Console, quiet: bool, detail: str = "") ->
 
 
 def describe_run(pipeline: Pipeline, model: str, console: Console) -> None:
-    info = pipeline.backend.info
+    info = pipeline.task.backend.info
     console.print(
         f"model {Path(model).name} · {info.runtime} {info.version} on {info.device}"
-        f" ({info.precision}) · input {pipeline.input_hw[0]}x{pipeline.input_hw[1]}"
+        f" ({info.precision}) · input {pipeline.task.input_hw[0]}x{pipeline.task.input_hw[1]}"
         f" · {'live' if pipeline.live else 'file'} mode"
     )
     if pipeline.parts.sized:  # the detectors of other frame sizes, and where they run

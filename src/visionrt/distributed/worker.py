@@ -205,14 +205,14 @@ def group_batches(
                 "motion": (
                     motion_summary(
                         pipeline.options,
-                        pipeline.input_hw,
+                        pipeline.task.input_hw,
                         row.get("events", {}),
                         row.get("frames_out", 0),
                     )
                     if summary.motion
                     else {}
                 ),
-                "input_hw": list(pipeline.input_hw),  # a whole frame's detector input
+                "input_hw": list(pipeline.task.input_hw),  # a whole frame's detector input
             }
 
 

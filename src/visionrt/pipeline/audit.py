@@ -20,7 +20,7 @@ from visionrt.tasks.base import Task
 
 if TYPE_CHECKING:
     from visionrt.config.pipeline import DepthOptions, PipelineOptions
-    from visionrt.pipeline.build import Parts
+    from visionrt.pipeline.parts import Parts
     from visionrt.plans import Plan, PlanUse
     from visionrt.sources import Source
     from visionrt.telemetry import Telemetry

@@ -1,5 +1,5 @@
-"""The `Pipeline` facade: opens the sources, loads the tasks, runs the stage graph (graph.py) into
-sinks and accounts for every frame."""
+"""The `Pipeline`: a run opened (opening.py: sources, plan, tasks, audit) goes through its stage
+graph (build.py, graph.py) into the output stage (output.py), every frame accounted for."""
 
 from __future__ import annotations
 
@@ -13,32 +13,25 @@ import cv2
 from visionrt.accuracy.audit_window import AuditEvent
 from visionrt.backends import Backend, BackendOptions
 from visionrt.config.pipeline import DepthOptions, PipelineOptions
-from visionrt.config.sizes import Size, SizedDetector, parse_size_key
+from visionrt.config.sizes import Size, SizedDetector
 from visionrt.errors import ConfigError
 from visionrt.fuse import Checkpoint, parse_analytics, take_checkpoint
-from visionrt.pipeline.audit import build_auditor, finish_audit
-from visionrt.pipeline.build import (
-    Parts,
-    build_graph,
-    build_parts,
-    check_analytics,
-    ladder_gates,
-)
+from visionrt.pipeline.audit import finish_audit
+from visionrt.pipeline.build import build_graph
 from visionrt.pipeline.degrade import Change
 from visionrt.pipeline.flow import Flow
-from visionrt.pipeline.gating import motion_summary
 from visionrt.pipeline.graph import Graph
 from visionrt.pipeline.hooks import Hooks
+from visionrt.pipeline.opening import open_run
 from visionrt.pipeline.output import OutputStage
-from visionrt.pipeline.plan_run import PlannedRun, api_request, plan_run
-from visionrt.pipeline.report import describe_parts, source_rows
+from visionrt.pipeline.plan_run import PlannedRun
+from visionrt.pipeline.report import run_summary
 from visionrt.pipeline.roster import Roster
-from visionrt.plans import Plan, PlanUse
+from visionrt.plans import Plan
 from visionrt.postprocess import PostprocessOptions
 from visionrt.sinks import Sink
 from visionrt.sources import Source, SourceOptions
-from visionrt.sources.registry import open_sources
-from visionrt.telemetry import RunSummary, Telemetry
+from visionrt.telemetry import RunSummary
 from visionrt.types import FrameResult
 
 log = logging.getLogger("visionrt")
@@ -94,94 +87,28 @@ class Pipeline:
     ) -> None:
         if not sources and not service:
             raise ConfigError("no source given")
-        self._resume = list(checkpoints)
+        self.hooks = hooks or Hooks()
         self.analytics = parse_analytics(analytics or {})
-        self.options = options or PipelineOptions()
-        self.postprocess = postprocess or PostprocessOptions()
         source_options = source_options or SourceOptions()
-        # Open sources before loading a model: a bad path fails fast.
-        self.sources, self.names, self.named, specs = open_sources(
-            sources, source_options, frame_ranges
-        )
-        self.live = service or any(s.live for s in self.sources)
-        try:
-            check_analytics(self.analytics, self.names, self.options)
-            # The plan whose configuration runs, decided once (`pipeline.plan_run`); a caller
-            # that settled it already (`pipeline_for`) passes the decision.
-            planned = plan if isinstance(plan, PlannedRun) else None
-            if planned is None and plan is not False and isinstance(backend, str):
-                on = [spec for spec in specs if spec]
-                own, given = api_request(on, model, backend, backend_options, options, depth, sizes)
-                plan_file = plan if isinstance(plan, str | Path) else None  # None, True: cached
-                planned = plan_run(own, given, plan_file, self.live, proven_on=on)
-                cfg = planned.config
-                model, backend, backend_options = cfg.model, cfg.backend, cfg.inference
-                self.options, depth = cfg.pipeline, cfg.depth
-                sizes = {parse_size_key(key): sized for key, sized in cfg.sizes.items()}
-                for note in planned.notes:
-                    log.info("%s", note)
-        except BaseException:
-            for source in self.sources:
-                source.close()
-            raise
+        run = self.opened = open_run(
+            sources, model, backend, backend_options, postprocess or PostprocessOptions(),
+            source_options, options, depth, plan, self.analytics, service, frame_ranges, sizes,
+            self._degraded, self._audited,
+        )  # fmt: skip
+        self.sources, self.names, self.named = run.sources, run.names, run.named
+        self.live = run.live
+        self.options, self.parts, self.telemetry = run.options, run.parts, run.telemetry
+        self.task, self.tasks = run.parts.detector, run.parts.tasks  # the detector, then depth
+        self.notes, self.plan_use, self.auditor = run.notes, run.plan_use, run.auditor
+        self.plan: Plan | None = run.plan_use.plan if run.plan_use.runs else None
         # A service's sources change while it runs (`add_source`, `remove_source`).
         self.roster = Roster(self, source_options) if service else None
-        self.notes = list(planned.notes) if planned is not None else []
-        self.plan_use = planned.use if planned is not None else PlanUse(None, "")
-        self.plan: Plan | None = self.plan_use.plan if self.plan_use.runs else None
-        self.hooks = hooks or Hooks()
-        parts: Parts | None = None
-        try:  # a model that cannot load lets go of the sources it was opened for
-            parts = build_parts(
-                self.sources,
-                self.names,
-                model,
-                backend,
-                backend_options,
-                self.postprocess,
-                self.options,
-                depth,
-                self._degraded,
-                sizes,
-            )
-            self._adopt(parts, model)
-        except BaseException:
-            if getattr(self, "auditor", None) is not None:
-                self.auditor.close()
-            if parts is not None:
-                parts.close()
-            for source in self.sources:
-                source.close()
-            raise
-
-    def _adopt(self, parts: Parts, model: str | Path) -> None:
-        """Take the loaded tasks, build the audit and warm every task up."""
-        self.parts, self.task, self.tasks = parts, parts.detector, parts.tasks
-        self.postprocess, self.schedule = parts.postprocess, parts.schedule
-        self.variants, self.degrader = parts.variants, parts.degrader
-        self.depth_options = parts.depth  # as it runs (plan applied)
-        self.notes.extend(parts.notes)
-        # The detector's facts, under the names callers use.
-        self.backend, self.spec = self.task.backend, self.task.spec
-        self.input_hw, self.layout = self.task.input_hw, self.task.layout
-        self.class_names, self.batch = self.task.class_names, self.task.batch
-        self.telemetry = Telemetry()
+        self._resume = list(checkpoints)
         self._flow = Flow()
         self._graph: Graph | None = None
         self._writer: OutputStage | None = None  # run(): the sink stage
-        self._interrupted = False
-        self._started = self._closed = False
+        self._interrupted = self._started = self._closed = False
         self._errors: list[BaseException] = []
-        # The live accuracy audit (None: off); `hooks.on_audit` is told of each event.
-        self.auditor, notes = build_auditor(
-            parts, self.options, model, self.sources, self.names, self.telemetry, self.live,
-            self._audited,
-        )  # fmt: skip
-        self.notes.extend(notes)
-        if self.auditor is not None:
-            self.telemetry.add_figures(self.auditor.figures)
-        for task in [*self.tasks, *parts.extra]:
-            task.warm_up(self.options.warmup)
 
     def _degraded(self, change: Change) -> None:
         down = change.level_to > change.level_from
@@ -258,7 +185,7 @@ class Pipeline:
 
     def depth_sources(self) -> list[int]:
         """Indices of the sources a depth task runs on (none without one)."""
-        return [i for i, lanes in enumerate(self.schedule) if len(lanes) > 1]
+        return [i for i, lanes in enumerate(self.parts.schedule) if len(lanes) > 1]
 
     def queue_depths(self) -> dict[str, int]:
         """Frames waiting between stages now (empty before the run starts)."""
@@ -303,20 +230,7 @@ class Pipeline:
         return self.summary()
 
     def summary(self) -> RunSummary:
-        summary = self.telemetry.summary()
-        summary.backend = describe_parts(self.parts, self.names, self.sources)
-        summary.sources = source_rows(
-            self.parts, self.names, self.sources, self.telemetry.per_source(), bool(self.roster)
-        )
-        if self.degrader is not None:
-            summary.slo = self.degrader.report()
-        if self.auditor is not None:
-            summary.audit = self.auditor.report()
-        if self.options.motion.mode != "off" or ladder_gates(self.options):
-            summary.motion = motion_summary(
-                self.options, self.input_hw, summary.events, summary.frames_out
-            )
-        summary.notes = list(self.notes)
+        summary = run_summary(self.opened, service=self.roster is not None)
         summary.interrupted = self._interrupted
         errors = [str(e) for e in self._errors[:1] if not isinstance(e, KeyboardInterrupt)]
         errors += [s.stats.ended_early for s in self.sources if s.stats.ended_early]
@@ -325,22 +239,12 @@ class Pipeline:
         return summary
 
     def close(self) -> None:
-        """Release sources and (when it loaded it) the backend; safe to call twice."""
+        """Release sources, tasks and the audit; safe to call twice."""
         if self._closed:
             return
         self._closed = True
         readers = self._graph.readers if self._graph else []
-        for i, source in enumerate(self.sources):
-            reader = readers[i] if i < len(readers) else None
-            if reader is not None and reader.is_alive():
-                # Still blocked in FFmpeg: closing its container under it is not safe; the
-                # thread is a daemon and lets go of it when its read times out.
-                continue
-            source.close()
-        for task in [*self.tasks, *self.parts.extra]:
-            task.close()
-        if self.auditor is not None:
-            self.auditor.close()
+        self.opened.close([reader.is_alive() for reader in readers])
 
     # -- the run ---------------------------------------------------------------------------
     def _results(self) -> Iterator[FrameResult]:

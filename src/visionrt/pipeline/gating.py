@@ -134,3 +134,8 @@ def motion_figures(
             round(events.get(MOTION_WINDOWS, 0) / regions, 3) if regions else 0.0
         )
     return motion
+
+
+def ladder_gates(options: PipelineOptions) -> bool:
+    """The latency ladder may turn motion gating on (a rung of its own)."""
+    return bool(options.slo.target_ms) and options.slo.motion and options.motion.mode == "off"

@@ -1,14 +1,37 @@
 """What a run's summary says of its parts and sources: what each model ran (and, where sources of
-several frame sizes run detectors of their own, which source ran which), and one row per source
-name with its counts."""
+several frame sizes run detectors of their own, which source ran which), one row per source name
+with its counts, and what the latency ladder, the audit and motion gating did."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from visionrt.pipeline.build import Parts
+from visionrt.pipeline.gating import ladder_gates, motion_summary
+from visionrt.pipeline.opening import OpenRun
+from visionrt.pipeline.parts import Parts
 from visionrt.sources import Source
+from visionrt.telemetry import RunSummary
+
+
+def run_summary(run: OpenRun, service: bool) -> RunSummary:
+    """The telemetry's summary of `run` so far, with what its parts ran on which sources
+    (`service`: a service's sources, counted by name across removals) and what each policy
+    did."""
+    summary = run.telemetry.summary()
+    parts, options = run.parts, run.options
+    summary.backend = describe_parts(parts, run.names, run.sources)
+    per_source = run.telemetry.per_source()
+    summary.sources = source_rows(parts, run.names, run.sources, per_source, service)
+    if parts.degrader is not None:
+        summary.slo = parts.degrader.report()
+    if run.auditor is not None:
+        summary.audit = run.auditor.report()
+    if options.motion.mode != "off" or ladder_gates(options):
+        input_hw = parts.detector.input_hw
+        summary.motion = motion_summary(options, input_hw, summary.events, summary.frames_out)
+    summary.notes = list(run.notes)
+    return summary
 
 
 def describe_parts(parts: Parts, names: Sequence[str], sources: Sequence[Source]) -> dict[str, Any]:
