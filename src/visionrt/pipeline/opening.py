@@ -87,12 +87,13 @@ def open_run(
     parts: Parts | None = None
     auditor: Auditor | None = None
     try:
+        asked = options  # None: the plan's motion gating may run (api_request)
         options = options or PipelineOptions()
         check_analytics(analytics, names, options)
         planned = plan if isinstance(plan, PlannedRun) else None
         if planned is None and plan is not False and isinstance(backend, str):
             on = [spec for spec in specs if spec]
-            own, given = api_request(on, model, backend, backend_options, options, depth, sizes)
+            own, given = api_request(on, model, backend, backend_options, asked, depth, sizes)
             plan_file = plan if isinstance(plan, str | Path) else None  # None, True: cached
             planned = plan_run(own, given, plan_file, live, proven_on=on)
             cfg = planned.config
