@@ -1,0 +1,87 @@
+"""A worker's start (visionrt.spawning): the child holds Ctrl-C off from its first instruction
+until it ignores it, from whatever thread it was started, and a Ctrl-C that comes while a worker
+starts is still the parent's."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import pytest
+
+from visionrt.spawning import ignore_interrupts, start_shielded
+
+SIGINT_BIT = 1 << (signal.SIGINT - 1)
+
+
+def _sigint_state() -> tuple[bool, bool]:
+    """(blocked, ignored) for SIGINT in this thread, read from the kernel's own view."""
+    lines = Path("/proc/thread-self/status").read_text().splitlines()
+    fields = dict(line.split(":\t", 1) for line in lines)
+    blocked, ignored = int(fields["SigBlk"], 16), int(fields["SigIgn"], 16)
+    return bool(blocked & SIGINT_BIT), bool(ignored & SIGINT_BIT)
+
+
+def _report(replies: Connection) -> None:
+    """A worker: its SIGINT state as it starts, then after `ignore_interrupts`."""
+    first = _sigint_state()
+    ignore_interrupts()
+    replies.send((first, _sigint_state()))
+
+
+def _start_and_read(start_from_main: bool) -> tuple[tuple[bool, bool], tuple[bool, bool]]:
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe(duplex=False)
+    process = context.Process(target=_report, args=(theirs,), daemon=True)
+    if start_from_main:
+        start_shielded(process).join()
+    else:  # a service adds a camera from its HTTP API's thread
+        starter = threading.Thread(target=lambda: start_shielded(process).join())
+        starter.start()
+        starter.join()
+    theirs.close()
+    try:
+        return ours.recv()
+    finally:
+        process.join()
+
+
+@pytest.mark.parametrize("start_from_main", [True, False], ids=["main thread", "other thread"])
+def test_a_worker_holds_ctrl_c_off_until_it_ignores_it(start_from_main: bool) -> None:
+    first, after = _start_and_read(start_from_main)
+    blocked, ignored = first
+    assert blocked or ignored, "a Ctrl-C at the worker's first instruction would reach it"
+    assert after == (False, True), "after ignore_interrupts: ignored, and no longer blocked"
+
+
+class _InterruptedStart:
+    """A process whose start is where a Ctrl-C lands: it signals the whole process (as the
+    terminal's Ctrl-C does) from inside `start()`."""
+
+    name = "interrupted"
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+
+    def start(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        self.started.set()
+
+
+def _start_and_go_on(process: _InterruptedStart) -> None:
+    start_shielded(process)  # type: ignore[arg-type]
+    for _ in range(1000):  # a handler runs at the main thread's next instruction
+        process.started.wait(0.01)
+
+
+def test_a_ctrl_c_while_a_worker_starts_is_the_parents() -> None:
+    process = _InterruptedStart()
+    with pytest.raises(KeyboardInterrupt):
+        _start_and_go_on(process)
+    assert process.started.wait(5), "the start went on regardless"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert _sigint_state() == (False, False), "the main thread's own mask is untouched"
