@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import tempfile
 import threading
 import time
@@ -470,3 +471,11 @@ def until(condition: Callable[[], object], what: str, seconds: float = HANG_SECO
             return
         time.sleep(POLL_SECONDS)
     pytest.fail(f"never {what} (gave up after at least {seconds:.0f} s)")
+
+
+def sigint_state(status: Path = Path("/proc/thread-self/status")) -> tuple[bool, bool]:
+    """(blocked, ignored) for SIGINT as the kernel sees it in a thread's `status` file (a
+    process's /proc/PID/status: its main thread's mask)."""
+    fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines())
+    bit = 1 << (signal.SIGINT - 1)
+    return bool(int(fields["SigBlk"], 16) & bit), bool(int(fields["SigIgn"], 16) & bit)

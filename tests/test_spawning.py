@@ -9,28 +9,18 @@ import os
 import signal
 import threading
 from multiprocessing.connection import Connection
-from pathlib import Path
 
 import pytest
+from conftest import sigint_state
 
 from visionrt.spawning import ignore_interrupts, start_shielded
-
-SIGINT_BIT = 1 << (signal.SIGINT - 1)
-
-
-def _sigint_state() -> tuple[bool, bool]:
-    """(blocked, ignored) for SIGINT in this thread, read from the kernel's own view."""
-    lines = Path("/proc/thread-self/status").read_text().splitlines()
-    fields = dict(line.split(":\t", 1) for line in lines)
-    blocked, ignored = int(fields["SigBlk"], 16), int(fields["SigIgn"], 16)
-    return bool(blocked & SIGINT_BIT), bool(ignored & SIGINT_BIT)
 
 
 def _report(replies: Connection) -> None:
     """A worker: its SIGINT state as it starts, then after `ignore_interrupts`."""
-    first = _sigint_state()
+    first = sigint_state()
     ignore_interrupts()
-    replies.send((first, _sigint_state()))
+    replies.send((first, sigint_state()))
 
 
 def _start_and_read(start_from_main: bool) -> tuple[tuple[bool, bool], tuple[bool, bool]]:
@@ -84,4 +74,4 @@ def test_a_ctrl_c_while_a_worker_starts_is_the_parents() -> None:
         _start_and_go_on(process)
     assert process.started.wait(5), "the start went on regardless"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert _sigint_state() == (False, False), "the main thread's own mask is untouched"
+    assert sigint_state() == (False, False), "the main thread's own mask is untouched"
