@@ -69,9 +69,15 @@ def _start_and_go_on(process: _InterruptedStart) -> None:
 
 
 def test_a_ctrl_c_while_a_worker_starts_is_the_parents() -> None:
-    process = _InterruptedStart()
-    with pytest.raises(KeyboardInterrupt):
-        _start_and_go_on(process)
-    assert process.started.wait(5), "the start went on regardless"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert sigint_state() == (False, False), "the main thread's own mask is untouched"
+    # Python's own Ctrl-C, whatever this process was started with (a shell starts a command
+    # it runs in the background with SIGINT ignored, and Python then leaves it so).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = _InterruptedStart()
+        with pytest.raises(KeyboardInterrupt):
+            _start_and_go_on(process)
+        assert process.started.wait(5), "the start went on regardless"
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert sigint_state() == (False, False), "the main thread's own mask is untouched"
+    finally:
+        signal.signal(signal.SIGINT, previous)
