@@ -22,8 +22,24 @@ from conftest import HANG_SECONDS
 HOST = "127.0.0.1"
 
 
+# Ray's processes listen on ports of their own range (its default worker ports, 10002-19999):
+# a port handed over is taken above it.
+ABOVE_RAY = 20000
+
+
 def free_port() -> int:
-    """A port nothing listens on now (the OS picks it); also "a dead receiver"."""
+    """A port nothing listens on now; also "a dead receiver". Taken below the range the OS hands
+    out for `bind(0)` and outgoing connections where there is room, so that no process started
+    meanwhile (a Ray node, a broker) takes it before the test binds it; else the OS picks it."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    start = ABOVE_RAY + os.getpid() % 1000 * 7  # test processes at once start apart
+    for port in (*range(start, low), *range(ABOVE_RAY, min(start, low))):
+        with socket.socket() as probe:
+            try:
+                probe.bind((HOST, port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as probe:
         probe.bind((HOST, 0))
         return int(probe.getsockname()[1])

@@ -11,7 +11,6 @@ import itertools
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import av
 import psutil
 import pytest
 from conftest import write_video
+from services import free_port
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'visionrt[ray]'")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -284,9 +284,7 @@ def test_each_worker_serves_metrics_listed_for_prometheus_and_the_driver_serves_
     its own sources; the driver's endpoint has the cluster's committed frames per source."""
     from visionrt.distributed import run_on_ray
 
-    with socket.socket() as probe:  # a free port for the driver's endpoint
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # for the driver's endpoint: one Ray's nodes do not take meanwhile
     videos = [write_video(tmp_path / f"v{i}.mp4", frames=400) for i in range(2)]
     node = cluster.add_node(num_cpus=1)
     cfg = load_config(
