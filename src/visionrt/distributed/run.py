@@ -21,8 +21,7 @@ from visionrt.distributed.report import ClusterReport
 from visionrt.distributed.summary import cluster_summary
 from visionrt.distributed.units import WorkUnit
 from visionrt.errors import Interrupted
-from visionrt.fuse import parse_analytics
-from visionrt.pipeline.build import check_analytics
+from visionrt.fuse import check_analytics, parse_analytics
 from visionrt.pipeline.output import close_sinks
 from visionrt.sinks.base import FileSink, check_writable, unwritable
 from visionrt.sinks.files import named_after
@@ -52,7 +51,7 @@ def check_sources(cfg: RunConfig) -> None:
     and lines that name no source of the run (a worker's Pipeline sees only its own group's,
     so the run's names are checked here)."""
     names = [name for name, _ in named_specs(cfg.sources)]
-    check_analytics(parse_analytics(cfg.analytics), names, cfg.pipeline)
+    check_analytics(parse_analytics(cfg.analytics), names, cfg.pipeline.tracking.enabled)
 
 
 def work_units(cfg: RunConfig) -> list[WorkUnit]:

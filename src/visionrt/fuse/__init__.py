@@ -10,7 +10,7 @@ from visionrt.fuse.checkpoint import Checkpoint, resume_steps, take_checkpoint
 from visionrt.fuse.depth import DepthFuser, DepthSmoother, box_distance
 from visionrt.fuse.ocsort import OcSortTracker
 from visionrt.fuse.reuse import ReuseFuser, SeenFuser
-from visionrt.fuse.shapes import SourceAnalytics, parse_analytics
+from visionrt.fuse.shapes import SourceAnalytics, check_analytics, parse_analytics
 from visionrt.fuse.track_options import TRACKERS, TrackOptions
 from visionrt.fuse.tracking import TrackFuser, make_tracker
 
@@ -30,6 +30,7 @@ __all__ = [
     "TrackOptions",
     "Tracker",
     "box_distance",
+    "check_analytics",
     "make_tracker",
     "parse_analytics",
     "resume_steps",

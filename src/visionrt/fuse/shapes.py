@@ -72,6 +72,19 @@ def parse_analytics(config: Mapping[str, Any]) -> dict[str, SourceAnalytics]:
     return out
 
 
+def check_analytics(
+    analytics: Mapping[str, SourceAnalytics], names: Sequence[str], tracking: bool
+) -> None:
+    """Zones and lines name sources of the run (`names`), and count tracks (`tracking` on)."""
+    unknown = sorted(set(analytics) - set(names))
+    if unknown:
+        raise ConfigError(
+            f"analytics: no source named '{unknown[0]}' (sources: {', '.join(names)})"
+        )
+    if analytics and not tracking:
+        raise ConfigError("analytics: zones and lines count tracks: add --track")
+
+
 def _named(value: Any, where: str) -> dict[str, Any]:
     """`value`'s entries by name; a name left empty is refused (it would name nothing)."""
     if not isinstance(value, Mapping):

@@ -7,7 +7,6 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
 from visionrt.config.pipeline import PipelineOptions
-from visionrt.errors import ConfigError
 from visionrt.fuse import (
     AnalyticsFuser,
     Checkpoint,
@@ -24,9 +23,9 @@ from visionrt.fuse import (
 from visionrt.pipeline.flow import Flow
 from visionrt.pipeline.gating import Gating, ladder_gates
 from visionrt.pipeline.graph import Graph
+from visionrt.pipeline.opening import OpenRun
 from visionrt.pipeline.parts import Parts
 from visionrt.pipeline.schedule import Scheduler
-from visionrt.sources import Source
 from visionrt.telemetry import Telemetry
 
 
@@ -38,7 +37,7 @@ def build_fusers(
     warn: Callable[[str], None] | None = None,
 ) -> list[list[Fuser]]:
     """Each source's fusion steps (`source_fusers`), `analytics` by source name in `names`."""
-    analytics = analytics or {}  # checked by the Pipeline against its sources (check_analytics)
+    analytics = analytics or {}  # checked against the sources when the run opened
     return [
         source_fusers(
             parts,
@@ -81,19 +80,6 @@ def source_fusers(
     return steps
 
 
-def check_analytics(
-    analytics: Mapping[str, SourceAnalytics], names: Sequence[str], options: PipelineOptions
-) -> None:
-    """Zones and lines name sources of the run, and count tracks."""
-    unknown = sorted(set(analytics) - set(names))
-    if unknown:
-        raise ConfigError(
-            f"analytics: no source named '{unknown[0]}' (sources: {', '.join(names)})"
-        )
-    if analytics and not options.tracking.enabled:
-        raise ConfigError("analytics: zones and lines count tracks: add --track")
-
-
 def build_gating(parts: Parts, options: PipelineOptions, telemetry: Telemetry) -> Gating | None:
     """Motion gating's per-frame work when `pipeline.motion.mode` is on, else None."""
     if options.motion.mode == "off" and not ladder_gates(options):
@@ -111,23 +97,18 @@ def build_gating(parts: Parts, options: PipelineOptions, telemetry: Telemetry) -
 
 
 def build_graph(
-    parts: Parts,
-    sources: Sequence[Source],
-    names: Sequence[str],
-    named: Sequence[bool],
-    options: PipelineOptions,
-    analytics: Mapping[str, SourceAnalytics],
-    telemetry: Telemetry,
+    run: OpenRun,
     flow: Flow,
     fail: Callable[[BaseException], None],
     note: Callable[[str], None],
     resume: Sequence[Checkpoint | None] = (),
     service: bool = False,
 ) -> Graph:
-    """The stage graph over `parts`: the scheduler (which lanes run on a frame; the latency
-    ladder's variants and the region lane after the tasks' lanes), each source's fusion steps
-    (a source with a checkpoint in `resume` goes on from it), motion gating; `fail` stops the run
-    on a stage's error, `note` says what the fusers find as frames come."""
+    """The stage graph over an opened run's parts: the scheduler (which lanes run on a frame;
+    the latency ladder's variants and the region lane after the tasks' lanes), each source's
+    fusion steps (a source with a checkpoint in `resume` goes on from it), motion gating; `fail`
+    stops the run on a stage's error, `note` says what the fusers find as frames come."""
+    parts, options, sources = run.parts, run.options, run.sources
     first_variant = len(parts.lanes)
     scheduler = Scheduler(
         parts.schedule,
@@ -138,25 +119,25 @@ def build_graph(
         first_variant + len(parts.variants) if parts.regions is not None else -1,
         parts.depth.every if parts.depth is not None else 1,
     )
-    fusers = build_fusers(parts, options, analytics, names, note)
+    fusers = build_fusers(parts, options, run.analytics, run.names, note)
     for source_id, checkpoint in enumerate(resume):
         if checkpoint is not None:
             resume_steps(fusers[source_id], checkpoint)
             scheduler.resume(source_id, checkpoint.since_detect)
     return Graph(
         sources,
-        names,
-        named,
+        run.names,
+        run.named,
         parts.lanes,
         scheduler,
         fusers,
         parts.detector.class_names,
         options,
-        telemetry,
+        run.telemetry,
         flow,
         fail,
         parts.variants,
-        build_gating(parts, options, telemetry),
+        build_gating(parts, options, run.telemetry),
         parts.regions,
         service=service,
     )

@@ -248,19 +248,9 @@ class Pipeline:
 
     # -- the run ---------------------------------------------------------------------------
     def _results(self) -> Iterator[FrameResult]:
+        service = self.roster is not None
         graph = self._graph = build_graph(
-            self.parts,
-            self.sources,
-            self.names,
-            self.named,
-            self.options,
-            self.analytics,
-            self.telemetry,
-            self._flow,
-            self._fail,
-            self.note,
-            self._resume,
-            service=self.roster is not None,
+            self.opened, self._flow, self._fail, self.note, self._resume, service
         )
         if self.options.opencv_threads:
             cv2.setNumThreads(self.options.opencv_threads)

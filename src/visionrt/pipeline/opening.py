@@ -13,9 +13,8 @@ from visionrt.accuracy.audit_window import AuditEvent
 from visionrt.backends import Backend, BackendOptions
 from visionrt.config.pipeline import DepthOptions, PipelineOptions
 from visionrt.config.sizes import Size, SizedDetector, parse_size_key
-from visionrt.fuse import SourceAnalytics
+from visionrt.fuse import SourceAnalytics, check_analytics
 from visionrt.pipeline.audit import build_auditor
-from visionrt.pipeline.build import check_analytics
 from visionrt.pipeline.degrade import Change
 from visionrt.pipeline.parts import Parts, build_parts
 from visionrt.pipeline.plan_run import PlannedRun, api_request, plan_run
@@ -33,8 +32,8 @@ class OpenRun:
     """What a Pipeline runs, opened: the `sources` under their `names` (`named`: the caller gave
     the name) and whether the run is `live`; the `options` as they run (the plan applied); the
     loaded `parts`; the plan that runs (`plan_use`) and the lines saying which, or why none
-    (`notes`); the telemetry; the live audit (None: off). The source lists grow when a service
-    adds a source (`roster`)."""
+    (`notes`); the telemetry; the live audit (None: off); zones and lines by source name
+    (`analytics`). The source lists grow when a service adds a source (`roster`)."""
 
     sources: list[Source]
     names: list[str]
@@ -46,6 +45,7 @@ class OpenRun:
     notes: list[str]
     telemetry: Telemetry
     auditor: Auditor | None
+    analytics: Mapping[str, SourceAnalytics]
 
     def close(self, busy: Sequence[bool] = ()) -> None:
         """Close the sources (but those `busy` says a reader thread still holds), the tasks and
@@ -89,7 +89,7 @@ def open_run(
     try:
         asked = options  # None: the plan's motion gating may run (api_request)
         options = options or PipelineOptions()
-        check_analytics(analytics, names, options)
+        check_analytics(analytics, names, options.tracking.enabled)
         planned = plan if isinstance(plan, PlannedRun) else None
         if planned is None and plan is not False and isinstance(backend, str):
             on = [spec for spec in specs if spec]
@@ -126,4 +126,6 @@ def open_run(
         for source in opened:
             source.close()
         raise
-    return OpenRun(opened, names, named, live, options, parts, plan_use, notes, telemetry, auditor)
+    return OpenRun(
+        opened, names, named, live, options, parts, plan_use, notes, telemetry, auditor, analytics
+    )

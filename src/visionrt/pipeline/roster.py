@@ -9,8 +9,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from visionrt.errors import ConfigError
-from visionrt.fuse import parse_analytics
-from visionrt.pipeline.build import check_analytics, source_fusers
+from visionrt.fuse import check_analytics, parse_analytics
+from visionrt.pipeline.build import source_fusers
 from visionrt.pipeline.sizes import frame_size
 from visionrt.sources import Source, SourceOptions
 from visionrt.sources.registry import LIVE_KINDS, open_source, source_kind
@@ -57,7 +57,7 @@ class Roster:
         if graph is None or not graph.source_side.accepting():
             raise Stopping("the service is not running: no source can be added")
         zones = parse_analytics({name: analytics}) if analytics else {}
-        check_analytics(zones, [name], pipeline.options)
+        check_analytics(zones, [name], pipeline.options.tracking.enabled)
         depth_lanes = list(range(1, len(pipeline.tasks)))
         if depth and not depth_lanes:
             raise ConfigError("tasks: depth needs a depth model: start the service with --depth")
