@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -257,3 +258,71 @@ def test_a_signal_inside_a_native_import_is_one_line_and_exit_130(
         cli_main.main(["tune"])
     assert exit_.value.code == 130
     assert capsys.readouterr().err.strip().splitlines() == ["visionrt: error: interrupted"]
+
+
+def test_a_worker_the_console_script_spawns_takes_no_command_line_handlers(
+    tmp_path: Path,
+) -> None:
+    """spawn imports the console script again in each worker process (as `__mp_main__`), and
+    with it `visionrt.cli.entry`: its early handlers must not go in there. (They did: each
+    worker a run ended with SIGTERM said "interrupted (SIGTERM) while starting: nothing
+    processed" on the run's terminal, after the run's own line.)"""
+    script = tmp_path / "visionrt"  # what pip writes for the console script, less the shebang
+    script.write_text(
+        textwrap.dedent(
+            """
+            import multiprocessing
+            import signal
+            from visionrt.cli.entry import main
+
+            def report(replies):
+                replies.send([signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)])
+
+            if __name__ == "__main__":
+                print([signal.getsignal(s).__name__ for s in (signal.SIGINT, signal.SIGTERM)])
+                context = multiprocessing.get_context("spawn")
+                ours, theirs = context.Pipe(duplex=False)
+                worker = context.Process(target=report, args=(theirs,))
+                worker.start()
+                print(ours.recv())
+                worker.join()
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=HANG_SECONDS
+    )
+    assert done.returncode == 0, done.stderr
+    ours, theirs = done.stdout.splitlines()
+    assert ours == "['exit_at_once', 'exit_at_once']"  # the command line's own, early
+    assert "exit_at_once" not in theirs, theirs
+
+
+def test_leaving_at_once_passes_over_a_worker_its_start_up_closed_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """`exit_now` ends the workers an abandoned start-up made while that start-up still runs:
+    a worker it closed meanwhile is passed over (it was a ValueError traceback and exit 1 after
+    a Ctrl-C, in 2 of 8 runs of two process-decoded files)."""
+    script = tmp_path / "leave.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import multiprocessing
+            import time
+            from visionrt.cli.signals import STARTUP
+
+            if __name__ == "__main__":
+                worker = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(0,))
+                worker.start()
+                worker.join()
+                worker.close()  # as a source ending its worker does, on the start-up's thread
+                multiprocessing.active_children = lambda: [worker]  # listed a moment before
+                STARTUP.exit_now(130)
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=HANG_SECONDS
+    )
+    assert (done.returncode, done.stderr) == (130, "")

@@ -4,6 +4,7 @@ traceback or a silent SIGTERM death; a signal some library swallowed is still ho
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -73,10 +74,14 @@ class StartupSignals:
         # before them widens the moment in which a Ctrl-C is a traceback.
         import multiprocessing
 
+        # The start-up, still running, may close a worker's process object meanwhile (its
+        # source ending it): that one is no longer this exit's to end.
         for child in multiprocessing.active_children():
-            child.terminate()
+            with contextlib.suppress(ValueError):
+                child.terminate()
         for child in multiprocessing.active_children():
-            child.join(1.0)
+            with contextlib.suppress(ValueError):
+                child.join(1.0)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -140,7 +145,20 @@ def exit_at_once(signum: int, _frame: Any) -> None:
 
 
 def install_early() -> None:
-    """For the command line only, before its imports (typer, the runtimes: seconds)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, exit_at_once)
-        signal.signal(signal.SIGTERM, exit_at_once)
+    """For the command line only, before its imports (typer, the runtimes: seconds). Not in a
+    worker process it spawned: spawn imports the console script again there, as `__mp_main__`,
+    and with it this; a worker takes its signals as its start left them (visionrt.spawning).
+    (Installed there, they said "interrupted (SIGTERM) while starting" on the run's terminal
+    for each worker the run ended.)"""
+    if threading.current_thread() is not threading.main_thread() or _importing_main_again():
+        return
+    signal.signal(signal.SIGINT, exit_at_once)
+    signal.signal(signal.SIGTERM, exit_at_once)
+
+
+def _importing_main_again() -> bool:
+    """True while a spawned worker imports its parent's main module (as `__mp_main__`, beside
+    its own `__main__`); importing multiprocessing in a parent makes `__mp_main__` its
+    `__main__` again."""
+    again = sys.modules.get("__mp_main__")
+    return again is not None and again is not sys.modules.get("__main__")
