@@ -19,6 +19,8 @@ import threading
 from multiprocessing import resource_tracker
 from multiprocessing.process import BaseProcess
 
+HAVE_SIGMASK = hasattr(signal, "pthread_sigmask")  # POSIX (Windows has no signal masks)
+
 
 def start_shielded(process: BaseProcess) -> threading.Thread:
     """Start `process` as described above, from any thread. The returned thread has ended when
@@ -37,8 +39,9 @@ def start_shielded(process: BaseProcess) -> threading.Thread:
 def _start_blocked(process: BaseProcess) -> None:
     # A spawn start launches the resource tracker when none runs, and unblocks SIGINT in this
     # thread after doing so: it runs first, so that nothing unblocks it during the start.
-    resource_tracker.ensure_running()
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    if HAVE_SIGMASK:
+        resource_tracker.ensure_running()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     process.start()
 
 
@@ -46,4 +49,5 @@ def ignore_interrupts() -> None:
     """In a worker: ignore SIGINT from now on (a Ctrl-C held pending since its start, by
     `start_shielded`, is discarded) and take it out of the blocked mask its start gave it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if HAVE_SIGMASK:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
