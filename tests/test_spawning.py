@@ -11,8 +11,9 @@ import threading
 from multiprocessing.connection import Connection
 
 import pytest
-from conftest import sigint_state
+from conftest import HANG_SECONDS, sigint_state
 
+from visionrt import spawning
 from visionrt.spawning import ignore_interrupts, start_shielded
 
 
@@ -81,3 +82,42 @@ def test_a_ctrl_c_while_a_worker_starts_is_the_parents() -> None:
         assert sigint_state() == (False, False), "the main thread's own mask is untouched"
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+class _HeldStart:
+    """A process whose start is under way until the test releases it."""
+
+    name = "held"
+
+    def __init__(self) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.done = False
+
+    def start(self) -> None:
+        self.entered.set()
+        self.release.wait()
+        self.done = True
+
+
+def test_ending_the_starts_waits_for_one_under_way_and_refuses_new_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A process leaving at once (the command line's exit_now) first lets a start under way
+    finish: ended in the middle, its child read half its start-up data (an EOFError traceback
+    on the run's terminal, once in a suite under load)."""
+    monkeypatch.setattr(spawning, "_ending", False)  # put back after: this process goes on
+    held = _HeldStart()
+    starter = threading.Thread(target=lambda: spawning.start_shielded(held).join())  # type: ignore[arg-type]
+    starter.start()
+    assert held.entered.wait(HANG_SECONDS)
+    seen: list[bool] = []
+    ender = threading.Thread(
+        target=lambda: (spawning.end_starts(HANG_SECONDS), seen.append(held.done))
+    )
+    ender.start()
+    held.release.set()
+    ender.join()
+    starter.join()
+    assert seen == [True], "end_starts returned before the start under way was done"
+    with pytest.raises(RuntimeError, match="this process is ending"):
+        spawning.start_shielded(_HeldStart())  # type: ignore[arg-type]

@@ -16,10 +16,15 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from multiprocessing import resource_tracker
 from multiprocessing.process import BaseProcess
 
 HAVE_SIGMASK = hasattr(signal, "pthread_sigmask")  # POSIX (Windows has no signal masks)
+# The starts under way in this process, and whether it is ending (`end_starts`).
+_starting: set[threading.Thread] = set()
+_starting_lock = threading.Lock()
+_ending = False
 
 
 def start_shielded(process: BaseProcess) -> threading.Thread:
@@ -29,6 +34,10 @@ def start_shielded(process: BaseProcess) -> threading.Thread:
     thread = threading.Thread(
         target=_start_blocked, args=(process,), name=f"start-{process.name}", daemon=True
     )
+    with _starting_lock:
+        if _ending:
+            raise RuntimeError(f"not starting {process.name}: this process is ending")
+        _starting.add(thread)
     thread.start()
     if threading.current_thread() is threading.main_thread():
         while thread.is_alive():  # a signal's handler may raise here: the start goes on
@@ -39,10 +48,28 @@ def start_shielded(process: BaseProcess) -> threading.Thread:
 def _start_blocked(process: BaseProcess) -> None:
     # A spawn start launches the resource tracker when none runs, and unblocks SIGINT in this
     # thread after doing so: it runs first, so that nothing unblocks it during the start.
-    if HAVE_SIGMASK:
-        resource_tracker.ensure_running()
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    process.start()
+    try:
+        if HAVE_SIGMASK:
+            resource_tracker.ensure_running()
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        process.start()
+    finally:
+        with _starting_lock:
+            _starting.discard(threading.current_thread())
+
+
+def end_starts(timeout: float) -> None:
+    """For a process about to end at once: start no worker from now on, and wait up to
+    `timeout` seconds for the starts under way. A process that ends while a start writes its
+    child's start-up data leaves that child an EOFError traceback; a start done is a child in
+    `multiprocessing.active_children`, which the process can then end."""
+    global _ending
+    deadline = time.monotonic() + timeout
+    with _starting_lock:
+        _ending = True
+        starting = list(_starting)
+    for thread in starting:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def ignore_interrupts() -> None:

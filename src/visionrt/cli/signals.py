@@ -15,6 +15,9 @@ from typing import Any, TypeVar
 from visionrt.errors import Interrupted
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# How long leaving at once waits for worker starts under way (a spawn start takes milliseconds;
+# a loaded machine stretches it).
+START_SECONDS = 10.0
 
 
 class StartupSignals:
@@ -74,6 +77,9 @@ class StartupSignals:
         # before them widens the moment in which a Ctrl-C is a traceback.
         import multiprocessing
 
+        from visionrt.spawning import end_starts
+
+        end_starts(START_SECONDS)  # each child whole before it is ended, and no new one
         # The start-up, still running, may close a worker's process object meanwhile (its
         # source ending it): that one is no longer this exit's to end.
         for child in multiprocessing.active_children():
