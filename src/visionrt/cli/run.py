@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
-import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -25,7 +22,7 @@ from visionrt.cli.outputs import (
 )
 from visionrt.cli.run_config import configure_with_plan, flag_values
 from visionrt.cli.run_display import describe_run, run_progress
-from visionrt.cli.signals import STARTUP, not_ours
+from visionrt.cli.signals import STARTUP, install_signal_handlers
 from visionrt.config import RunConfig
 from visionrt.errors import Interrupted, SinkError, SourceError, VisionRTError
 from visionrt.pipeline import Pipeline
@@ -44,27 +41,6 @@ Opt = typer.Option
 # `run_command`'s parameters that are not config flags; every other one is passed on to
 # `flag_values` by name.
 _NOT_CONFIG = frozenset({"config", "set_", "json_out", "plan", "no_plan", "quiet"})
-
-
-def install_signal_handlers(pipeline: Pipeline) -> None:
-    """Ctrl-C or SIGTERM: stop reading and finish what is in flight; a second: abort."""
-
-    def handle(signum: int, _frame: Any) -> None:
-        if not_ours(signum):
-            return
-        if pipeline.interrupted:  # a second signal: the user really wants out, now
-            pipeline.abort()
-            raise KeyboardInterrupt
-        print(
-            f"\nvisionrt: {signal.Signals(signum).name}: stopping, finishing frames in flight"
-            " (again to abort)",
-            file=sys.stderr,
-        )
-        pipeline.stop()
-
-    if threading.current_thread() is threading.main_thread():  # Python's rule for handlers
-        signal.signal(signal.SIGINT, handle)
-        signal.signal(signal.SIGTERM, handle)
 
 
 def run_command(

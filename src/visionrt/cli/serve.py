@@ -17,10 +17,9 @@ from visionrt.cli.outputs import (
     start_pipeline,
     write_summary,
 )
-from visionrt.cli.run import install_signal_handlers
 from visionrt.cli.run_config import configure_with_plan
 from visionrt.cli.run_display import describe_run
-from visionrt.cli.signals import STARTUP
+from visionrt.cli.signals import STARTUP, install_signal_handlers
 from visionrt.config import given_options, load_config
 from visionrt.errors import SinkError
 from visionrt.pipeline.plan_run import PlannedRun

@@ -1,6 +1,8 @@
-"""Ctrl-C and SIGTERM before a command's own handling starts (imports, opening sources, loading
-and warming up models): the command stops at once with exit 130 and one line, instead of a
-traceback or a silent SIGTERM death; a signal some library swallowed is still honoured."""
+"""Ctrl-C and SIGTERM in the command line. Before a command's own handling starts (imports,
+opening sources, loading and warming up models): the command stops at once with exit 130 and one
+line, instead of a traceback or a silent SIGTERM death; a signal some library swallowed is still
+honoured. While a pipeline runs (`run`, `serve`): the first stops reading and finishes what is in
+flight, a second aborts."""
 
 from __future__ import annotations
 
@@ -10,9 +12,12 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from visionrt.errors import Interrupted
+
+if TYPE_CHECKING:  # this module is imported before anything heavy
+    from visionrt.pipeline import Pipeline
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # How long leaving at once waits for worker starts under way (a spawn start takes milliseconds;
@@ -168,3 +173,24 @@ def _importing_main_again() -> bool:
     `__main__` again."""
     again = sys.modules.get("__mp_main__")
     return again is not None and again is not sys.modules.get("__main__")
+
+
+def install_signal_handlers(pipeline: Pipeline) -> None:
+    """Ctrl-C or SIGTERM: stop reading and finish what is in flight; a second: abort."""
+
+    def handle(signum: int, _frame: Any) -> None:
+        if not_ours(signum):
+            return
+        if pipeline.interrupted:  # a second signal: the user really wants out, now
+            pipeline.abort()
+            raise KeyboardInterrupt
+        print(
+            f"\nvisionrt: {signal.Signals(signum).name}: stopping, finishing frames in flight"
+            " (again to abort)",
+            file=sys.stderr,
+        )
+        pipeline.stop()
+
+    if threading.current_thread() is threading.main_thread():  # Python's rule for handlers
+        signal.signal(signal.SIGINT, handle)
+        signal.signal(signal.SIGTERM, handle)
