@@ -69,7 +69,8 @@ def end_starts(timeout: float) -> None:
         _ending = True
         starting = list(_starting)
     for thread in starting:
-        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():  # (one whose thread could not start never will)
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def ignore_interrupts() -> None:
