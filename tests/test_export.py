@@ -285,9 +285,8 @@ def test_cli_export_reports_the_cached_artifact(
 ) -> None:
     from typer.testing import CliRunner
 
-    from visionrt.cli.main import _register_optional, app
+    from visionrt.cli.main import app
 
-    _register_optional()
     args = [
         "export",
         str(demo_model),

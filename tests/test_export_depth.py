@@ -251,11 +251,10 @@ def test_cli_reuses_the_depth_artifact_and_prints_the_note(
 ) -> None:
     from typer.testing import CliRunner
 
-    from visionrt.cli.main import _register_optional, app
+    from visionrt.cli.main import app
 
     for name in ("_build_depth", "compare_depth_to_reference"):
         monkeypatch.setattr(export_artifacts, name, _must_not_run)
-    _register_optional()
     args = [
         "export",
         str(depth_model),

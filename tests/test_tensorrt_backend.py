@@ -206,7 +206,6 @@ def test_the_command_line_lets_its_commands_build_engines(
         open_during.append(len(runtime._builders))
         return 0
 
-    monkeypatch.setattr(cli, "_register_optional", lambda: None)
     monkeypatch.setattr(cli, "app", command)
     before = len(runtime._builders)
     cli.main(["doctor"])

@@ -177,7 +177,7 @@ def test_cli_export_takes_several_calibration_videos(
     from typer.testing import CliRunner
 
     from visionrt.cli import export as cli_export
-    from visionrt.cli.main import _register_optional, app
+    from visionrt.cli.main import app
 
     given: list[object] = []
 
@@ -186,7 +186,6 @@ def test_cli_export_takes_several_calibration_videos(
         raise ConfigError("stop here")
 
     monkeypatch.setattr(cli_export, "export_model", export)
-    _register_optional()
     base = ["export", str(tiny_model), "--to", "onnx-int8", "--calibrate", str(small_video)]
     CliRunner().invoke(app, base)
     CliRunner().invoke(app, [*base, "--calibrate", str(second)])

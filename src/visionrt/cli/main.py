@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import sys
-from typing import NoReturn
+from collections.abc import Iterator, Mapping
+from typing import Any, NoReturn
 
 from visionrt.cli.signals import STARTUP, install_early
 
@@ -13,30 +15,94 @@ if __name__ == "__main__":  # `python -m visionrt.cli.main`: signals before type
     install_early()
 
 import typer
+import typer.main
+from typer.core import TyperCommand, TyperGroup
 
 from visionrt.errors import VisionRTError
 from visionrt.export.tensorrt import building
 
+# Each command's module, and its line in `visionrt --help`. A module is imported only when its
+# command runs or shows its own help: the runtimes behind them take seconds to import, and the
+# list of commands needs none of them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("visionrt.cli.run", "Run a detector (and depth) over videos, cameras and streams."),
+    "bench": ("visionrt.cli.bench", "Measure model-only and end-to-end FPS of backend variants."),
+    "doctor": ("visionrt.cli.doctor", "Check the system: CPU, GPU, runtimes, assets, settings."),
+    "export": ("visionrt.cli.export", "Export a model to FP16/INT8 ONNX, OpenVINO IR or TensorRT."),
+    "profile": ("visionrt.cli.profile", "Run the pipeline and say where the time goes."),
+    "serve": ("visionrt.cli.serve", "Serve cameras until stopped, with a web view and events."),
+    "tune": ("visionrt.cli.tune", "Find this machine's fastest configuration and cache its plan."),
+    "demo": ("visionrt.cli.demo", "The demo (`make demo`): a run on this machine's tuned plan."),
+}
+
+
+class Commands(TyperGroup):
+    """The subcommands of COMMANDS, each loaded on first use: the list that --help shows, and
+    the "did you mean" of a mistyped name, load none. Types are typer's own click's, which
+    typer keeps private: `Any` here."""
+
+    listing = False  # while the group's own help is written
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = _Loaded()  # typer reads the names from it: a typo's suggestions
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if self.listing and cmd_name in COMMANDS:
+            return TyperCommand(cmd_name, short_help=COMMANDS[cmd_name][1])
+        return self.commands.get(cmd_name)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        self.listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self.listing = False
+
+
+class _Loaded(Mapping[str, Any]):
+    """COMMANDS by name, each command loaded as it is looked up."""
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in COMMANDS:
+            raise KeyError(name)
+        return _load(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(COMMANDS)
+
+    def __len__(self) -> int:
+        return len(COMMANDS)
+
+
 app = typer.Typer(
     name="visionrt",
-    help="Real-time computer vision: run detectors on videos, cameras and streams, fast.",
+    cls=Commands,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
 
 
-@functools.cache  # once per process: tests call main() many times
-def _register_optional() -> None:
-    """The subcommands, each in a module of its own: imported only once the signal handlers
-    are in place (the runtimes take seconds to import)."""
-    from visionrt.cli import bench, demo, doctor, export, profile, serve, tune
-    from visionrt.cli.run import run_command
+@app.callback()
+def visionrt() -> None:
+    """Real-time computer vision: run detectors on videos, cameras and streams, fast."""
 
-    app.command("run", help=run_command.__doc__)(run_command)
-    for module in (bench, doctor, export, profile, serve, tune):
-        module.register(app)
-    demo.register(app, main)  # the demo runs whole command lines: it is handed this entry
+
+@functools.cache  # once per process: tests call main() many times
+def _load(name: str) -> Any:
+    """The command `name` as its module registers it. Imported here, once the signal handlers
+    are in place: a Ctrl-C during the import is one line and exit 130."""
+    module = importlib.import_module(COMMANDS[name][0])
+    single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    if name == "demo":  # the demo runs whole command lines: it is handed this entry
+        module.register(single, main)
+    else:
+        module.register(single)
+    return typer.main.get_command(single)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -48,7 +114,6 @@ def main(argv: list[str] | None = None) -> None:
         # Inside the try: a Ctrl-C that comes as the handlers go in is one line, exit 130 (it
         # escaped as a traceback, killed by SIGINT, once in a full test run).
         STARTUP.install()
-        _register_optional()
         # Not standalone: typer would print usage errors as a framed paragraph; we print one line.
         # A command that loads a TensorRT model with no engine built builds one, saying so (the
         # library builds none unasked).

@@ -380,3 +380,7 @@ def _close_telemetry(writer: TelemetryWriter | None) -> SinkError | None:
     except SinkError as err:
         return err
     return None
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run", help=run_command.__doc__)(run_command)
