@@ -5,6 +5,7 @@ the CPU and the line says why. The GPU is faked: CI has none."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,102 @@ def test_a_pipeline_on_the_cpu_keeps_batch_one(tiny_model: Path, small_video: Pa
         assert not any("sources on the GPU" in note for note in pipeline.notes)
     finally:
         pipeline.close()
+
+
+@pytest.fixture
+def gpu_here(monkeypatch: pytest.MonkeyPatch) -> Callable[[set[tuple[str, str]]], None]:
+    """A GPU the driver shows, and the (runtime, device) pairs that can use it."""
+    from visionrt.backends import gpus
+
+    monkeypatch.setattr(gpus, "gpu_seen", lambda: True)
+
+    def usable(pairs: set[tuple[str, str]]) -> None:
+        monkeypatch.setattr(gpus, "gpu_runtimes", lambda: frozenset(pairs))
+
+    return usable
+
+
+@pytest.mark.parametrize(
+    ("usable", "expected"),
+    [
+        # An H200 machine as lent: ONNX Runtime's CPU build beside a CUDA torch (it ran ONNX
+        # Runtime, which refused the device: "no CUDAExecutionProvider here").
+        ({("torch", "cuda")}, "torch"),
+        ({("onnxruntime", "cuda"), ("torch", "cuda")}, "onnxruntime"),  # the reference first
+    ],
+    ids=["onnxruntime-cpu-build", "onnxruntime-gpu"],
+)
+def test_a_device_given_without_a_backend_takes_a_runtime_that_can_use_it(
+    gpu_here: Callable[[set[tuple[str, str]]], None],
+    tiny_model: Path,
+    usable: set[tuple[str, str]],
+    expected: str,
+) -> None:
+    from visionrt.backends.registry import row_for_file
+
+    gpu_here(usable)
+    assert row_for_file(tiny_model, "cuda").name == expected
+    assert row_for_file(tiny_model, "cuda:1").name == expected
+    assert row_for_file(tiny_model).name == "onnxruntime"  # the CPU: the reference, as ever
+
+
+def test_auto_on_the_gpu_passes_over_a_runtime_that_cannot_use_it(
+    gpu_here: Callable[[set[tuple[str, str]]], None], tiny_model: Path
+) -> None:
+    from visionrt.backends.registry import choose_auto
+
+    gpu_here({("torch", "cuda")})
+    row, why = choose_auto("cuda", tiny_model)
+    assert row.name == "torch"
+    assert "onnxruntime: this onnxruntime is a CPU build" in why
+
+
+def test_no_runtime_that_can_use_the_gpu_is_one_error_naming_each(
+    gpu_here: Callable[[set[tuple[str, str]]], None], tiny_model: Path
+) -> None:
+    from visionrt.backends.registry import row_for_file
+    from visionrt.errors import BackendUnavailable
+
+    gpu_here(set())
+    with pytest.raises(BackendUnavailable) as error:
+        row_for_file(tiny_model, "cuda")
+    said = str(error.value).split("; ")
+    assert said[:3] == [
+        f"no runtime here runs {tiny_model.name} on device 'cuda':"
+        " onnxruntime: this onnxruntime is a CPU build (the GPU's: pip install 'visionrt[gpu]')",
+        "openvino does not run on 'cuda'",
+        "torch: this torch sees no GPU (a CPU build, or a driver older than its CUDA)",
+    ]
+    assert said[3].startswith("tensorrt: ")  # not installed here; where it is, it cannot use it
+
+
+def test_cuda_asked_for_where_no_gpu_is_seen_is_one_line_before_anything_is_written(
+    tiny_model: Path,
+    small_video: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from conftest import run_cli
+
+    from visionrt.backends import gpus
+
+    monkeypatch.setenv("VISIONRT_PLANS", str(tmp_path / "plans"))
+    monkeypatch.setattr(gpus, "NVIDIA_GPUS", tmp_path / "no-driver")
+    out = tmp_path / "out"
+    for backend in ([], ["--backend", "auto"]):
+        args = ["run", str(small_video), "-m", str(tiny_model), "--device", "cuda", "-o", str(out)]
+        code, err = run_cli([*args, *backend], capsys)
+        assert code == 5
+        assert err.strip() == (
+            "visionrt: error: device 'cuda': no NVIDIA GPU is visible here (the driver lists"
+            f" none under {tmp_path / 'no-driver'}): leave --device out to run on the CPU"
+        )
+        assert not out.exists() or not any(out.iterdir())
+
+
+def test_an_openvino_device_given_without_a_backend_takes_openvino(tiny_model: Path) -> None:
+    pytest.importorskip("openvino")
+    from visionrt.backends.registry import row_for_file
+
+    assert row_for_file(tiny_model, "gpu").name == "openvino"  # ONNX Runtime does not run there

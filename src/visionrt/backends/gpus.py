@@ -1,11 +1,12 @@
 """Which runtimes can run on an NVIDIA GPU here: (backend, device) pairs, found without
-importing any runtime on a machine whose driver shows no GPU (the seam tests fake)."""
+importing any runtime on a machine whose driver shows no GPU (the seam tests fake). Each
+runtime is the module of its own name (`registry.ROWS` requires): the registry asks this
+module, not the other way round."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
-
-from visionrt.backends.registry import find_row, unavailable_reason
 
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")  # one folder per GPU the driver sees
 
@@ -21,12 +22,12 @@ def gpu_runtimes() -> frozenset[tuple[str, str]]:
     if not gpu_seen():
         return frozenset()
     pairs: set[tuple[str, str]] = set()
-    if unavailable_reason(find_row("torch")) is None:
+    if _installed("torch"):
         import torch
 
         if torch.cuda.is_available():
             pairs.add(("torch", "cuda"))
-    if unavailable_reason(find_row("onnxruntime")) is None:
+    if _installed("onnxruntime"):
         import onnxruntime as ort
 
         providers = ort.get_available_providers()
@@ -34,7 +35,7 @@ def gpu_runtimes() -> frozenset[tuple[str, str]]:
             pairs.add(("onnxruntime", "cuda"))
         if "TensorrtExecutionProvider" in providers:
             pairs.add(("onnxruntime", "tensorrt"))
-    if unavailable_reason(find_row("tensorrt")) is None:
+    if _installed("tensorrt"):
         pairs.add(("tensorrt", "cuda"))
     return frozenset(pairs)
 
@@ -51,9 +52,13 @@ def torch_cannot_convert(model: Path) -> list[str]:
 
 def torch_build() -> str:
     """The installed torch's build: "cuda 13.0", "cpu" (a CPU-only wheel), or "" (none)."""
-    if unavailable_reason(find_row("torch")) is not None:
+    if not _installed("torch"):
         return ""
     import torch
 
     cuda = torch.version.cuda
     return f"cuda {cuda}" if cuda else "cpu"
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None

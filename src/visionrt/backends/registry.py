@@ -7,6 +7,7 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
+from visionrt.backends import gpus
 from visionrt.backends.base import Backend, BackendOptions
 from visionrt.errors import BackendUnavailable, ConfigError, ModelLoadError
 
@@ -89,16 +90,49 @@ AUTO_ORDER: dict[str, tuple[str, ...]] = {
 FILE_ORDER = ("onnxruntime", "openvino", "torch", "tensorrt")
 
 
+# Why an installed runtime cannot use the GPU, and what adds it.
+GPU_UNUSABLE = {
+    "onnxruntime": "this onnxruntime is a CPU build (the GPU's: pip install 'visionrt[gpu]')",
+    "torch": "this torch sees no GPU (a CPU build, or a driver older than its CUDA)",
+    "tensorrt": "TensorRT sees no GPU (check the driver: nvidia-smi)",
+}
+
+
+def _on_gpu(device: str) -> frozenset[tuple[str, str]]:
+    """The (runtime, device) pairs that can use the GPU here; no GPU is one line."""
+    if not gpus.gpu_seen():
+        raise BackendUnavailable(
+            f"device '{device}': no NVIDIA GPU is visible here (the driver lists none under"
+            f" {gpus.NVIDIA_GPUS}): leave --device out to run on the CPU"
+        )
+    return gpus.gpu_runtimes()
+
+
 def _readers(suffix: str) -> list[str]:
     return [r.name for r in ROWS if suffix in r.suffixes and r.name != "null"]
 
 
-def row_for_file(model: Path) -> BackendRow:
-    """The backend that reads `model` when none is named, chosen by its suffix."""
+def row_for_file(model: Path, device: str = "cpu") -> BackendRow:
+    """The backend that reads `model` when none is named, chosen by its suffix: the first in
+    FILE_ORDER that runs on `device` (on a CUDA device: that can use the GPU in this install,
+    so a machine with ONNX Runtime's CPU build and a CUDA torch runs torch there)."""
+    kind = device.split(":")[0]
+    on_gpu = _on_gpu(device) if kind == "cuda" else None
+    passed = []
     for name in FILE_ORDER:
         row = find_row(name)
-        if model.suffix in row.suffixes:
+        if model.suffix not in row.suffixes:
+            continue
+        if kind not in row.devices:
+            passed.append(f"{name} does not run on '{kind}'")
+        elif on_gpu is not None and (name, "cuda") not in on_gpu:
+            passed.append(f"{name}: {unavailable_reason(row) or GPU_UNUSABLE[name]}")
+        else:
             return row
+    if passed:
+        raise BackendUnavailable(
+            f"no runtime here runs {model.name} on device '{device}': {'; '.join(passed)}"
+        )
     known = sorted({s for r in ROWS for s in r.suffixes})
     readers = ", ".join(f"{s} ({' or '.join(_readers(s))})" for s in known)
     raise ModelLoadError(
@@ -144,12 +178,18 @@ def unavailable_reason(row: BackendRow) -> str | None:
 
 
 def choose_auto(device: str, model: Path) -> tuple[BackendRow, str]:
-    """The first available backend in AUTO_ORDER for `device`, with a sentence saying why."""
-    order = AUTO_ORDER.get(device.split(":")[0], ("onnxruntime",))
+    """The first available backend in AUTO_ORDER for `device`, with a sentence saying why. On a
+    CUDA device, available means able to use the GPU in this install: ONNX Runtime's CPU build
+    is passed over for torch (an H200 machine has exactly those two)."""
+    kind = device.split(":")[0]
+    order = AUTO_ORDER.get(kind, ("onnxruntime",))
+    on_gpu = _on_gpu(device) if kind == "cuda" else None
     skipped = []
     for name in order:
         row = find_row(name)
         reason = unavailable_reason(row)
+        if reason is None and on_gpu is not None and (name, "cuda") not in on_gpu:
+            reason = f"{name}: {GPU_UNUSABLE[name]}"
         if reason is None and model.suffix in row.suffixes:
             why = f"first available for device '{device}' in the order {' > '.join(order)}"
             if skipped:
@@ -167,7 +207,7 @@ def load_backend(name: str, model: str | Path, options: BackendOptions | None = 
     if name == "auto":
         row = choose_auto(options.device, model)[0]
     else:
-        row = find_row(name) if name else row_for_file(model)
+        row = find_row(name) if name else row_for_file(model, options.device)
         check_reads(row, model)
     if row.name != "null" and not model.exists():  # before a runtime's own traceback
         raise ModelLoadError(f"model file not found: {model}")

@@ -298,7 +298,7 @@ class DepthTask:
         passed in from outside, not in the registry, falls back to the file's own reader)."""
         with self._lock:
             if self._fp32 is None:
-                name = self._runtime or row_for_file(self.model).name
+                name = self._runtime or row_for_file(self.model, self.options.device).name
                 options = replace(self.options, precision="fp32")
                 if self.device is not None:  # the recompute's input is host arrays
                     settings = {**options.settings, "input": "arrays"}
