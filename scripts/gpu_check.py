@@ -442,6 +442,12 @@ def seed(runs: tuple[tuple[str, list[str]], ...] | None = None) -> dict[str, Any
     return result
 
 
+def device_flag() -> dict[str, Any]:
+    """`--device cuda` with no backend named: the model file's first reader that can use the
+    GPU here (torch, beside ONNX Runtime's CPU build), where it failed before 2026-11-28."""
+    return run_streams(1, 60, ["--device", "cuda"], "device-flag")
+
+
 def doctor() -> dict[str, Any]:
     proc = subprocess.run([*CLI, "doctor"], capture_output=True, text=True, env=env(), cwd=ROOT)
     return {"rc": proc.returncode, "stdout": proc.stdout.strip().splitlines()[-30:]}
@@ -467,6 +473,7 @@ STEPS: dict[str, tuple[int, Any]] = {
     "live": (30, live),
     "live_frames": (30, lambda: live("frames")),
     "doctor": (20, doctor),
+    "device_flag": (30, device_flag),
     "tests_gpu": (110, lambda: tests(GPU_TESTS)),
     "tune": (90, tune),
     "live_depth": (60, live_depth),
@@ -578,6 +585,10 @@ def table(results: dict[str, Any]) -> str:
             lines.append(f"| {name} | {value.get('summary', value)} |")
         elif name == "doctor" and isinstance(value, dict):
             lines.append(f"| doctor | rc {value.get('rc')} |")
+        elif name == "device_flag" and isinstance(value, dict):
+            ran = value.get("backend", {})
+            figure = f"{ran.get('runtime')} {ran.get('precision')}, {value['fps']:.0f} FPS"
+            lines.append(f"| `--device cuda`, no backend | {figure if 'fps' in value else value} |")
         elif name == "tune" and isinstance(value, dict):
             lines.append(f"| tune | rc {value.get('rc')} {value.get('stdout', [''])[-3:]} |")
         else:
