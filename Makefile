@@ -33,7 +33,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python scripts/bench_e2e.py
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
 
 # The documentation site into site/ (MkDocs; its reference pages generated from the code first).
 docs: setup-test

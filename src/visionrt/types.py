@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -59,7 +59,8 @@ def as_bgr(pixels: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
         return pixels
     import cv2
 
-    return cv2.cvtColor(pixels, cv2.COLOR_YUV2BGR_I420)  # type: ignore[no-any-return]
+    # OpenCV's stubs type every result as MatLike (any dtype); a colour conversion keeps uint8.
+    return cast("npt.NDArray[np.uint8]", cv2.cvtColor(pixels, cv2.COLOR_YUV2BGR_I420))
 
 
 def picture_hw(pixels: npt.NDArray[np.uint8]) -> tuple[int, int]:

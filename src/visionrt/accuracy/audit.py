@@ -217,10 +217,15 @@ class Auditor:
             if self._dead:
                 raise RuntimeError(self.error)
             detect, depth = tasks
-            reference = run_one(detect, sample.image, buffers[0]) if detect is not None else None
+            detect_buffer, depth_buffer = buffers  # each None exactly where its task is
+            reference = None
+            if detect is not None:
+                assert detect_buffer is not None
+                reference = run_one(detect, sample.image, detect_buffer)
             depth_score = None
             if depth is not None and sample.depth is not None:
-                truth: DepthMap = run_one(depth, sample.image, buffers[1])
+                assert depth_buffer is not None
+                truth: DepthMap = run_one(depth, sample.image, depth_buffer)
                 depth_score = depth_fidelity(
                     sample.depth.values, truth.values, inverse=not truth.metric
                 )

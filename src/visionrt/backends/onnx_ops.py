@@ -78,6 +78,11 @@ def _conv(ctx: BuildContext, transpose: bool = False) -> nn.Module:
 class _BatchNorm(nn.Module):
     """Inference batch norm for any rank (nn.BatchNorm2d insists on 4-D)."""
 
+    weight: Tensor  # buffers, registered in __init__
+    bias: Tensor
+    mean: Tensor
+    var: Tensor
+
     def __init__(self, scale: Tensor, bias: Tensor, mean: Tensor, var: Tensor, eps: float):
         super().__init__()
         self.eps = eps
@@ -95,11 +100,11 @@ def _pool(ctx: BuildContext, kind: str) -> Fn:
     padding, ceil = _pads(ctx, dims), bool(ctx.attrs.get("ceil_mode", 0))
     if kind == "max":
         dilation = tuple(ctx.attrs.get("dilations", [1] * dims))
-        pool = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[dims - 1]
-        return lambda x: pool(x, kernel, stride, padding, dilation, ceil_mode=ceil)
+        max_pool = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[dims - 1]
+        return lambda x: max_pool(x, kernel, stride, padding, dilation, ceil_mode=ceil)
     count_pad = bool(ctx.attrs.get("count_include_pad", 0))
-    pool = (F.avg_pool1d, F.avg_pool2d, F.avg_pool3d)[dims - 1]
-    return lambda x: pool(x, kernel, stride, padding, ceil, count_include_pad=count_pad)
+    avg_pool = (F.avg_pool1d, F.avg_pool2d, F.avg_pool3d)[dims - 1]
+    return lambda x: avg_pool(x, kernel, stride, padding, ceil, count_include_pad=count_pad)
 
 
 def _resize(ctx: BuildContext) -> Fn:
@@ -180,6 +185,9 @@ class _LayerNorm(nn.Module):
     for fp16 and bf16 inputs (CPU and CUDA), so those go in as they are: no copy to fp32 and
     back around each of a ViT's norms (the result differs by a rounding on ~0.02 % of values)."""
 
+    weight: Tensor  # buffers, registered in __init__
+    bias: Tensor | None
+
     def __init__(self, ctx: BuildContext) -> None:
         super().__init__()
         self.axis, self.eps = int(ctx.attrs.get("axis", -1)), float(ctx.attrs.get("epsilon", 1e-5))
@@ -237,7 +245,8 @@ def _cast(ctx: BuildContext) -> Fn:
 
 
 def _unsqueeze(ctx: BuildContext) -> Fn:
-    axes = [int(a) for a in (ctx.static.get(1) or ctx.attrs.get("axes"))]
+    # Opset 13 moved the (required) axes from an attribute to an input.
+    axes = [int(a) for a in (ctx.static.get(1) or ctx.attrs["axes"])]
 
     def unsqueeze(x: Tensor) -> Tensor:
         for axis in sorted(a % (x.dim() + len(axes)) for a in axes):
@@ -277,12 +286,23 @@ _ELEMENTWISE: dict[str, Fn] = {
     "Not": torch.logical_not, "And": torch.logical_and, "Or": torch.logical_or,
     "Floor": torch.floor, "Ceil": torch.ceil, "Abs": torch.abs, "Range": _range,
 }  # fmt: skip
+
+
+def _as_is(fn: Fn) -> Callable[[BuildContext, int], Fn]:
+    """The builder of an op with nothing to build: the same callable for every node."""
+    return lambda c, _: fn
+
+
 BUILDERS: dict[str, Callable[[BuildContext, int], Fn]] = {
-    **{op: (lambda c, _, fn=fn: fn) for op, fn in _ELEMENTWISE.items()},
+    **{op: _as_is(fn) for op, fn in _ELEMENTWISE.items()},
     "Conv": lambda c, _: _conv(c),
     "ConvTranspose": lambda c, _: _conv(c, transpose=True),
     "BatchNormalization": lambda c, _: _BatchNorm(
-        *(c.weights[i] for i in (1, 2, 3, 4)), eps=float(c.attrs.get("epsilon", 1e-5))
+        c.weights[1],
+        c.weights[2],
+        c.weights[3],
+        c.weights[4],
+        eps=float(c.attrs.get("epsilon", 1e-5)),
     ),
     "MaxPool": lambda c, _: _pool(c, "max"),
     "AveragePool": lambda c, _: _pool(c, "avg"),

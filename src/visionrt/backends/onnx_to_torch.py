@@ -9,8 +9,8 @@ be constant and become plain ints. Subgraphs whose inputs are all constant are f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -70,7 +70,8 @@ class OnnxModule(nn.Module):
 
     def forward(self, *inputs: Tensor) -> tuple[Tensor, ...]:
         env = dict(zip(self.input_names, inputs, strict=True))
-        for node, dead in zip(self.nodes, self._release, strict=True):
+        nodes = cast("Iterable[_Node]", self.nodes)  # torch types a ModuleList's items as Module
+        for node, dead in zip(nodes, self._release, strict=True):
             result = node(env)
             outs = (result,) if isinstance(result, Tensor) else result
             env.update(zip(node.outputs, outs, strict=True))

@@ -117,7 +117,7 @@ class OnnxRuntimeBackend(Backend):
         self._output_names = [o.name for o in self.info.outputs]
 
     def infer(self, inputs: Mapping[str, Array]) -> list[Array]:
-        return self.session.run(self._output_names, dict(inputs))  # type: ignore[no-any-return]
+        return self.session.run(self._output_names, dict(inputs))
 
     def close(self) -> None:
         self.__dict__.pop("session", None)

@@ -184,7 +184,7 @@ def choose_auto(device: str, model: Path) -> tuple[BackendRow, str]:
     kind = device.split(":")[0]
     order = AUTO_ORDER.get(kind, ("onnxruntime",))
     on_gpu = _on_gpu(device) if kind == "cuda" else None
-    skipped = []
+    skipped: list[str] = []
     for name in order:
         row = find_row(name)
         reason = unavailable_reason(row)

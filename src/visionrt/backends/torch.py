@@ -62,8 +62,10 @@ def _load_onnx(
     in_dims = dims[images[0]]
     check_input_size(path, TensorSpec(images[0], tuple(in_dims), "float32"), options)
     fixed = len(in_dims) == 4 and None in in_dims[2:4] and options.input_size is not None
-    if fixed:  # a dynamic-size export (Depth Anything's ViT): converted at the size asked for
-        in_dims[2:4] = options.input_size  # type: ignore[index]
+    # A dynamic-size export (Depth Anything's ViT): converted at the size asked for (`fixed`
+    # implies the size; said again so that the type checker knows it).
+    if fixed and options.input_size is not None:
+        in_dims[2:4] = options.input_size
         shape = [options.batch if in_dims[0] is None else in_dims[0], *in_dims[1:]]
         module = convert_onnx(proto, shape)  # type: ignore[arg-type]
     else:
@@ -176,7 +178,9 @@ class TorchBackend(Backend):
         if options.precision == "fp16":
             module = module.half()
         if self._channels_last:
-            module = module.to(memory_format=torch.channels_last)
+            # Module.to takes memory_format (documented), but torch's overloads leave it out
+            # (unused-ignore: without torch, an extra, its types are Any).
+            module = module.to(memory_format=torch.channels_last)  # type: ignore[call-overload, unused-ignore]
         self._module: Any = module
         if compile_mode != "none":
             self._module = torch.compile(module, mode=compile_mode)

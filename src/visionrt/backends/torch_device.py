@@ -34,7 +34,7 @@ def capture_graph(
     run: Callable[[Tensor], list[Tensor]], static: Tensor
 ) -> tuple[Any, list[Tensor]]:
     """`run` on `static` captured as a CUDA graph (the graph and its output tensors)."""
-    return capture_call(lambda: run(static), static.device)  # type: ignore[no-any-return]
+    return capture_call(lambda: run(static), static.device)
 
 
 def capture_call(call: Callable[[], Any], device: torch.device) -> tuple[Any, Any]:
@@ -175,9 +175,9 @@ class DeviceRunner:
                 static[:rows].copy_(images)  # the rows past `rows` (padding) are stale
             outputs = [out[:rows] for out in self._run(static)]
         else:
-            outputs = self._replay(images, rows, size, then)
-            if outputs is not None:
-                return [out[:rows] for out in outputs]
+            captured = self._replay(images, rows, size, then)
+            if captured is not None:
+                return [out[:rows] for out in captured]
             outputs = [out[:rows] for out in self._replay(images, rows, size, None) or []]
         if then is None:
             return outputs

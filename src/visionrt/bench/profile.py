@@ -57,7 +57,7 @@ class Profile:
     verdict: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        data = {k: getattr(self, k) for k in self.__slots__ if k != "spans"}  # type: ignore[attr-defined]
+        data = {k: getattr(self, k) for k in self.__slots__ if k != "spans"}
         data["spans"] = len(self.spans)
         return data
 

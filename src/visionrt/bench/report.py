@@ -9,6 +9,7 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from visionrt.errors import BackendUnavailable
 
@@ -40,7 +41,7 @@ def pareto_front(points: Sequence[ReportPoint]) -> list[ReportPoint]:
     ]
 
 
-def _pyplot():  # type: ignore[no-untyped-def]
+def _pyplot() -> Any:
     try:
         import matplotlib
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from visionrt.backends import BackendOptions
+from visionrt.backends import Backend, BackendOptions
 from visionrt.bench.measure import (
     BenchResult,
     measure_end_to_end,
@@ -86,16 +86,22 @@ def run_bench(
                     row["plain"].append(len(plain_times) / sum(plain_times))
                 times += measure_model_only(pipeline.task.backend, inputs, half, warmup=0)
                 if interleave:
+
+                    def short_clip(
+                        v: Variant = variant, b: Backend = pipeline.task.backend
+                    ) -> Pipeline:
+                        return Pipeline(
+                            [video],
+                            v.model,
+                            b,
+                            v.options,
+                            source_options=SourceOptions(mode="file", max_frames=60),
+                            plan=False,
+                        )
+
                     row["eff"].append(
                         measure_interleaved(
-                            lambda v=variant, b=pipeline.task.backend: Pipeline(
-                                [video],
-                                v.model,
-                                b,
-                                v.options,
-                                source_options=SourceOptions(mode="file", max_frames=60),
-                                plan=False,
-                            ),
+                            short_clip,
                             inputs,
                             interleave,
                             15,

@@ -6,7 +6,7 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -44,7 +44,8 @@ def parse_variant(text: str, base: BackendOptions, model: str) -> Variant:
         if key == "fold" and not sep:
             options = replace(options, fold_preprocess=True)
         elif key in ("threads", "batch") and sep and value.isdigit():
-            options = replace(options, **{key: int(value)})
+            changes: dict[str, Any] = {key: int(value)}
+            options = replace(options, **changes)
         elif key == "device" and sep:
             options = replace(options, device=value)  # BackendOptions checks the name
         elif sep:
@@ -192,18 +193,18 @@ def _find_batches(
     console: Console,
     json_out: Path | None,
 ) -> None:
-    from visionrt.tune.batch import batch_throughput, search_batch
+    from visionrt.tune.batch import BatchPoint, batch_throughput, search_batch
 
     found = {}
     for variant in variants:
         measure = batch_throughput(variant.model, variant.backend, variant.options, video, calls)
-        search = search_batch(
-            measure,
-            max_batch,
-            on_point=lambda p, v=variant: console.print(
+
+        def on_point(p: BatchPoint, v: Variant = variant) -> None:
+            console.print(
                 f"{v.label} batch {p.batch}: " + (f"{p.fps:.1f} frames/s" if p.fits else p.error)
-            ),
-        )
+            )
+
+        search = search_batch(measure, max_batch, on_point=on_point)
         console.print(
             f"[bold]{variant.label}[/]: batch {search.best} (largest that fits:"
             f" {search.largest_fit}; {search.stopped})"

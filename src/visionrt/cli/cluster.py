@@ -93,7 +93,9 @@ def install_stop(stop: RunStop) -> None:
     exit 130, nothing processed). Once the run is under way: `stop` is asked (the workers
     finish the frames they read, the outputs are finalized); a second signal ends it now
     with what was committed; a third leaves at once."""
-    starting = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    starting: dict[int, object] = {
+        sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
 
     def handle(signum: int, frame: Any) -> None:
         if not_ours(signum):

@@ -45,7 +45,9 @@ class Commands(TyperGroup):
 
     def __init__(self, **attrs: Any) -> None:
         super().__init__(**attrs)
-        self.commands = _Loaded()  # typer reads the names from it: a typo's suggestions
+        # Typer reads the names from it (a typo's suggestions). Click types the attribute as a
+        # mutable mapping; nothing adds commands to this group, so a read-only one serves.
+        self.commands = _Loaded()  # type: ignore[assignment]
 
     def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)

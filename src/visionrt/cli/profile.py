@@ -76,7 +76,7 @@ def profile_command(
         return
     console = Console(soft_wrap=True)
     console.print(_table(result))
-    peak = {}
+    peak: dict[str, float] = {}
     for sample in result.queues:
         for name, depth in sample.items():
             if name != "t":

@@ -129,7 +129,7 @@ def start_up(build: Callable[[], T]) -> T:
     succeeded, value = outcome[0]
     if not succeeded:
         raise value
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 OWNER = os.getpid()  # the process whose handlers these are

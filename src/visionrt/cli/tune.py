@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -196,7 +196,9 @@ def _prove_others(model: Path, videos: list[str], err: Console) -> None:
     if found is None:
         return
     plan, path = found
-    sections = {key: plan.run[key] for key in ("model", "backend", "inference") if key in plan.run}
+    sections: dict[str, Any] = {
+        key: plan.run[key] for key in ("model", "backend", "inference") if key in plan.run
+    }
     use = PlanUse(sections, "", plan, path)
     with err.status("proving the plan on each frame size"):
         settled = settle(

@@ -7,6 +7,7 @@ import math
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -107,7 +108,7 @@ def tune_depth_model(
     err.print(f"cached as {path}: `visionrt run --depth {model}` now uses it")
 
 
-def every_line(every: dict[str, object]) -> str:
+def every_line(every: dict[str, Any]) -> str:
     """What the plan's `every` section measured and chose, in one line."""
     tried = every.get("tried") or []
     errors = ", ".join(

@@ -100,7 +100,7 @@ def load_config(
     """Defaults, then `base` (a plan's sections), then the YAML file at `path`, then
     `KEY=VALUE` overrides (values parsed as YAML), then `values` (a nested dict, e.g. explicit
     command-line flags)."""
-    return _build(RunConfig, _layers(path, overrides, values, base), "")  # type: ignore[no-any-return]
+    return _build(RunConfig, _layers(path, overrides, values, base), "")
 
 
 def pipeline_options(**values: Any) -> PipelineOptions:
@@ -110,7 +110,7 @@ def pipeline_options(**values: Any) -> PipelineOptions:
     tree: dict[str, Any] = {}
     for key, value in _flatten({"pipeline": values}, keep_empty=True):
         _set_dotted(tree, key, value)
-    return _build(PipelineOptions, tree.get("pipeline", {}), "pipeline.")  # type: ignore[no-any-return]
+    return _build(PipelineOptions, tree.get("pipeline", {}), "pipeline.")
 
 
 def config_over(base: Mapping[str, Any], given: Mapping[str, Any]) -> RunConfig:
@@ -121,7 +121,7 @@ def config_over(base: Mapping[str, Any], given: Mapping[str, Any]) -> RunConfig:
         _set_dotted(tree, key, value)
     for key, value in _flatten(dict(given), keep_empty=True):
         _set_dotted(tree, key, value)
-    return _build(RunConfig, tree, "")  # type: ignore[no-any-return]
+    return _build(RunConfig, tree, "")
 
 
 def given_options(

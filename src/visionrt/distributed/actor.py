@@ -170,7 +170,8 @@ def fetch(node: str, files: Manifest) -> Bundle:
     read = ray.remote(bundle).options(
         num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
     )
-    return dict(ray.get(read.remote(files)))
+    read_files: dict[str, bytes] = ray.get(read.remote(files))
+    return dict(read_files)
 
 
 def error_line(err: BaseException) -> str:

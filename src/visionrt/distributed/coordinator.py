@@ -277,8 +277,8 @@ class Coordinator:
             self.report.lost_workers += 1
             self._stopping.pop(report.worker, None)
             # Back first in the queue in their order (each goes to its front).
-            for unit in reversed(self.running.pop(report.worker, {}).values()):
-                self._again(unit, f"worker {report.worker} lost")
+            for lost in reversed(self.running.pop(report.worker, {}).values()):
+                self._again(lost, f"worker {report.worker} lost")
             return
         if self._current.get(report.unit_id) != report.attempt:
             # An attempt already given up (its actor was presumed dead, then answered):

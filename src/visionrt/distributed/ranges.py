@@ -85,7 +85,8 @@ def cut_points(index: FrameIndex, frames: int, parts: int) -> list[int]:
     for i in range(1, parts):
         if not keys:
             break
-        key = min(keys, key=lambda k, cut=i * frames / parts: abs(k - cut))
+        cut = i * frames / parts
+        key = min(keys, key=lambda k: abs(k - cut))
         if key > starts[-1]:
             starts.append(key)
     return starts

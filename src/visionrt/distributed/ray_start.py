@@ -93,7 +93,7 @@ def init_ray(ray: Any, address: str | None, workers: int, cpus: float, gpus: flo
         return
     kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     held: list[int] = []
-    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    utils: Any = getattr(getattr(ray, "_private", None), "utils", None)  # Ray's, or None
     setter = getattr(utils, "set_sigterm_handler", None)
     if address is None:
         for sig in kept:

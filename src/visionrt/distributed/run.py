@@ -65,6 +65,8 @@ def work_units(cfg: RunConfig) -> list[WorkUnit]:
             units.append(WorkUnit(i, name, spec, place=i))
             continue
         cost, frames = UNPROBED_COST, 0
+        width: float  # a synthetic spec's are ints, a header's floats
+        height: float
         if kind == "synthetic":
             width, height = (int(v) for v in spec.split(":")[1].split("x"))
             cost = width * height * 30.0

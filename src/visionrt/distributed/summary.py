@@ -64,7 +64,7 @@ def cluster_summary(
         [*(row["events"] for row in rows), *(unit.get("unsourced_events", {}) for unit in finals)]
     )
     # Each source's figures at its end: those of its last range (in frame order) that has any.
-    analytics = {
+    analytics: dict[str, dict[str, Any]] = {
         name: next((u["analytics"] for u in reversed(s.unit_finals()) if u.get("analytics")), {})
         for name, s in states.items()
     }

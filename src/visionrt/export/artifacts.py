@@ -54,10 +54,11 @@ def _runtime_version(target: Target) -> str:
 
         require_openvino(int8=target.int8)
         return runtime_version(int8=target.int8)
-    from visionrt.export.tensorrt import require_tensorrt, runtime_version
+    from visionrt.export.tensorrt import require_tensorrt
+    from visionrt.export.tensorrt import runtime_version as tensorrt_version
 
     require_tensorrt()
-    return runtime_version()
+    return tensorrt_version()
 
 
 def _reshape(source: Path, imgsz: tuple[int, int], target: Path) -> Path:
@@ -216,7 +217,11 @@ def export_model(
         raise ConfigError(f"--imgsz: expected height and width multiples of 32, got {list(imgsz)}")
     if frames < 1:
         raise ConfigError(f"--frames: expected >= 1, got {frames}")
-    given = calibrate if isinstance(calibrate, list | tuple) else [calibrate or DEMO_VIDEO]
+    given = (
+        calibrate
+        if isinstance(calibrate, Sequence) and not isinstance(calibrate, str)
+        else [calibrate or DEMO_VIDEO]
+    )
     videos = [Path(v) for v in given]
     if not videos:
         raise ConfigError("calibrate: expected a video, got an empty list")

@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -188,7 +188,7 @@ def export_depth_onnx_int8(
         quantize_static(
             str(prepared),
             str(target),
-            OrtCalibrationReader(model.graph.input[0].name, frames),  # type: ignore[arg-type]
+            OrtCalibrationReader(model.graph.input[0].name, frames),
             quant_format=QuantFormat.QDQ,
             per_channel=True,
             activation_type=QuantType.QUInt8,
@@ -342,10 +342,14 @@ def compare_depth_to_reference(
             depth_into(frame.image, buffer[0], input_hw)
             got = depth_plane(task.backend.infer({task.input_name: buffer})[0])
             if got.shape != want.shape:
-                got = cv2.resize(
-                    np.ascontiguousarray(got, np.float32),
-                    (want.shape[1], want.shape[0]),
-                    interpolation=cv2.INTER_LINEAR,
+                # OpenCV's stubs type every result as MatLike (any dtype); resizing keeps float32.
+                got = cast(
+                    "npt.NDArray[np.float32]",
+                    cv2.resize(
+                        np.ascontiguousarray(got, np.float32),
+                        (want.shape[1], want.shape[0]),
+                        interpolation=cv2.INTER_LINEAR,
+                    ),
                 )
             nonfinite += int(not np.isfinite(got).all())
             scores.append(depth_fidelity(got, want, inverse=not reference.metric))

@@ -79,7 +79,7 @@ def export_int8(
         quantize_static(
             str(prepared),
             str(Path(tmp) / "quantized.onnx"),
-            OrtCalibrationReader(input_name, frames, on_calibrated),  # type: ignore[arg-type]
+            OrtCalibrationReader(input_name, frames, on_calibrated),
             quant_format=QuantFormat.QDQ,
             per_channel=True,
             activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,

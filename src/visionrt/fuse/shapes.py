@@ -199,7 +199,7 @@ def segments_meet(a: Points, b: Points, c: Points, d: Points) -> bool:
     )
 
 
-def reaches_frame(points: Points, width: float, height: float) -> bool:
+def reaches_frame(points: npt.NDArray[np.floating], width: float, height: float) -> bool:
     """Whether a polygon (3 points or more) or a segment (2) shares a point with the frame
     (0, 0)-(`width`, `height`), edges included."""
     points = np.asarray(points, np.float64)

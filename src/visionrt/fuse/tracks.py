@@ -38,7 +38,7 @@ def _hungarian() -> Callable[..., Any] | None:
         except ImportError:  # pragma: no cover - depends on the environment
             solver = None
         globals()["linear_sum_assignment"] = solver
-    return globals()["linear_sum_assignment"]  # type: ignore[no-any-return]
+    return globals()["linear_sum_assignment"]
 
 
 def match_boxes(iou: F64, threshold: float, optimal: bool = True) -> tuple[Index, Index]:

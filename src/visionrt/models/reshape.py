@@ -120,7 +120,7 @@ def reshape_detector_onnx(src: Path, height: int, width: int, dst: Path) -> Path
             f"{src}: output '{graph.output[0].name}' {out_dims} is not an anchor-free head with"
             f" {old_count} anchors for {old_hw[0]}x{old_hw[1]} (only [B, 4+nc, N] exports reshape)"
         )
-    strides = DEFAULT_STRIDES
+    strides: tuple[int, ...] = DEFAULT_STRIDES
     for name, _, value in tensors:
         if _is_stride_row(value, old_count):
             strides = _strides_of(value)

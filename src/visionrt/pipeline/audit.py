@@ -115,13 +115,14 @@ def build_auditor(
     avoid = max(
         options.tracking.detect_every, options.slo.max_every if options.slo.target_ms else 1
     )
+    max_abs_rel = depth_options.audit_max_abs_rel if depth_options is not None else None
     settings = AuditSettings(
         rate=rate,
         period=sample_period(rate, avoid),
         reference=str(detect[0]) if detect else "",
         depth_reference=str(depth[0]) if depth else "",
         min_fidelity=_or(options.audit.min_fidelity, DEFAULT_MIN_FIDELITY),
-        max_abs_rel=_or(depth_options and depth_options.audit_max_abs_rel, DEFAULT_MAX_ABS_REL),
+        max_abs_rel=_or(max_abs_rel, DEFAULT_MAX_ABS_REL),
         window=options.audit.window,
         architecture_only=bool(detect and detect[1]),
         depth_architecture_only=bool(depth and depth[1]),
@@ -284,7 +285,7 @@ def finish_audit(
 
     auditor.finish(drain=drain)
     files = zip(names, sources, strict=True)
-    sizes = {n: s.size for n, s in files if not s.live and getattr(s, "size", None)}
+    sizes = {n: size for n, s in files if not s.live and (size := getattr(s, "size", None))}
     lines = remember_audit(plan_use, sizes, auditor.report())
     for line in lines:
         log.info("%s", line)

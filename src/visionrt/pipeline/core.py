@@ -4,7 +4,7 @@ graph (build.py, graph.py) into the output stage (output.py), every frame accoun
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -201,7 +201,7 @@ class Pipeline:
         """True once `stop()` was called (not when the run stopped on an error)."""
         return self._interrupted
 
-    def __iter__(self) -> Iterator[FrameResult]:
+    def __iter__(self) -> Generator[FrameResult, None, None]:
         self._begin()
         return self._results()
 
@@ -247,7 +247,7 @@ class Pipeline:
         self.opened.close([reader.is_alive() for reader in readers])
 
     # -- the run ---------------------------------------------------------------------------
-    def _results(self) -> Iterator[FrameResult]:
+    def _results(self) -> Generator[FrameResult, None, None]:
         service = self.roster is not None
         graph = self._graph = build_graph(
             self.opened, self._flow, self._fail, self.note, self._resume, service

@@ -11,7 +11,7 @@ from visionrt.errors import ConfigError
 from visionrt.types import DepthMap
 
 
-def depth_plane(output: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
+def depth_plane(output: npt.NDArray[np.generic]) -> npt.NDArray[np.float32]:
     """One row of raw output, (H, W) or with leading axes of 1 ((1, H, W), (1, 1, H, W)), as an
     (H, W) float32 array."""
     plane = np.asarray(output)

@@ -26,17 +26,17 @@ def nms(
     xywh = xyxy.astype(np.float64, copy=True)
     xywh[:, 2:] -= xywh[:, :2]
     ids = np.zeros_like(class_id) if agnostic else class_id
-    keep = cv2.dnn.NMSBoxesBatched(
-        xywh, scores.astype(np.float64), ids.astype(np.int32), -np.inf, float(iou_threshold)
-    )
-    keep = np.asarray(keep, dtype=np.intp).reshape(-1)
+    scores64, ids32 = scores.astype(np.float64), ids.astype(np.int32)
+    # OpenCV's stubs ask for Python sequences; its bindings take these NumPy arrays as they are.
+    kept = cv2.dnn.NMSBoxesBatched(xywh, scores64, ids32, -np.inf, float(iou_threshold))  # type: ignore[arg-type]
+    keep = np.asarray(kept, dtype=np.intp).reshape(-1)
     # OpenCV returns indices grouped by class; the contract is best score first.
     keep = keep[np.argsort(-scores[keep], kind="stable")]
     return keep[:max_det]
 
 
 def box_intersection(
-    a: npt.NDArray[np.floating], b: npt.NDArray[np.floating]
+    a: npt.NDArray[np.floating | np.integer], b: npt.NDArray[np.floating | np.integer]
 ) -> npt.NDArray[np.float64]:
     """(A, B) intersection areas of xyxy boxes `a` (A, 4) and `b` (B, 4)."""
     a64, b64 = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)

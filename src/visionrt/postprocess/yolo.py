@@ -116,8 +116,8 @@ def _candidates(
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.int32]]:
     """Boxes (xyxy, input pixels), scores and classes above `conf` for one batch item."""
     if layout is HeadLayout.END2END:
-        keep = output[:, 4] > conf
-        rows = output[keep]
+        above = output[:, 4] > conf
+        rows = output[above]
         return (
             rows[:, :4].astype(np.float32),
             rows[:, 4].astype(np.float32),

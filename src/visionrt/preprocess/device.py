@@ -88,7 +88,8 @@ def upload(slots: Sequence[FrameSlot], device: torch.device) -> list[Tensor]:
         converted = i420_to_bgr(_gather(slots, rows, device))
         for index, row in enumerate(rows):
             frames[row] = converted[index]
-    return frames  # type: ignore[return-value]
+    # unused-ignore, here and below: without torch (an extra) its types are Any.
+    return frames  # type: ignore[return-value, unused-ignore]
 
 
 def letterbox_slots(slots: Sequence[FrameSlot], out: Tensor) -> None:
@@ -130,7 +131,7 @@ def prepare_staged(
     stage_slots(slots, staged)
     images = backend.device_input(size)
     backend.prepare_device((size, shape, key), lambda: fill(staged, images))
-    return images[:count]  # type: ignore[no-any-return]
+    return images[:count]
 
 
 def stage_slots(slots: Sequence[FrameSlot], staged: Tensor) -> None:
@@ -222,7 +223,7 @@ def _weights(size: int, new: int, device: torch.device) -> tuple[Tensor, Tensor,
         second = np.minimum(first + 1, size - 1)
         near = np.rint((1 - frac) * 2048).astype(np.int32)
         far = np.rint(frac * 2048).astype(np.int32)
-        _WEIGHTS[key] = tuple(  # type: ignore[assignment]
+        _WEIGHTS[key] = tuple(  # type: ignore[assignment, unused-ignore]
             torch.from_numpy(a).to(device) for a in (first, second, near, far)
         )
     return _WEIGHTS[key]
@@ -257,7 +258,7 @@ def letterbox_batch(frames: Sequence[Tensor], boxes: Sequence[Letterbox], out: T
     out.fill_(PAD_VALUE / 255.0)
     groups: dict[tuple[tuple[int, int], tuple[int, int]], list[int]] = {}
     for row, (frame, box) in enumerate(zip(frames, boxes, strict=True)):
-        groups.setdefault((tuple(frame.shape[:2]), box.new_hw), []).append(row)  # type: ignore[arg-type]
+        groups.setdefault((tuple(frame.shape[:2]), box.new_hw), []).append(row)  # type: ignore[arg-type, unused-ignore]
     for (_, new_hw), rows in groups.items():
         stacked = torch.stack([frames[r] for r in rows])
         _place(planar_levels(stacked), new_hw, rows, [boxes[r] for r in rows], out)

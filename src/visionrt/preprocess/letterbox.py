@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from enum import Enum
+from typing import cast
 
 import cv2
 import numpy as np
@@ -85,7 +86,11 @@ def letterbox_into(
     new_h, new_w = box.new_hw
     resized = image
     if image.shape[0] != new_h or image.shape[1] != new_w:
-        resized = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
+        # OpenCV's stubs type every result as MatLike (any dtype); resizing keeps uint8.
+        resized = cast(
+            "npt.NDArray[np.uint8]",
+            cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR),
+        )
     rows = slice(box.top, box.top + new_h)
     cols = slice(box.left, box.left + new_w)
     if layout is InputLayout.NHWC_U8_BGR:

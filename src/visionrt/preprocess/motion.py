@@ -9,6 +9,7 @@ a pixel a frame still adds up to a change, and the results reused are those of t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import cv2
 import numpy as np
@@ -101,7 +102,8 @@ def i420_grey(pixels: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
     """The H×W grey of an I420 picture (as `Frame.pixels` holds one) from its Y plane alone:
     no colour conversion, for what looks at grey only (motion gating)."""
     luma = pixels[: picture_hw(pixels)[0]]
-    return cv2.LUT(luma, _FULL_RANGE)  # type: ignore[no-any-return]
+    # OpenCV's stubs type every result as MatLike (any dtype); a uint8 table gives uint8.
+    return cast("npt.NDArray[np.uint8]", cv2.LUT(luma, _FULL_RANGE))
 
 
 class MotionGate:
@@ -124,12 +126,13 @@ class MotionGate:
         height = max(1, round(hw[0] * WIDTH / hw[1]))
         small = cv2.resize(image, (WIDTH, height), interpolation=cv2.INTER_AREA)
         grey = small if small.ndim == 2 else cv2.cvtColor(small, cv2.COLOR_BGR2GRAY)
-        self._last = cv2.GaussianBlur(grey, BLUR, 0)
+        # OpenCV's stubs type every result as MatLike (any dtype); blurring keeps uint8.
+        self._last = cast("npt.NDArray[np.uint8]", cv2.GaussianBlur(grey, BLUR, 0))
         if self._reference is None:
             return Motion(1.0, np.array([[0, 0, hw[1], hw[0]]], np.int32))
         diff = cv2.absdiff(self._last, self._reference)
         _, mask = cv2.threshold(diff, self.options.threshold - 1, 255, cv2.THRESH_BINARY)
-        mask = cv2.morphologyEx(mask, cv2.MORPH_OPEN, OPEN)
+        mask = cast("npt.NDArray[np.uint8]", cv2.morphologyEx(mask, cv2.MORPH_OPEN, OPEN))
         share = cv2.countNonZero(mask) / mask.size
         if not boxes or share == 0:
             return Motion(share)

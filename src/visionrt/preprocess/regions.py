@@ -6,6 +6,7 @@ much as it (Frigate's regions, with the cost rule made explicit)."""
 from __future__ import annotations
 
 import threading
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -80,7 +81,9 @@ def _touching(
     """Which `boxes` overlap any motion box."""
     low = np.maximum(boxes[:, None, :2], motion[None, :, :2])
     high = np.minimum(boxes[:, None, 2:], motion[None, :, 2:])
-    return ((high - low) > 0).all(axis=2).any(axis=1)
+    # NumPy's stubs cannot tell a reduction over one axis of an array from a scalar.
+    crossing = cast("npt.NDArray[np.bool_]", ((high - low) > 0).all(axis=2))
+    return cast("npt.NDArray[np.bool_]", crossing.any(axis=1))
 
 
 def _grown(xyxy: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:

@@ -8,6 +8,7 @@ import json
 import logging
 import socket
 import threading
+from collections.abc import Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ def make_app(
     request); `metrics` a MetricsServer whose registry `/metrics` exposes. Every error, an
     unknown route and a wrong method included, is `{"error": "one line"}`."""
     from starlette.applications import Starlette
+    from starlette.background import BackgroundTask
     from starlette.exceptions import HTTPException
     from starlette.middleware import Middleware
     from starlette.requests import ClientDisconnect
@@ -42,7 +44,7 @@ def make_app(
 
     page = resources.files("visionrt.serve").joinpath("static/index.html").read_text("utf-8")
 
-    def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
         return JSONResponse({"error": message}, status_code=status, headers=headers)
 
     class GuardMiddleware:
@@ -182,7 +184,7 @@ def make_app(
         stop = threading.Event()
         stream = mjpeg_chunks(service.preview, name, stop)
         media = f"multipart/x-mixed-replace; boundary={BOUNDARY}"
-        return StreamingResponse(stream, media_type=media, background=_Setter(stop))
+        return StreamingResponse(stream, media_type=media, background=BackgroundTask(_Setter(stop)))
 
     def events(request: Request) -> Response:
         try:

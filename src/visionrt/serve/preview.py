@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import cv2
 import numpy as np
@@ -218,7 +219,10 @@ class PreviewHub:
         if width > self.max_width:
             scale = self.max_width / width
             size = (self.max_width, max(1, round(height * scale)))
-            image = cv2.resize(image, size, interpolation=cv2.INTER_AREA)
+            # OpenCV's stubs type every result as MatLike (any dtype); resizing keeps uint8.
+            image = cast(
+                "npt.NDArray[np.uint8]", cv2.resize(image, size, interpolation=cv2.INTER_AREA)
+            )
             detections = Detections(
                 detections.xyxy * np.float32(scale), detections.confidence, detections.class_id
             )

@@ -87,13 +87,14 @@ class Service:
     # -- the API's side ----------------------------------------------------------------------
     def add(
         self,
-        name: str,
-        uri: str,
+        name: Any,
+        uri: Any,
         tasks: Sequence[str] = ("detect",),
         analytics: Mapping[str, Any] | None = None,
     ) -> Camera:
         """Open and start a camera (in place of one of that name that ended); ConfigError (a
-        bad request, a name that runs) or SourceError (it cannot be opened) change nothing."""
+        bad request, a name that runs) or SourceError (it cannot be opened) change nothing.
+        `name` and `uri` are taken as a request gave them (strings, or not): checked here."""
         check_name(name)
         tasks = check_tasks(tasks)
         check_uri(uri, self.files)

@@ -43,6 +43,7 @@ EVENT_ACTIONS: dict[str, frozenset[str]] = {
     "source": frozenset({"added", "removed", "down", "up", "ended"}),
     "slo": frozenset({"step down", "step up"}),
 }
+_KEYS: tuple[str, ...]
 _KEYS = ("schema", "id", "time", "source", "kind", "action", "name", "frame", "timestamp")
 _KEYS += ("track_id", "class_name", "detail")
 _HEX_ID = re.compile(r"[0-9a-f]{8,64}")
@@ -96,8 +97,9 @@ def event_problems(event: Mapping[str, Any]) -> list[str]:
 
     get = event.get
     kind, name, action, frame = get("kind"), get("name"), get("action"), get("frame")
+    event_id = get("id")
     expect("schema", get("schema") == EVENT_SCHEMA, repr(EVENT_SCHEMA))
-    expect("id", isinstance(get("id"), str) and bool(_HEX_ID.fullmatch(get("id"))), "8–64 hex")
+    expect("id", isinstance(event_id, str) and bool(_HEX_ID.fullmatch(event_id)), "8–64 hex")
     expect("time", _real(get("time")), "unix seconds")
     expect("source", isinstance(get("source"), str) and get("source") != "", "a source name")
     actions = EVENT_ACTIONS.get(kind) if isinstance(kind, str) else None

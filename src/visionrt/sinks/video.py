@@ -197,9 +197,12 @@ def join_videos(parts: list[Path], final: Path) -> Path:
             for part in parts:
                 with av.open(str(part)) as source:
                     video = source.streams.video[0]
+                    # PyAV says None only for a stream not yet set up; a demuxed one has it.
+                    time_base = video.time_base
+                    assert time_base is not None
                     if stream is None:
                         stream = out.add_stream_from_template(video)
-                    shift = round(offset / video.time_base)  # in this part's time base
+                    shift = round(offset / time_base)  # in this part's time base
                     end = shift
                     for packet in source.demux(video):
                         if packet.dts is None:  # the demuxer's flush packet
@@ -210,7 +213,7 @@ def join_videos(parts: list[Path], final: Path) -> Path:
                         packet.dts += shift
                         packet.stream = stream  # muxed in its own time base, rescaled there
                         out.mux(packet)
-                    offset = end * video.time_base
+                    offset = end * time_base
     except (av.FFmpegError, OSError, IndexError) as err:
         partial.unlink(missing_ok=True)
         raise SinkError(f"cannot join {len(parts)} parts into {final}: {err}") from err

@@ -105,6 +105,10 @@ class Source(ABC):
     it was derived from a duration, so a shortfall of a frame or two is not called a loss."""
 
     name: str
+    source_id: int  # set by each source's __init__: its place in the run's sources
+    # (height, width) of its frames when known before the first one (files, cameras opened);
+    # None when not known or when frames differ in size (an image folder).
+    size: tuple[int, int] | None = None
     live: bool = False
     paced: bool = False  # a file read at its frame rate (live, but it ends)
     fps: float = 0.0

@@ -6,8 +6,11 @@ import glob
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import cv2
+import numpy as np
+import numpy.typing as npt
 
 from visionrt.errors import SourceNotFoundError
 from visionrt.sources.base import IMAGE_SUFFIXES, Source, SourceOptions
@@ -58,7 +61,8 @@ class ImageSource(Source):
                 # a damaged one would cost what the start saves).
                 index += cv2.haveImageReader(str(path))
                 continue
-            image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+            # IMREAD_COLOR always decodes to 8-bit BGR; OpenCV's stubs say MatLike (any dtype).
+            image = cast("npt.NDArray[np.uint8] | None", cv2.imread(str(path), cv2.IMREAD_COLOR))
             if image is None:
                 self.stats.corrupt += 1
                 self.stats.events.append(f"unreadable image skipped: {path}")

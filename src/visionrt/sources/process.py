@@ -100,6 +100,7 @@ class ProcessSource(Source):
     def frames(self) -> Iterator[Frame]:
         try:
             while not self._stopped and self._worker is not None:
+                message: Message | None
                 if self._backlog:
                     message = self._backlog.popleft()
                 else:

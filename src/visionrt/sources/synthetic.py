@@ -16,6 +16,8 @@ MAX_SIDE = 16384  # 16K: larger frames are a typo, and would not fit in memory a
 
 
 class SyntheticSource(Source):
+    size: tuple[int, int]  # always known: the spec gives it
+
     def __init__(self, spec: str, source_id: int, options: SourceOptions) -> None:
         super().__init__()
         try:

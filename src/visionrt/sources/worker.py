@@ -394,5 +394,6 @@ class _Lease:
 
 
 def _address(memory: SharedMemory) -> int:
+    assert memory.buf is not None  # only closing the memory clears it; the ring just opened it
     view = np.frombuffer(memory.buf, np.uint8)  # gone on return: the export ends with it
     return int(view.ctypes.data)

@@ -68,8 +68,9 @@ class Task(Protocol):
         """Fill `buffer` from a BGR image; `last` is the geometry the buffer holds already (or
         None). Returns the geometry `decode` needs to map results back to the source."""
 
-    def infer(self, rows: list[npt.NDArray[Any]]) -> npt.NDArray[Any]:
-        """Run prepared rows as one batch; one output row per input row."""
+    def infer(self, rows: list[npt.NDArray[Any]]) -> npt.NDArray[Any] | Sequence[npt.NDArray[Any]]:
+        """Run prepared rows as one batch; one output row per input row (the rows of one array,
+        or one array each)."""
 
     def decode(self, output: npt.NDArray[Any], geometry: Any) -> Any:
         """One output row → the task's result in source pixels (Detections, DepthMap)."""

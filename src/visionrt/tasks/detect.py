@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +27,7 @@ from visionrt.tasks.base import batch_buffers, out_of_memory_as
 from visionrt.types import Detections, Letterbox, picture_hw
 
 if TYPE_CHECKING:
+    from visionrt.preprocess.device import FrameSlot
     from visionrt.tasks.device_detect import DeviceDetect
 
 # The largest detector input side. A 4K frame (3840×2160) fits whole; YOLOv8s took ~50 MB of
@@ -110,7 +111,9 @@ class DetectTask:
         hw = in_shape[1:3] if folded else in_shape[2:4]
         static = all(isinstance(d, int) and d > 0 for d in hw)
         self.input_hw: tuple[int, int] = (
-            (int(hw[0]), int(hw[1])) if static else options.input_size or self.spec.input_size
+            (int(cast(int, hw[0])), int(cast(int, hw[1])))
+            if static
+            else options.input_size or self.spec.input_size
         )
         out_shape = [d if isinstance(d, int) else -1 for d in info.outputs[0].shape]
         self.head = detect_layout(
@@ -173,15 +176,20 @@ class DetectTask:
         return self.device is not None
 
     def prepare(
-        self, image: npt.NDArray[np.uint8], buffer: npt.NDArray[Any], last: Letterbox | None
+        self,
+        image: npt.NDArray[np.uint8],
+        buffer: npt.NDArray[Any] | FrameSlot,
+        last: Letterbox | None,
     ) -> Letterbox:
         """Letterbox `image` into `buffer` (one batch row); `last` is the geometry the buffer
         holds already (its padding is then kept). Returns the geometry to map boxes back."""
         box = compute_letterbox(picture_hw(image), self.input_hw)
+        # `new_buffer` made the row: a FrameSlot exactly when the frames go to the device.
         if self.device is not None:
-            buffer.hold(image, box)
+            cast("FrameSlot", buffer).hold(image, box)
         else:
-            letterbox_into(image, buffer[0], box, self.layout, fill_padding=last != box)
+            row = cast("npt.NDArray[Any]", buffer)
+            letterbox_into(image, row[0], box, self.layout, fill_padding=last != box)
         return box
 
     def infer(self, rows: list[Any]) -> Any:

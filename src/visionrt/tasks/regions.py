@@ -49,7 +49,7 @@ class RegionDetectTask:
         path = Path(model)
         known = read_model_spec(path).input_size if path.suffix in SELF_DESCRIBING else None
         fixed = path.suffix != ".onnx" and known is not None  # an artifact made at one size
-        if fixed and known != (side, side):
+        if fixed and known is not None and known != (side, side):
             raise ConfigError(
                 f"pipeline.motion.region_model: {path.name} is made at {known[0]}x{known[1]};"
                 f" regions of {side} px need a detector at {side}x{side} (`visionrt export --to"

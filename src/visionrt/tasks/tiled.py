@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -258,7 +258,8 @@ def decode_grid(
     return merge_tiles(
         every,
         tile_id,
-        cut.any(axis=1),
+        # NumPy's stubs cannot tell a reduction over one axis of a 2-D array from a scalar.
+        cast("npt.NDArray[np.bool_]", cut.any(axis=1)),
         merge_threshold,
         postprocess.max_det,
         postprocess.agnostic,

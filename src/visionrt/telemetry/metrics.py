@@ -118,9 +118,7 @@ class MetricsServer:
         for a cluster worker's next group."""
         named = zip(pipeline.names, pipeline.sources, strict=True)
         figures = pipeline.auditor.figures if pipeline.auditor is not None else None
-        self.watch(
-            {name: (lambda s=s: s.stats) for name, s in named}, pipeline.queue_depths, figures
-        )
+        self.watch({name: _stats_reader(s) for name, s in named}, pipeline.queue_depths, figures)
 
     def start(self) -> MetricsServer:
         """Listen now (a SinkError when the port is taken or not allowed)."""
@@ -159,6 +157,11 @@ class MetricsServer:
         # Once per frame: keep the reference, read at the scrape (the dicts are not changed
         # after they are handed over; one assignment is atomic under the GIL).
         self._analytics[source] = analytics
+
+
+def _stats_reader(source: Any) -> Callable[[], Any]:
+    """Reads `source.stats` when called: the scrape sees the stats object current then."""
+    return lambda: source.stats
 
 
 class _ScrapeCollector:

@@ -141,7 +141,7 @@ class RunSummary:
         return self.frames_in == self.frames_out + sum(self.dropped.values())
 
     def to_json(self) -> dict[str, Any]:
-        data = {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
+        data = {name: getattr(self, name) for name in self.__slots__}
         data["accounted"] = self.accounted
         return data
 

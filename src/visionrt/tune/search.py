@@ -109,8 +109,8 @@ def successive_halving(
         last_round = number == len(rounds) - 1
         if last_round:
             # The baseline runs the final round whatever the limits say of it.
-            reference = [t for t in trials if t.candidate.reference and t.runs]
-            alive = _best(alive, limits, finalists) + reference
+            baseline = [t for t in trials if t.candidate.reference and t.runs]
+            alive = _best(alive, limits, finalists) + baseline
         for trial in alive:
             if clock() - started > limits.budget_s:
                 out_of_time = True
