@@ -1,5 +1,5 @@
-"""The package type-checks: `mypy` with the settings in pyproject.toml (`[tool.mypy]`: mypy's
-default level for now, `--strict` the aim), run from the repository root as `make lint` runs it."""
+"""The package type-checks: `mypy` with the settings in pyproject.toml (`[tool.mypy]`: `--strict`
+less `warn_return_any`), run from the repository root as `make lint` runs it."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from visionrt.fuse import Checkpoint
 
 # run(units, send) runs a group, calling send(unit id, frames, checkpoint) with (frame index,
 # JSONL line) batches, each unit's in frame order; returns each unit's summary by unit id.
-RunGroup = Callable[[Group, Send], dict]
+RunGroup = Callable[[Group, Send], dict[int, Any]]
 
 
 class ThreadExecutor:

@@ -351,7 +351,7 @@ def _resumes(unit: WorkUnit, again: bool) -> bool:
     return whole and unit.start_frame > 0 and source_kind(unit.spec) == "file"
 
 
-def run_group(units: Group, run: Mapping[str, Any], send: Send, threads: int = 0) -> dict:
+def run_group(units: Group, run: Mapping[str, Any], send: Send, threads: int = 0) -> dict[int, Any]:
     """`group_batches`, each batch handed to `send`; each unit's summary by unit id (a unit
     whose source could not be opened: {USER_ERROR: the error})."""
     summaries: dict[int, dict[str, Any]] = {}

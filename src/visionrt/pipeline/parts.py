@@ -9,14 +9,15 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from visionrt.backends import Backend, BackendOptions
 from visionrt.config.pipeline import DepthOptions, PipelineOptions
-from visionrt.config.sizes import SizedDetector
+from visionrt.config.sizes import Size, SizedDetector
 from visionrt.errors import ConfigError
 from visionrt.pipeline.degrade import Change, Degrader, build_ladder
 from visionrt.pipeline.gating import ladder_gates
-from visionrt.pipeline.sizes import Size, build_sized, detector_rows, detectors_note, frame_size
+from visionrt.pipeline.sizes import build_sized, detector_rows, detectors_note, frame_size
 from visionrt.pipeline.variants import degrade_variants
 from visionrt.postprocess import PostprocessOptions
 from visionrt.preprocess.regions import RegionPlanner
@@ -70,7 +71,9 @@ class Parts:
         """The lane of the detector a source of this frame size runs (0: the run's own)."""
         return self.sized_lanes.get(size, 0) if size is not None else 0
 
-    def detector_rows(self, names: Sequence[str], sources: Sequence[Source]) -> list[dict]:
+    def detector_rows(
+        self, names: Sequence[str], sources: Sequence[Source]
+    ) -> list[dict[str, Any]]:
         """Each detector with the sources it runs (`sizes.detector_rows`)."""
         first = len(self.tasks)
         routes = [0 if s[0] < first else s[0] - first + 1 for s in self.schedule]

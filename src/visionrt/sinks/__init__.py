@@ -5,17 +5,17 @@ from visionrt.sinks.base import Sink, partial_path
 from visionrt.sinks.coco import CocoSink
 from visionrt.sinks.events import (
     EventPublisher,
-    MqttTransport,
-    WebhookTransport,
     make_event,
     parse_event_targets,
 )
 from visionrt.sinks.files import SourceFiles, named_after
 from visionrt.sinks.jsonl import JsonlSink
 from visionrt.sinks.mot import MotSink
+from visionrt.sinks.mqtt import MqttTransport
 from visionrt.sinks.null import NullSink
 from visionrt.sinks.table import CsvSink
 from visionrt.sinks.video import VideoSink, annotate
+from visionrt.sinks.webhook import WebhookTransport
 
 __all__ = [
     "CocoSink",

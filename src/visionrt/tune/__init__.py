@@ -3,7 +3,8 @@ user's own video under an accuracy budget, and keep the best as a plan `run` use
 with the motion gating that pays there."""
 
 from visionrt.plans import Plan, cached_plan, fingerprint_differences, machine_fingerprint
-from visionrt.tune.candidates import Candidate, Machine, aligned_sizes, candidates
+from visionrt.preprocess.letterbox import aligned_sizes
+from visionrt.tune.candidates import Candidate, Machine, candidates
 from visionrt.tune.motion import MotionOutcome, tune_motion
 from visionrt.tune.search import Limits, Measurement, successive_halving
 from visionrt.tune.tuner import TuneOutcome, tune
