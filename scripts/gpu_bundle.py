@@ -67,6 +67,10 @@ def main() -> None:
             ["git", "archive", args.before, "src"], check=True, capture_output=True
         ).stdout
         subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
+        commit = subprocess.run(
+            ["git", "rev-parse", args.before], check=True, capture_output=True, text=True
+        ).stdout
+        (before / "COMMIT").write_text(commit)  # the check says what its baseline was
     (out / "whl").mkdir(parents=True, exist_ok=True)
     if not list((out / "whl").glob("av-*.whl")):
         subprocess.run(

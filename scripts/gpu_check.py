@@ -97,7 +97,25 @@ def machine() -> dict[str, Any]:
         "cpu": cpu,
         "load_average": list(os.getloadavg()),
         "python": sys.version.split()[0],
+        # What ran: the checkout (where it came with its .git) and the bundle's baseline.
+        "checkout": _commit(),
+        "before": _before_commit(),
     }
+
+
+def _before_commit() -> str | None:
+    """The baseline's commit, as the bundle wrote it ("unknown": a bundle from before it did)."""
+    if not BEFORE.is_dir():
+        return None
+    marker = BEFORE.parent / "COMMIT"
+    return marker.read_text().strip() if marker.exists() else "unknown"
+
+
+def _commit() -> str | None:
+    found = subprocess.run(
+        ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=ROOT
+    )
+    return found.stdout.strip() or None
 
 
 def tests(marker: str) -> dict[str, Any]:
