@@ -491,9 +491,9 @@ STEPS: dict[str, tuple[int, Any]] = {
     "live": (30, live),
     "live_frames": (30, lambda: live("frames")),
     "doctor": (20, doctor),
-    "device_flag": (30, device_flag),
     "tests_gpu": (110, lambda: tests(GPU_TESTS)),
     "tune": (90, tune),
+    "device_flag": (30, device_flag),
     "live_depth": (60, live_depth),
     "tune_depth": (150, tune_depth),  # the detector (1 min), then depth and its held maps
     # Issue #34's target as it names it: the seed scenario as typed once `tune` and
