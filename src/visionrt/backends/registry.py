@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,6 +109,22 @@ def _on_gpu(device: str) -> frozenset[tuple[str, str]]:
     return gpus.gpu_runtimes()
 
 
+def _unusable_on(device: str) -> Callable[[BackendRow], str | None]:
+    """Why a row cannot run on `device` in this install (None: it can): it does not list the
+    device, or on CUDA it cannot use the GPU here."""
+    kind = device.split(":")[0]
+    on_gpu = _on_gpu(device) if kind == "cuda" else None
+
+    def reason(row: BackendRow) -> str | None:
+        if kind not in row.devices:
+            return f"{row.name} does not run on '{kind}'"
+        if on_gpu is not None and (row.name, "cuda") not in on_gpu:
+            return f"{row.name}: {unavailable_reason(row) or GPU_UNUSABLE[row.name]}"
+        return None
+
+    return reason
+
+
 def _readers(suffix: str) -> list[str]:
     return [r.name for r in ROWS if suffix in r.suffixes and r.name != "null"]
 
@@ -116,19 +133,16 @@ def row_for_file(model: Path, device: str = "cpu") -> BackendRow:
     """The backend that reads `model` when none is named, chosen by its suffix: the first in
     FILE_ORDER that runs on `device` (on a CUDA device: that can use the GPU in this install,
     so a machine with ONNX Runtime's CPU build and a CUDA torch runs torch there)."""
-    kind = device.split(":")[0]
-    on_gpu = _on_gpu(device) if kind == "cuda" else None
+    unusable = _unusable_on(device)
     passed = []
     for name in FILE_ORDER:
         row = find_row(name)
         if model.suffix not in row.suffixes:
             continue
-        if kind not in row.devices:
-            passed.append(f"{name} does not run on '{kind}'")
-        elif on_gpu is not None and (name, "cuda") not in on_gpu:
-            passed.append(f"{name}: {unavailable_reason(row) or GPU_UNUSABLE[name]}")
-        else:
+        reason = unusable(row)
+        if reason is None:
             return row
+        passed.append(reason)
     if passed:
         raise BackendUnavailable(
             f"no runtime here runs {model.name} on device '{device}': {'; '.join(passed)}"
@@ -181,15 +195,12 @@ def choose_auto(device: str, model: Path) -> tuple[BackendRow, str]:
     """The first available backend in AUTO_ORDER for `device`, with a sentence saying why. On a
     CUDA device, available means able to use the GPU in this install: ONNX Runtime's CPU build
     is passed over for torch (an H200 machine has exactly those two)."""
-    kind = device.split(":")[0]
-    order = AUTO_ORDER.get(kind, ("onnxruntime",))
-    on_gpu = _on_gpu(device) if kind == "cuda" else None
+    order = AUTO_ORDER.get(device.split(":")[0], ("onnxruntime",))
+    unusable = _unusable_on(device)
     skipped: list[str] = []
     for name in order:
         row = find_row(name)
-        reason = unavailable_reason(row)
-        if reason is None and on_gpu is not None and (name, "cuda") not in on_gpu:
-            reason = f"{name}: {GPU_UNUSABLE[name]}"
+        reason = unavailable_reason(row) or unusable(row)
         if reason is None and model.suffix in row.suffixes:
             why = f"first available for device '{device}' in the order {' > '.join(order)}"
             if skipped:
