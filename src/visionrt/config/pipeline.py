@@ -92,6 +92,10 @@ class PipelineOptions:
     # idle moments instead of preempting its workers (which stalls all of them at the next
     # barrier). 0 leaves them at the process's priority.
     helper_nice: int = 10
+    # Threads that read a run's files (pipeline/readers): 0 is one per usable core, never more
+    # than the files; each takes the next file in turn for a few frames. A live source has
+    # its own thread whatever this says.
+    reader_threads: int = 0
     # How long an inference worker waits for more frames to fill a batch once it has one; 0
     # sends a batch with what is there (live mode should never wait for a stalled camera).
     batch_wait_ms: float = 0.0
@@ -114,6 +118,11 @@ class PipelineOptions:
         if not 0 <= self.batch_wait_ms <= 1000:
             raise ConfigError(
                 f"pipeline.batch_wait_ms: expected 0 to 1000, got {self.batch_wait_ms}"
+            )
+        if self.reader_threads < 0:
+            raise ConfigError(
+                f"pipeline.reader_threads: expected 0 (one per core) or more, got"
+                f" {self.reader_threads}"
             )
         if self.opencv_threads < 0:
             raise ConfigError(f"pipeline.opencv_threads: expected >= 0, got {self.opencv_threads}")

@@ -138,6 +138,7 @@ class Graph:
             self._guard,
             service,
             i420=self.lanes[0].i420,
+            shared=options.reader_threads,
         )
         # The source side's lists, which grow as a service's sources are added.
         self.sources, self.labels = self.source_side.sources, self.source_side.labels
@@ -208,7 +209,8 @@ class Graph:
     def _guard(self, stage: Callable[..., None], *args: Any) -> None:
         """Run a stage; an exception aborts the run and reaches the caller as one line."""
         try:
-            if self.options.helper_nice and stage in (self.source_side.read, self._preprocess):
+            helpers = (self.source_side.read, self.source_side.read_shared, self._preprocess)
+            if self.options.helper_nice and stage in helpers:
                 lower_priority(self.options.helper_nice)
             stage(*args)
         except BaseException as err:

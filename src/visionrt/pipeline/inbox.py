@@ -114,6 +114,11 @@ class Inboxes(Generic[T]):
             self._wake_all()
             return items
 
+    def full(self, source: int) -> bool:
+        """The source's inbox is full: its next file-mode put waits."""
+        box = self._boxes.get(source)
+        return box is not None and len(box) >= self.capacity
+
     def depth(self) -> int:
         """Items waiting now, over all sources."""
         return sum(len(box) for box in list(self._boxes.values()))

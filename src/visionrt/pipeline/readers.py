@@ -1,33 +1,45 @@
-"""The graph's source side: a reader thread per source that decodes its frames into the decoded
-inbox, counts them in, and reports its reconnects; a service's sources are added and retired
-while it runs."""
+"""The graph's source side: readers that decode the sources' frames into the decoded inbox, count
+them in, and report their reconnects — a thread per live source, and files shared by a few
+threads; a service's sources are added and retired while it runs."""
 
 from __future__ import annotations
 
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from visionrt.errors import VisionRTError
 from visionrt.pipeline.flow import Flow, Item
 from visionrt.pipeline.inbox import Inboxes
 from visionrt.sources import Source
+from visionrt.sources.registry import usable_cores
 from visionrt.telemetry import Telemetry
 
 FRESHER = "queue full, newer frame kept"
 # A source's counts that are also telemetry events (summary `events`, visionrt_events_total).
 SOURCE_EVENTS = (("reconnects", "source: reconnect"), ("restarts", "source: worker restart"))
 SOURCE_FAILED = "source: failed"  # a service's source that raised: it ended, the others run on
+# Frames a shared reader decodes from one file before it turns to the next (fewer once the
+# file's inbox is full): a decoder's state stays in cache over a burst. PyAV alone, 32 files on
+# 2 threads: bursts of 8 decoded 18 % faster than one frame a file in turn (docs/benchmarks.md).
+BURST = 8
 
 
 class Readers:
-    """`sources[i]` is read by thread `threads[i]` into `decoded` under the name `labels[i]`
-    (`named[i]`: the user's name, which replaces its path in its frames). `guard` runs a thread's
-    work and reports what it raises; `i420` asks each source for YUV frames (Source.want_i420).
-    The last reader to end closes `decoded`; a service's readers (`service`) hold it open until
-    `release()`."""
+    """`sources[i]` is read into `decoded` under the name `labels[i]` (`named[i]`: the user's
+    name, which replaces its path in its frames). `guard` runs a thread's work and reports what
+    it raises; `i420` asks each source for YUV frames (Source.want_i420). The last source to
+    end closes `decoded`; a service's (`service`) hold it open until `release()`.
+
+    A live source (a camera, a stream, a paced file) has a thread of its own: it is read as its
+    frames come. A run's files, read as fast as they decode, are shared by `shared` threads (0:
+    one per usable core; never more than the files), each taking the next file in turn for a
+    burst of frames: 32 files on 2 cores in 32 threads spent as much CPU handing the GIL around
+    as decoding, and ran at 0.6 of one file's frame rate; on 2 threads they ran at about one
+    file's rate (docs/benchmarks.md). A service's sources come and go: each has its own."""
 
     def __init__(
         self,
@@ -40,6 +52,7 @@ class Readers:
         guard: Callable[..., None],
         service: bool = False,
         i420: bool = False,
+        shared: int = 0,
     ) -> None:
         # Own lists: a service appends to them (`add`) while the stages index them.
         self.sources, self.labels, self.named = list(sources), list(labels), list(named)
@@ -50,19 +63,36 @@ class Readers:
         # (`service` itself turns False when the service is stopped.)
         self.serving = service
         self.failures: dict[int, str] = {}
+        self.shared = shared
         self.threads: list[threading.Thread] = []
         self.started = threading.Event()  # every reader `start` made is running (or ran)
-        self._left = 0
+        self._left = 0  # sources not ended (and a service's hold)
         self._lock = threading.Lock()
+        self._turns: deque[int] = deque()  # the shared files waiting for a reader, in turn
+        self._readings: dict[int, Iterator[bool]] = {}  # each shared file's `_reading`
 
     def start(self) -> None:
         with self._lock:
-            self.threads = [self._thread(i, s) for i, s in enumerate(self.sources)]
+            files = [] if self.service else [i for i, live in enumerate(self.live) if not live]
+            readers = min(len(files), self.shared or usable_cores())
+            if readers == len(files):  # a thread for each file anyway: its own
+                files = []
+            own = sorted(set(range(len(self.sources))) - set(files))
+            self.threads = [self._thread(i, self.sources[i]) for i in own]
+            if files:
+                self._turns.extend(files)
+                self._readings = {i: self._reading(i, self.sources[i]) for i in files}
+                self.threads += [
+                    threading.Thread(
+                        target=self._guard, args=(self.read_shared,), name=f"files-{k}", daemon=True
+                    )
+                    for k in range(readers)
+                ]
             # Those of the sources there now: a source a service adds from here on (`add`, on
             # another thread) starts its own reader, and must not be started here again.
             starting = list(self.threads)
             # A service holds the inbox open for sources still to come, until it is released.
-            self._left = len(self.threads) + (1 if self.service else 0)
+            self._left = len(self.sources) + (1 if self.service else 0)
             if self._left == 0:
                 self.decoded.close()
         for thread in starting:
@@ -111,6 +141,33 @@ class Readers:
         )
 
     def read(self, source_id: int, source: Source) -> None:
+        """A source's own reader: all of its frames."""
+        for _ in self._reading(source_id, source):
+            pass
+
+    def read_shared(self) -> None:
+        """A shared reader: the next file in turn, for up to BURST frames or until its inbox is
+        full, then back in line; it ends when no file waits (each file is read by one thread
+        at a time: its decoder is not shared)."""
+        while True:
+            with self._lock:
+                if not self._turns:
+                    return
+                source_id = self._turns.popleft()
+            reading, ended = self._readings[source_id], False
+            for _ in range(BURST):
+                if not next(reading, False):
+                    ended = True
+                    break
+                if self.decoded.full(source_id):
+                    break
+            if not ended:
+                with self._lock:
+                    self._turns.append(source_id)
+
+    def _reading(self, source_id: int, source: Source) -> Iterator[bool]:
+        """Read `source` into the decoded inbox, a frame per step (True each); its end (or a
+        failure, which a run raises) calls `_done`."""
         label = self.labels[source_id]
         seen = {key: 0 for key, _ in SOURCE_EVENTS}
         try:
@@ -134,6 +191,7 @@ class Readers:
                 self._count_events(source, label, seen)
                 if not self.decoded.put(source_id, item, source.live, self._evicted):
                     break
+                yield True
         except (VisionRTError, OSError) as err:
             if not self.serving:
                 raise
@@ -150,7 +208,7 @@ class Readers:
                 self._done()
 
     def _done(self) -> None:
-        """A reader (or a service's hold) ended; the last one closes the decoded inbox."""
+        """A source (or a service's hold) ended; the last one closes the decoded inbox."""
         self._left -= 1
         if self._left == 0:
             self.decoded.close()
