@@ -104,6 +104,22 @@ def seed_cpu() -> list[str]:
     ]
 
 
+def host_streams() -> list[str]:
+    name = "host_paths_shared.json"
+    data = _load(name)
+    fps = {key: statistics.median(values) for key, values in data["fps"].items()}
+    one, many, before = fps["framesx1"], fps["framesx32"], fps["before/framesx32"]
+    return [
+        "the host's share of many streams in one process: 1 and 32 files on the frames path"
+        " (null backend: everything but the model)",
+        _cpu(data["cpu"]),
+        f"1 file {one:,.0f} FPS, 32 files {many:,.0f} ({many / one:.2f} of one;"
+        f" {before:,.0f} with a reader thread per file)",
+        "2026-11-28",
+        f"`scripts/bench_host_paths.py` → {name}",
+    ]
+
+
 def gpu_streams() -> list[str]:
     name = "gpu_check_h200_i420_processes.json"
     data = _load(name)
@@ -142,6 +158,7 @@ ROWS: list[Callable[[], list[str]]] = [
     plan_vs_peer_no_bf16,
     cpu_efficiency,
     seed_cpu,
+    host_streams,
     gpu_streams,
     seed_gpu,
 ]
