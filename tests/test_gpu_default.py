@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from visionrt.cli.run_config import configure_run
+from visionrt.paths import DEMO_VIDEO
 from visionrt.plans import gpu as gpu_default
 
 
@@ -240,3 +241,72 @@ def test_an_openvino_device_given_without_a_backend_takes_openvino(tiny_model: P
     from visionrt.backends.registry import row_for_file
 
     assert row_for_file(tiny_model, "gpu").name == "openvino"  # ONNX Runtime does not run there
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:1"])
+def test_a_cuda_device_alone_runs_the_gpu_reference(
+    fake_gpu: None, tiny_model: Path, tiny_depth: Path, device: str
+) -> None:
+    """`--device cuda` with no plan runs what no flag runs there (torch fp32, its calls replayed
+    as CUDA graphs), on the device named; it ran torch eager, slower than no flag at all."""
+    values = {
+        "model": str(tiny_model),
+        "inference": {"device": device},
+        "depth": {"model": str(tiny_depth), "inference": {"device": device}},
+    }
+    config, note = configure_run(None, False, None, None, values)
+    assert (config.backend, config.inference.device) == ("torch", device), note
+    assert config.inference.precision == "fp32"
+    assert config.inference.settings["cuda_graphs"] == "true"
+    assert (config.depth.backend, config.depth.inference.device) == ("torch", device)
+    assert config.depth.inference.settings["cuda_graphs"] == "true"
+    assert "running the FP32 reference on the GPU (Fake H100, torch fp32)" in note
+
+
+def _cuda_plan(model: Path, artifact: Path, root: Path, depth: bool = False) -> None:
+    from visionrt.plans import Plan
+    from visionrt.plans.store import file_sha256, machine_fingerprint, plan_path
+
+    tuned: dict[str, object] = {
+        "at": "2026-11-28T10:00:00+00:00",
+        # Proven on the demo video: a run of it needs no first-frames check (test_geometry).
+        "video": str(DEMO_VIDEO),
+        "input_hw": [512, 640],
+        "measured": {"fps": 900.0, "fidelity": 0.99},
+        "source_model": str(model),
+        "source_sha256": file_sha256(model),
+        "fingerprint": machine_fingerprint(),
+    }
+    if depth:
+        tuned.update(task="depth", short_side=266)
+    inference = {"device": "cuda", "precision": "fp16", "settings": {"cuda_graphs": "true"}}
+    plan = Plan(
+        run={"model": str(artifact), "backend": "torch", "inference": inference}, tuned=tuned
+    )
+    plan.save(plan_path(model, machine_fingerprint(), root))
+
+
+def test_a_device_of_the_plans_kind_runs_the_plan_there(
+    fake_gpu: None, tiny_model: Path, tiny_depth: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "plans"
+    _cuda_plan(tiny_model, tiny_model, root)
+    _cuda_plan(tiny_depth, tiny_depth, root, depth=True)
+    values = {
+        "model": str(tiny_model),
+        "inference": {"device": "cuda:1"},
+        "depth": {"model": str(tiny_depth), "inference": {"device": "cuda:1"}},
+    }
+    config, note = configure_run(None, False, None, None, values)
+    assert (config.inference.device, config.inference.precision) == ("cuda:1", "fp16"), note
+    assert (config.depth.inference.device, config.depth.inference.precision) == ("cuda:1", "fp16")
+    assert config.depth.short_side == 266  # the depth plan's size
+    assert "not used" not in note
+    # The CPU named: the plans are set aside, and the line says whose device it was.
+    values["inference"] = {"device": "cpu"}
+    values["depth"] = {"model": str(tiny_depth), "inference": {"device": "cpu"}}
+    config, note = configure_run(None, False, None, None, values)
+    assert (config.inference.device, config.inference.precision) == ("cpu", "fp32"), note
+    assert config.depth.inference.device == "cpu"
+    assert "not used: --device cpu (the plan runs on cuda) chose the configuration" in note
+    assert "not used: depth.device cpu (the plan runs on cuda) given" in note

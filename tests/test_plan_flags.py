@@ -47,6 +47,7 @@ def _plan(model: Path, artifact: Path, batch: object = "any") -> Plan:
             "model": str(artifact),
             "backend": "openvino",
             "inference": {
+                "device": "cpu",
                 "precision": "int8",
                 "fold_preprocess": True,
                 "settings": {"hint": "throughput"},
@@ -100,10 +101,12 @@ MATRIX = [
     ({"conf": 0.4, "iou": 0.5, "threads": 1, "max_frames": 5, "mode": "live"}, "used"),
     ({"metrics_port": 9464, "telemetry": "t.jsonl", "no_video": True, "no_jsonl": True}, "used"),
     ({"coco": True, "csv": True}, "used"),
+    ({"device": "cpu"}, "used"),  # the plan's own device: the plan runs there
     ({"imgsz": "512x640"}, "not used"),
     ({"precision": "fp32"}, "not used"),
     ({"backend": "onnxruntime"}, "not used"),
     ({"device": "cpu", "precision": "bf16"}, "not used"),
+    ({"device": "gpu"}, "not used"),  # OpenVINO's GPU: not the device the plan was tuned on
 ]
 
 
@@ -144,6 +147,8 @@ def test_every_flag_composes_with_the_plan(
         assert config.model == str(planned[which]), note
         assert "not used:" in note, note
         assert "chose the configuration" in note, note
+        if flags == {"device": "gpu"}:
+            assert "--device gpu (the plan runs on cpu) chose" in note, note
 
 
 # (the run's flags, the Python API's backend and BackendOptions for the same choice)

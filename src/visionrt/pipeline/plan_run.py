@@ -63,6 +63,7 @@ def plan_run(
     request = PlanRequest(
         model=Path(own.model) if own.model else None,
         chosen=_chosen(given),
+        device=str((given.get("inference") or {}).get("device") or ""),
         batch=own.inference.batch,
         tile=bool(own.pipeline.tiling.tile),
         live=_live(own) if live is None else live,
@@ -202,20 +203,28 @@ def _with_depth_plan(
     cfg: RunConfig, given: Mapping[str, Any], fingerprint: dict[str, Any] | None = None
 ) -> tuple[RunConfig, str]:
     """The depth model's plan (`tune --depth`) in place of FP32, unless the user chose its
-    backend or inference settings (`plans.use_depth_plan`); its `every` unless the user
-    gave `depth.every`."""
+    backend or inference settings other than a device of the plan's kind
+    (`plans.use_depth_plan`); its `every` unless the user gave `depth.every`."""
     if not cfg.depth.model:
         return cfg, ""
+    device = (given.get("inference") or {}).get("device")
     use = use_depth_plan(
-        Path(cfg.depth.model), _chosen(given), cfg.depth.short_side, fingerprint=fingerprint
+        Path(cfg.depth.model),
+        _chosen(given),
+        cfg.depth.short_side,
+        fingerprint=fingerprint,
+        device=str(device or ""),
     )
     if use.sections is None:
         return cfg, use.note
+    inference = layered(cfg.depth.inference, use.sections.get("inference") or {})
+    if device:  # the user's device (`cuda:1`) runs a plan of its kind
+        inference = replace(inference, device=cfg.depth.inference.device)
     depth = replace(
         cfg.depth,
         model=str(use.sections["model"]),
         backend=str(use.sections["backend"]),
-        inference=layered(cfg.depth.inference, use.sections.get("inference") or {}),
+        inference=inference,
         short_side=int(use.sections["short_side"]),
         every=cfg.depth.every if "every" in given else int(use.sections.get("every", 1)),
     )

@@ -18,7 +18,9 @@ from visionrt.plans.store import LIVE_KEY, RUN_KEYS, Plan, cached_plan, fingerpr
 from visionrt.preprocess.depth import DEFAULT_SHORT_SIDE
 
 # Inference settings that choose a configuration: given any of them, the user's choice wins over
-# a cached plan. `threads` and `batch` do not: they compose with whatever the plan runs.
+# a cached plan. `threads` and `batch` do not: they compose with whatever the plan runs, and
+# neither does a `device` of the kind the plan runs on (`--device cpu` with a CPU plan,
+# `--device cuda:1` with a CUDA plan): the user's device then runs the plan.
 CHOICES = ("device", "precision", "input_size", "fold_preprocess", "settings")
 REFERENCE = "the FP32 reference"
 
@@ -31,6 +33,7 @@ class PlanRequest:
 
     model: Path | None = None
     chosen: tuple[str, ...] = ()
+    device: str = ""  # the device the user named ("": none)
     batch: int = 1  # frames per inference call
     tile: bool = False  # tiles run as a batch of rows per frame
     live: bool = False  # cameras, streams or --realtime: the plan's `live` settings apply
@@ -88,9 +91,10 @@ def use_plan(
         if found is not None and found[0].tuned.get("task") == "depth":
             found = None  # a depth model's plan: not a detector's
         if found is None:
-            if request.chosen:
+            gpu = _gpu(model, fingerprint, request.chosen, request.device)
+            cpu = _device_only(request.chosen, request.device, "cpu")
+            if request.chosen and gpu.sections is None and not cpu:
                 return PlanUse(None, "")
-            gpu = _gpu(model, fingerprint)
             where = f" {gpu.where}" if gpu.where else ""
             return PlanUse(
                 gpu.sections,
@@ -100,11 +104,12 @@ def use_plan(
             )
         plan, path = found
         where, warnings = f"plan {path.name}", ""
-        if request.chosen:
+        if request.chosen and not _plan_device(request.chosen, request.device, plan):
             return PlanUse(
                 None,
-                f"{where} not used: {_flags(request.chosen)} chose the configuration"
-                " (--plan FILE applies a plan under your settings)",
+                f"{where} not used:"
+                f" {_other_device('--device', request, plan) or _flags(request.chosen)} chose the"
+                " configuration (--plan FILE applies a plan under your settings)",
                 plan,
             )
     why = _why_not(plan, request)
@@ -133,6 +138,34 @@ def _demo_model() -> Path | None:
         return demo_model_path()
     except ModelLoadError:
         return None
+
+
+def _device_kind(device: str) -> str:
+    """`cuda:1` → `cuda`; OpenVINO's `GPU.0` → `gpu`."""
+    return device.split(":")[0].split(".")[0].strip().lower()
+
+
+def _planned_device(plan: Plan) -> str:
+    return str((plan.run.get("inference") or {}).get("device") or "")
+
+
+def _device_only(chosen: tuple[str, ...], device: str, kind: str) -> bool:
+    """The user chose a device alone, and of this kind."""
+    return chosen == ("device",) and _device_kind(device) == kind
+
+
+def _plan_device(chosen: tuple[str, ...], device: str, plan: Plan) -> bool:
+    """The user chose only a device, of the kind the plan runs on: the plan serves it."""
+    planned = _planned_device(plan)
+    return bool(planned) and _device_only(chosen, device, _device_kind(planned))
+
+
+def _other_device(flag: str, request: PlanRequest, plan: Plan) -> str:
+    """ "FLAG X (the plan runs on Y)" where a device alone set the plan aside ("" otherwise)."""
+    planned = _planned_device(plan)
+    if request.chosen != ("device",) or not planned:
+        return ""
+    return f"{flag} {request.device} (the plan runs on {planned})"
 
 
 def _flags(chosen: tuple[str, ...]) -> str:
@@ -201,19 +234,21 @@ def use_depth_plan(
     short_side: int | None,
     root: Path | None = None,
     fingerprint: dict[str, Any] | None = None,
+    device: str = "",
 ) -> PlanUse:
     """The depth model's cached plan (`tune --depth`) on this machine (or the one `fingerprint`
-    describes), unless the user chose its backend or precision, or asks a size its fixed-size
-    artifact cannot run. `short_side` None: the user gave no size, and the plan's (its
-    sections' `short_side`) runs; with no plan, DEFAULT_SHORT_SIDE."""
+    describes), unless the user chose its backend or precision (a `device` of the plan's kind
+    alone is no other choice, as for the detector), or asks a size its fixed-size artifact
+    cannot run. `short_side` None: the user gave no size, and the plan's (its sections'
+    `short_side`) runs; with no plan, DEFAULT_SHORT_SIDE."""
     if model.suffix != ".onnx" or not model.is_file():
         return PlanUse(None, "")
     found = cached_plan(model, root, fingerprint)
     if found is None or found[0].tuned.get("task") != "depth":
-        if chosen:
+        gpu = _gpu(model, fingerprint, chosen, device)
+        if chosen and gpu.sections is None and not _device_only(chosen, device, "cpu"):
             return PlanUse(None, "")
         side = short_side or DEFAULT_SHORT_SIDE
-        gpu = _gpu(model, fingerprint)
         where = (
             gpu.where
             if gpu.sections is not None
@@ -227,8 +262,10 @@ def use_depth_plan(
         )
     plan, path = found
     where = f"depth plan {path.name}"
-    if chosen:
-        return PlanUse(None, f"{where} not used: depth.{', depth.'.join(chosen)} given", plan)
+    if chosen and not _plan_device(chosen, device, plan):
+        request = PlanRequest(chosen=chosen, device=device)
+        given = _other_device("depth.device", request, plan) or f"depth.{', depth.'.join(chosen)}"
+        return PlanUse(None, f"{where} not used: {given} given", plan)
     fixed = (plan.tuned.get("artifact") or {}).get("fixed_hw")
     tuned_side = int(plan.tuned.get("short_side") or DEFAULT_SHORT_SIDE)
     if fixed and short_side is not None and tuned_side != short_side:
@@ -246,7 +283,14 @@ def use_depth_plan(
     return PlanUse(sections, f"{where}: {plan.summary_line()}{tuned_at}", plan)
 
 
-def _gpu(model: Path, fingerprint: dict[str, Any] | None) -> GpuReference:
-    """The FP32 reference on this machine's GPU, where there is one; a cluster node's GPU
-    (`fingerprint`: not this machine) is its own worker's to find."""
-    return gpu_reference(model) if fingerprint is None else GpuReference(None, "")
+def _gpu(
+    model: Path, fingerprint: dict[str, Any] | None, chosen: tuple[str, ...], device: str
+) -> GpuReference:
+    """The FP32 reference on this machine's GPU, where there is one and the user chose no
+    configuration but, at most, a CUDA device; a cluster node's GPU (`fingerprint`: not this
+    machine) is its own worker's to find."""
+    # A CUDA device alone runs it too, as no flag does: torch eager in fp32, the registry's
+    # pick for `--device cuda`, was slower than both.
+    if fingerprint is not None or (chosen and not _device_only(chosen, device, "cuda")):
+        return GpuReference(None, "")
+    return gpu_reference(model)
