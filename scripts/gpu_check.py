@@ -280,6 +280,18 @@ def processes(workers: list[int], count: int = 64) -> dict[str, Any]:
     return result
 
 
+def readers(counts: tuple[int, ...] = (1, 2, 4, 8, 16), streams_n: int = 32) -> dict[str, Any]:
+    """`streams_n` files on `pipeline.reader_threads` N, torch fp16 with graphs (the frames
+    path): on 2 cores the frames path ran fastest on one reader, the host float32 path on two
+    (2026-11-28); which count a 16-core GPU host wants is what this measures."""
+    result = {}
+    for count in counts:
+        extra = [*TORCH, "--batch", str(streams_n), "--set", f"pipeline.reader_threads={count}"]
+        result[f"{count}"] = run_streams(streams_n, 100, extra, f"readers{count}")
+        print("readers", count, json.dumps(result[f"{count}"]), flush=True)
+    return result
+
+
 def live(form: str = "auto") -> dict[str, Any]:
     extra = ["--set", f"inference.settings.input={form}"]
     return run_streams(1, 100, [*TORCH, "--realtime", *extra], f"live-{form}")
@@ -494,6 +506,7 @@ GPU_TESTS = (
 STEPS: dict[str, tuple[int, Any]] = {
     "machine": (30, machine),
     "torch_streams": (140, lambda: streams("torch", [1, 8, 32, 64])),
+    "readers": (80, readers),
     "ceiling": (40, lambda: ceiling([1, 8, 32, 64])),
     "processes": (150, lambda: processes([4, 8])),
     "depth": (170, depth),  # waits for the depth model's build (started first)
@@ -588,6 +601,8 @@ def table(results: dict[str, Any]) -> str:
                     lines += [run_line(kind, n, r) for n, r in runs.items()]
                 else:
                     lines.append(run_line("null", kind, runs))
+        elif name == "readers" and isinstance(value, dict) and "error" not in value:
+            lines += [run_line("32 streams, reader threads", n, r) for n, r in value.items()]
         elif name.endswith("_streams") and isinstance(value, dict) and "error" not in value:
             lines += [run_line(name, n, r) for n, r in value.items()]
         elif name == "processes" and isinstance(value, dict) and "error" not in value:
