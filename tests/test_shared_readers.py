@@ -53,7 +53,7 @@ class Counted(Source):
 
 
 def _readers(
-    sources: list[Source], shared: int, service: bool = False
+    sources: list[Source], shared: int, service: bool = False, i420: bool = False
 ) -> tuple[Readers, Inboxes[Item], list[BaseException]]:
     flow = Flow()
     errors: list[BaseException] = []
@@ -69,7 +69,7 @@ def _readers(
     names = [s.name for s in sources]
     readers = Readers(
         sources, names, [False] * len(sources), decoded, Telemetry(), flow, guard, service,
-        shared=shared,
+        i420=i420, shared=shared,
     )  # fmt: skip
     return readers, decoded, errors
 
@@ -104,6 +104,18 @@ def test_a_thread_each_where_there_are_as_many_as_files(monkeypatch: pytest.Monk
     readers.start()
     assert _consume(decoded) == {i: list(range(5)) for i in range(3)}
     assert [t.name for t in readers.threads] == ["source-0", "source-1", "source-2"]
+
+
+def test_frames_for_a_device_get_half_the_readers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the device prepares the frames, the host's work mostly holds the GIL: one reader
+    per core contended (docs/benchmarks.md), so the default is half of them."""
+    monkeypatch.setattr(readers_module, "usable_cores", lambda: 4)
+    for i420, expected in ((False, 4), (True, 2)):
+        files: list[Source] = [Counted(i, 5) for i in range(6)]
+        readers, decoded, _ = _readers(files, shared=0, i420=i420)
+        readers.start()
+        assert _consume(decoded) == {i: list(range(5)) for i in range(6)}
+        assert [t.name for t in readers.threads] == [f"files-{k}" for k in range(expected)]
 
 
 def test_live_sources_and_a_services_keep_their_own_threads(

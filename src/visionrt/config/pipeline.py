@@ -92,9 +92,10 @@ class PipelineOptions:
     # idle moments instead of preempting its workers (which stalls all of them at the next
     # barrier). 0 leaves them at the process's priority.
     helper_nice: int = 10
-    # Threads that read a run's files (pipeline/readers): 0 is one per usable core, never more
-    # than the files; each takes the next file in turn for a few frames. A live source has
-    # its own thread whatever this says.
+    # Threads that read a run's files (pipeline/readers), never more than the files; each
+    # takes the next file in turn for a few frames. 0: one per usable core, half of them when
+    # the detector's device prepares the frames. A live source has its own thread whatever
+    # this says.
     reader_threads: int = 0
     # How long an inference worker waits for more frames to fill a batch once it has one; 0
     # sends a batch with what is there (live mode should never wait for a stalled camera).

@@ -35,11 +35,14 @@ class Readers:
     end closes `decoded`; a service's (`service`) hold it open until `release()`.
 
     A live source (a camera, a stream, a paced file) has a thread of its own: it is read as its
-    frames come. A run's files, read as fast as they decode, are shared by `shared` threads (0:
-    one per usable core; never more than the files), each taking the next file in turn for a
-    burst of frames: 32 files on 2 cores in 32 threads spent as much CPU handing the GIL around
-    as decoding, and ran at 0.6 of one file's frame rate; on 2 threads they ran at about one
-    file's rate (docs/benchmarks.md). A service's sources come and go: each has its own."""
+    frames come. A run's files, read as fast as they decode, are shared by `shared` threads
+    (never more than the files), each taking the next file in turn for a burst of frames: 32
+    files on 2 cores in 32 threads took twice one file's CPU a frame (the GIL handed around)
+    and ran at 0.62 of its frame rate (docs/benchmarks.md). `shared` 0 is one per usable core
+    where the host letterboxes (its work runs without the GIL, and 2 readers beat 1 by half
+    at 32 files on 2 cores), half of them where the frames go to a device whole (`i420`: the
+    host's work then mostly holds the GIL, and one reader ran 32 files on 2 cores at one
+    file's rate, two at 0.88 of it). A service's sources come and go: each has its own."""
 
     def __init__(
         self,
@@ -74,7 +77,7 @@ class Readers:
     def start(self) -> None:
         with self._lock:
             files = [] if self.service else [i for i, live in enumerate(self.live) if not live]
-            readers = min(len(files), self.shared or usable_cores())
+            readers = min(len(files), self.shared or self._default_readers())
             if readers == len(files):  # a thread for each file anyway: its own
                 files = []
             own = sorted(set(range(len(self.sources))) - set(files))
@@ -98,6 +101,10 @@ class Readers:
         for thread in starting:
             thread.start()
         self.started.set()
+
+    def _default_readers(self) -> int:
+        cores = usable_cores()
+        return max(1, cores // 2) if self.i420 else cores
 
     def accepting(self) -> bool:
         """A source can still be added (a service that runs and was not stopped)."""
