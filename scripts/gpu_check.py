@@ -292,9 +292,11 @@ def readers(counts: tuple[int, ...] = (1, 2, 4, 8, 16), streams_n: int = 32) -> 
     return result
 
 
-def live(form: str = "auto") -> dict[str, Any]:
-    extra = ["--set", f"inference.settings.input={form}"]
-    return run_streams(1, 100, [*TORCH, "--realtime", *extra], f"live-{form}")
+def live(form: str = "auto", more: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
+    """One paced stream, glass to result; `more`: further flags (live_fold: the host path with
+    the letterbox in uint8, converted and scaled on the GPU)."""
+    extra = ["--set", f"inference.settings.input={form}", *more]
+    return run_streams(1, 100, [*TORCH, "--realtime", *extra], f"live-{form}{len(more)}")
 
 
 DEPTH_FP16 = ["--set", "depth.backend=torch", "--set", "depth.inference.device=cuda",
@@ -516,6 +518,7 @@ STEPS: dict[str, tuple[int, Any]] = {
     "frames_streams": (30, lambda: streams("frames", [1])),  # batch 1 on the device path
     "live": (30, live),
     "live_frames": (30, lambda: live("frames")),
+    "live_fold": (30, lambda: live("arrays", ["--set", "inference.fold_preprocess=true"])),
     "doctor": (20, doctor),
     "tests_gpu": (110, lambda: tests(GPU_TESTS)),
     "tune": (90, tune),

@@ -599,6 +599,49 @@ def test_bf16_detections_match_fp32_by_iou(
     assert share >= 0.9
 
 
+@pytest.mark.slow
+def test_folded_input_gives_the_host_letterboxs_values(
+    demo_model: Path, demo_video: Path, frames: list
+) -> None:
+    """`fold_preprocess`: the host letterboxes into uint8 BGR NHWC and the backend converts,
+    reorders and scales on its device — the model's input equals the host float32 letterbox's
+    within one float32 ulp (the padding), and so do its outputs, at any batch."""
+    import cv2
+
+    from visionrt.preprocess import compute_letterbox
+    from visionrt.preprocess.letterbox import InputLayout, letterbox_into
+
+    backend = load_backend("torch", demo_model, BackendOptions(threads=2, fold_preprocess=True))
+    assert backend.info.inputs[0].shape == (1, 640, 640, 3)
+    assert backend.info.inputs[0].dtype == "uint8"
+    assert backend.info.details["fold_preprocess"] is True
+    plain = load_backend("torch", demo_model, BackendOptions(threads=2))
+    capture = cv2.VideoCapture(str(demo_video))
+    folded, unfolded = [], []
+    for _ in range(3):
+        image = capture.read()[1]
+        box = compute_letterbox(image.shape[:2], (640, 640))
+        u8 = np.empty((1, 640, 640, 3), np.uint8)
+        letterbox_into(image, u8[0], box, InputLayout.NHWC_U8_BGR)
+        f32 = np.empty((1, 3, 640, 640), np.float32)
+        letterbox_into(image, f32[0], box, InputLayout.NCHW_FLOAT)
+        folded.append(u8)
+        unfolded.append(f32)
+        as_input = backend._unfold(torch.from_numpy(u8)).contiguous().numpy()  # type: ignore[attr-defined]
+        np.testing.assert_array_max_ulp(as_input, f32, maxulp=1)
+    (got,) = backend.infer({"images": np.concatenate(folded)})
+    (expected,) = plain.infer({"images": np.concatenate(unfolded)})
+    np.testing.assert_allclose(got[:, :4], expected[:, :4], atol=BOX_ATOL, rtol=0)
+    np.testing.assert_allclose(got[:, 4:], expected[:, 4:], atol=SCORE_ATOL, rtol=0)
+
+
+def test_folding_a_model_not_of_three_channels_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "grey.onnx"
+    onnx.save(_model([_node("Relu", ["x"])], [], shape=(1, 1, 8, 8)), str(path))
+    with pytest.raises(ConfigError, match=r"fold_preprocess: grey\.onnx takes"):
+        load_backend("torch", path, BackendOptions(fold_preprocess=True))
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_layer_norm_in_reduced_precision_accumulates_in_fp32(dtype: str) -> None:
     """Tokens whose squared deviations overflow fp16 when summed (values ~300, 384 wide): the
@@ -659,6 +702,24 @@ def test_cuda_fp16_detections_match_fp32_by_iou(
     total, share = _matched_share(gpu_reference, candidate, demo_video)
     assert total >= 10
     assert share >= 0.9
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@needs_cuda
+@pytest.mark.parametrize("settings", [{}, {"cuda_graphs": "true"}])
+def test_cuda_folded_input_matches_the_host_float_input(
+    demo_model: Path, frames: list, gpu_reference: list, settings: dict[str, str]
+) -> None:
+    """The host letterbox in uint8, converted and scaled on the GPU (in the graph where graphs
+    are on), against the host's float32 input: the same outputs."""
+    options = BackendOptions(device="cuda", fold_preprocess=True, settings=settings)
+    backend = load_backend("torch", demo_model, options)
+    for x, expected in zip(frames, gpu_reference, strict=True):
+        rgb = np.rint(x[0] * 255).astype(np.uint8)  # the host's input, back to its uint8 pixels
+        (got,) = backend.infer({"images": rgb.transpose(1, 2, 0)[None, :, :, ::-1]})
+        np.testing.assert_allclose(got[:, :4], expected[:, :4], atol=BOX_ATOL, rtol=0)
+        np.testing.assert_allclose(got[:, 4:], expected[:, 4:], atol=1e-3, rtol=0)
 
 
 @pytest.mark.gpu

@@ -32,6 +32,10 @@ _FLAGS = ("channels_last", "cuda_graphs", "cudnn_benchmark", "tf32")
 INPUTS = ("auto", "frames", "arrays")
 MAX_STREAMS = 8
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# The host letterbox's scale (preprocess.letterbox_into): the same float32 multiply on the
+# device gives the same input values, but for the padding, which the host writes as
+# float32(114 / 255), one ulp from 114 × float32(1 / 255).
+_SCALE = float(np.float32(1.0 / 255.0))
 
 
 def _load_onnx(
@@ -111,6 +115,17 @@ def _input_form(
     return (FRAMES, int(raw)) if frames else (ARRAYS, 1)
 
 
+def _folded(image: TensorSpec, model: Path) -> TensorSpec:
+    """The input spec the host fills when folded: uint8 BGR NHWC at the model's size."""
+    batch, channels, *hw = image.shape
+    if channels != 3 or not all(isinstance(d, int) and d > 0 for d in hw):
+        raise ConfigError(
+            f"inference.fold_preprocess: {model.name} takes {image.shape}; folding needs 3"
+            " channels and a fixed size (set inference.input_size)"
+        )
+    return TensorSpec(image.name, (batch, *hw, 3), "uint8")
+
+
 class TorchBackend(Backend):
     name = "torch"
     stand_in = False  # FramesBackend: the module runs
@@ -186,6 +201,12 @@ class TorchBackend(Backend):
             self._module = torch.compile(module, mode=compile_mode)
         self._device, self._cuda, self._input_name = device, cuda, input_spec.name
         form, streams = _input_form(settings, cuda, input_spec, options.batch)
+        # Host arrays folded: the host letterboxes into uint8 BGR NHWC (as for OpenVINO's fold)
+        # and the device converts, reorders and scales them (`_unfold`), inside the CUDA graph
+        # where graphs are on: a quarter of the bytes up, no float work on the host.
+        self._fold = options.fold_preprocess and form == ARRAYS
+        if self._fold:
+            input_spec = _folded(input_spec, model)
         self._dtype = torch.float16 if options.precision == "fp16" else torch.float32
         self._captured: dict[tuple[int, ...], tuple[Tensor, Any, list[Tensor]]] = {}
         self._pinned: dict[tuple[str, tuple[int, ...]], Tensor] = {}
@@ -195,7 +216,7 @@ class TorchBackend(Backend):
         self._stream = torch.cuda.Stream(device) if cuda else None
         details.update(source="ultralytics .pt" if model.suffix == ".pt" else "onnx")
         details.update(compile=compile_mode, cuda_graphs=self._graphs, autocast=self._autocast)
-        details.update(channels_last=self._channels_last)
+        details.update(channels_last=self._channels_last, fold_preprocess=self._fold)
         if form == FRAMES:
             self.concurrency = streams
             self._runner = DeviceRunner(
@@ -245,10 +266,22 @@ class TorchBackend(Backend):
         with torch.autocast(self._device.type, torch.bfloat16, self._autocast, cache_enabled=False):
             return list(self._module(images))
 
-    def _buffer(self, role: str, shape: tuple[int, ...]) -> Tensor:
+    def _unfold(self, images: Tensor) -> Tensor:
+        """Folded input (uint8 BGR NHWC) → the model's: RGB NCHW in [0, 1] at its precision,
+        the values `letterbox_into` gives (float32 times float32(1/255), then cast; the
+        padding within one ulp)."""
+        rgb = images.flip(-1).permute(0, 3, 1, 2)  # an NHWC tensor viewed as NCHW
+        layout = torch.channels_last if self._channels_last else torch.contiguous_format
+        return rgb.float().mul_(_SCALE).to(self._dtype, memory_format=layout)
+
+    def _forward(self, images: Tensor) -> list[Tensor]:
+        """The model on an input as `infer` uploads it (folded: uint8, unfolded here)."""
+        return self._run(self._unfold(images) if self._fold else images)
+
+    def _buffer(self, role: str, shape: tuple[int, ...], dtype: Any = torch.float32) -> Tensor:
         key = (role, shape)
         if key not in self._pinned:
-            self._pinned[key] = torch.empty(shape, dtype=torch.float32, pin_memory=True)
+            self._pinned[key] = torch.empty(shape, dtype=dtype, pin_memory=True)
         return self._pinned[key]
 
     def _replay(self, images: Tensor) -> list[Tensor]:
@@ -256,25 +289,29 @@ class TorchBackend(Backend):
         shape = tuple(images.shape)
         if shape not in self._captured:
             static = images.clone()
-            self._captured[shape] = (static, *capture_graph(self._run, static))
+            self._captured[shape] = (static, *capture_graph(self._forward, static))
         static, graph, outputs = self._captured[shape]
         static.copy_(images)
         graph.replay()
         return outputs
 
     def infer(self, inputs: Mapping[str, Array]) -> list[Array]:
-        array = np.ascontiguousarray(inputs[self._input_name], dtype=np.float32)
+        dtype = np.uint8 if self._fold else np.float32
+        array = np.ascontiguousarray(inputs[self._input_name], dtype=dtype)
         layout = torch.channels_last if self._channels_last else torch.contiguous_format
         with self._lock, torch.inference_mode():
             if not self._cuda:
-                images = torch.from_numpy(array).contiguous(memory_format=layout)
-                return [out.float().numpy() for out in self._run(images)]
-            host = self._buffer("in", array.shape)
+                images = torch.from_numpy(array)
+                if not self._fold:
+                    images = images.contiguous(memory_format=layout)
+                return [out.float().numpy() for out in self._forward(images)]
+            host = self._buffer("in", array.shape, torch.uint8 if self._fold else torch.float32)
             host.numpy()[...] = array
             with torch.cuda.stream(self._stream):
                 images = host.to(self._device, non_blocking=True)
-                images = images.to(self._dtype, memory_format=layout)
-                outputs = self._replay(images) if self._graphs else self._run(images)
+                if not self._fold:
+                    images = images.to(self._dtype, memory_format=layout)
+                outputs = self._replay(images) if self._graphs else self._forward(images)
                 staged = []
                 for index, out in enumerate(outputs):
                     pinned = self._buffer(f"out{index}", tuple(out.shape))

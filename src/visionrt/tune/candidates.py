@@ -101,9 +101,9 @@ def candidates(
 
 def gpu_candidates(machine: Machine, sizes: list[tuple[int, int] | None]) -> list[Candidate]:
     """FP16 on every GPU runtime present (FP32 on ONNX Runtime's CUDA provider; torch also BF16,
-    and FP16 without CUDA graphs), and TensorRT INT8 from a symmetric QDQ export calibrated on
-    the video, each at the model's size and the grid-aligned smaller ones; all at batch 1: the
-    batch is searched for the winner afterwards (`tune.batch`)."""
+    and FP16 without CUDA graphs, its preprocessing folded), and TensorRT INT8 from a symmetric
+    QDQ export calibrated on the video, each at the model's size and the grid-aligned smaller
+    ones; all at batch 1: the batch is searched for the winner afterwards (`tune.batch`)."""
     found: list[Candidate] = []
     for size in sizes:
         if ("tensorrt", "cuda") in machine.gpu:
@@ -115,10 +115,12 @@ def gpu_candidates(machine: Machine, sizes: list[tuple[int, int] | None]) -> lis
             found.append(Candidate("onnxruntime", "fp32", size, device="cuda"))
             found.append(Candidate("onnxruntime", "fp16", size, device="cuda", export="onnx-fp16"))
         if ("torch", "cuda") in machine.gpu:  # frames prepared and decoded on the device
+            # At batch 1 (the host path: a live camera) folded: the host letterboxes in uint8
+            # and the device converts and scales (in the graph); batches take whole frames.
             graphs = (("cuda_graphs", "true"),)
             for precision in ("fp16", "bf16"):
-                found.append(Candidate("torch", precision, size, settings=graphs, device="cuda"))
-            found.append(Candidate("torch", "fp16", size, device="cuda"))  # launches eagerly
+                found.append(Candidate("torch", precision, size, True, graphs, device="cuda"))
+            found.append(Candidate("torch", "fp16", size, True, device="cuda"))  # eager
     return found
 
 
