@@ -155,6 +155,7 @@ def test_an_mqtt_event_waits_behind_those_queued_before_the_socket() -> None:
     mqtt = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt (visionrt[serve])")
     published: list[int] = []
     looked = threading.Event()
+    transport = MqttTransport()
 
     class Info:
         def __init__(self, mid: int, rc: int) -> None:
@@ -164,16 +165,19 @@ def test_an_mqtt_event_waits_behind_those_queued_before_the_socket() -> None:
         sock: object | None = None
 
         def publish(self, topic: str, payload: bytes, qos: int) -> Info:
+            # paho makes its socket only after on_pre_connect, which waits for this lock: a
+            # send that looked and saw no socket publishes before one can come up.
+            assert transport._sending.locked(), "published outside the look's lock"
             published.append(len(published) + 1)
             no_socket = self.sock is None
             return Info(
                 published[-1], mqtt.MQTT_ERR_NO_CONN if no_socket else mqtt.MQTT_ERR_SUCCESS
             )
 
-        def socket(self) -> object | None:
-            if self.sock is not None:
-                looked.set()
-            return self.sock
+    class Watched(threading.Condition):
+        def wait(self, timeout: float | None = None) -> bool:
+            looked.set()  # a send waits for the queued ones
+            return super().wait(timeout)
 
     class Report:
         def __init__(self) -> None:
@@ -188,11 +192,13 @@ def test_an_mqtt_event_waits_behind_those_queued_before_the_socket() -> None:
         def retried(self) -> None:
             pass
 
-    transport, client, report = MqttTransport(), FakeClient(), Report()
+    client, report = FakeClient(), Report()
     transport._client, transport._report = client, report  # open() without paho's thread
+    transport._flushed = Watched(transport._lock)
     stop = threading.Event()
     first, second = (EncodedEvent(f"e{i}", "cam", "zone", b"{}") for i in (1, 2))
     transport.send(first, stop)  # no socket yet: paho queues it
+    transport._on_pre_connect(None, None)  # paho's thread, about to make its socket
     client.sock = object()  # the socket is up, the CONNACK not in yet
     sending = threading.Thread(target=transport.send, args=(second, stop), daemon=True)
     sending.start()

@@ -10,7 +10,7 @@ from pathlib import Path
 from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError
 from visionrt.fuse.track_options import TrackingOptions
-from visionrt.preprocess.depth import DEFAULT_SHORT_SIDE
+from visionrt.preprocess.depth import DEFAULT_SHORT_SIDE, MAX_DEPTH_EVERY
 from visionrt.preprocess.motion import MotionOptions
 from visionrt.preprocess.tile import TileOptions
 from visionrt.tasks.depth import MAX_SHORT_SIDE
@@ -132,10 +132,6 @@ class PipelineOptions:
                 "--motion regions: tiling (--tile) already cuts each frame into windows; use"
                 " --motion skip with it"
             )
-
-
-# A map older than this many frames is no distance for anything that moves.
-MAX_DEPTH_EVERY = 30
 
 
 @dataclass(frozen=True, slots=True)

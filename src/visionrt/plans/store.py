@@ -18,6 +18,7 @@ import yaml
 from visionrt import hardware
 from visionrt.errors import ConfigError, SinkError
 from visionrt.paths import cache_root, file_sha256
+from visionrt.preprocess.depth import MAX_DEPTH_EVERY
 
 # CPU features that change which configuration is fastest; other flags do not matter here.
 RELEVANT_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16",
@@ -89,7 +90,7 @@ class Plan:
         that found no box to measure on)."""
         every = self.tuned.get("every")
         chosen = every.get("chosen", 1) if isinstance(every, dict) else 1
-        return chosen if isinstance(chosen, int) and 1 <= chosen <= 30 else 1
+        return chosen if isinstance(chosen, int) and 1 <= chosen <= MAX_DEPTH_EVERY else 1
 
     def summary_line(self) -> str:
         """One line: what runs, when it was tuned, what it measured."""

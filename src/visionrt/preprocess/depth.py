@@ -14,6 +14,9 @@ PATCH = 14
 # The sizes documented, benchmarked and tuned (`tune --depth`); any multiple of 14 runs.
 SHORT_SIDES = (266, 364, 518)
 DEFAULT_SHORT_SIDE = 518  # Depth Anything's own: a run's with no size given and no depth plan
+# Depth on 1 frame in N at most (depth.every, a depth plan's N): a map older than this many
+# frames is no distance for anything that moves.
+MAX_DEPTH_EVERY = 30
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # RGB
 IMAGENET_STD = (0.229, 0.224, 0.225)
 # (x / 255 - mean) / std as one multiply and one subtract per channel.

@@ -91,6 +91,12 @@ class MqttTransport:
         # event waits for them while a socket is up (`_after_backlog`), and order holds.
         self._backlog: set[int] = set()
         self._flushed = threading.Condition(self._lock)
+        # Whether paho is making or has a socket: set in its on_pre_connect, just before it
+        # makes one, under `_sending`, which a send holds from its look at it to its publish.
+        # (Asking paho for its socket left a gap: a send that saw none published just as the
+        # socket came up, and its event went out ahead of the queued ones.)
+        self._sending = threading.Lock()
+        self._socket_up = False
         self._connected = False
         self._report: DeliveryReport | None = None
         self._client: Any = None
@@ -112,6 +118,8 @@ class MqttTransport:
             client.username_pw_set(self.username, self._password)
         client.reconnect_delay_set(min_delay=1, max_delay=10)
         client.max_queued_messages_set(self.max_queued)
+        client.on_pre_connect = self._on_pre_connect
+        client.on_connect_fail = self._on_connect_fail
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_publish = self._on_publish
@@ -123,12 +131,17 @@ class MqttTransport:
         assert self._report is not None, "send before open"
         mqtt, report = self._mqtt, self._report
         topic = f"{self.topic}/{_topic_level(event.source)}/{event.kind}"
-        self._after_backlog(stop)
-        try:
-            info = self._client.publish(topic, event.payload, qos=self.qos)
-        except (ValueError, TypeError) as err:  # a topic or payload paho refuses
-            report.dropped(f"rejected by the MQTT client: {err}")
-            return
+        with self._sending:  # no socket comes up between the look and the publish
+            self._after_backlog(stop)
+            client = self._client
+            if client is None:  # closed while this one waited
+                report.dropped("closing")
+                return
+            try:
+                info = client.publish(topic, event.payload, qos=self.qos)
+            except (ValueError, TypeError) as err:  # a topic or payload paho refuses
+                report.dropped(f"rejected by the MQTT client: {err}")
+                return
         # With QoS > 0 "no connection" means queued in paho for the reconnect.
         if info.rc == mqtt.MQTT_ERR_SUCCESS or (info.rc == mqtt.MQTT_ERR_NO_CONN and self.qos):
             with self._lock:
@@ -150,7 +163,7 @@ class MqttTransport:
         published on it goes out at once, ahead of them (paho resends its queue only after the
         broker's CONNACK). Without a socket a new message joins the queue behind them."""
         with self._flushed:
-            while self._backlog and self._client.socket() is not None and not stop.is_set():
+            while self._backlog and self._socket_up and not stop.is_set():
                 self._flushed.wait(_BACKLOG_POLL_S)
 
     def close(self) -> None:
@@ -159,6 +172,7 @@ class MqttTransport:
         client, self._client = self._client, None
         if client is None:
             return
+        self._connected = False  # our own disconnect: no "lost" warning
         client.disconnect()
         stopper = threading.Thread(target=client.loop_stop, name="events mqtt stop", daemon=True)
         stopper.start()
@@ -182,6 +196,18 @@ class MqttTransport:
             else:
                 self._report.sent()
 
+    def _on_pre_connect(self, client: Any, userdata: Any) -> None:
+        # paho holds none of its locks here; a send holding `_sending` publishes into paho,
+        # which calls back only into `_lock`: no cycle.
+        with self._sending:
+            self._socket_up = True
+
+    def _on_connect_fail(self, client: Any, userdata: Any) -> None:
+        """No socket after all (the broker is not there): sends queue behind paho's again."""
+        with self._flushed:
+            self._socket_up = False
+            self._flushed.notify_all()
+
     def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
         if getattr(reason, "is_failure", False):
             log.warning("MQTT broker %s:%d refused us: %s", self.host, self.port, reason)
@@ -199,6 +225,9 @@ class MqttTransport:
                 self.max_queued,
             )
         self._connected = False
+        with self._flushed:  # a send waiting for the backlog queues behind it again
+            self._socket_up = False
+            self._flushed.notify_all()
         if self.qos:  # paho sends every unacknowledged one again after the next CONNACK
             with self._lock:
                 self._backlog |= self._pending
