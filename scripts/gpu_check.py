@@ -8,9 +8,10 @@ model built there, depth model-only and through DepthTask, the seed scenario, a 
 depth, `tune --depth`, ~6 min) each fit one call of the device tool; the default runs both, in
 order; `profile` (scripts/gpu_profile.py) says where the time goes; `planned` (tune and
 `tune --depth`, then the seed scenario as typed on those plans, ~4 min) is #34's target as the
-issue words it. Machines of one kind differ
-on the host side (1.4–3× on 2026-11-28): a bundle made with `gpu_bundle.py --before COMMIT`
-brings that commit's src/, and the streams steps run it beside the checkout in the same call.
+issue words it; `unmeasured` (~6 min) is what was built since the last GPU call. Machines
+of one kind differ on the host side (1.4–3× on 2026-11-28): a bundle made with
+`gpu_bundle.py --before COMMIT` brings that commit's src/, and the streams steps run it beside
+the checkout in the same call.
 Each step runs as its own process under its own time limit, so a step that hangs or is cut off
 still leaves what the others measured; results go to DIR/gpu_check.json as they come, the log to
 DIR/gpu_check.log, the table last on stdout. `--steps` picks steps (default: all, in order).
@@ -547,6 +548,18 @@ GROUPS = {
     "detector": [name for name in STEPS if name not in (*DEPTH_STEPS, *PROFILE)],
     # A call of its own (the depth group fills one): the plans, then the scenario on them.
     "planned": ["machine", "tune_depth", "seed_planned"],
+    # What was built since the last GPU call and not yet measured there (2026-11-28): the
+    # shared readers, the one-replay preparing and device letterbox, torch's fold; one call.
+    "unmeasured": [
+        "machine",
+        "torch_streams",
+        "readers",
+        "null_streams",
+        "live",
+        "live_frames",
+        "live_fold",
+        "tests_gpu",
+    ],
     "depth": ["machine", "depth", "seed", "live_depth", "tune_depth"],
     "profile": ["machine", *PROFILE],
 }
