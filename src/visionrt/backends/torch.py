@@ -271,8 +271,10 @@ class TorchBackend(Backend):
         the values `letterbox_into` gives (float32 times float32(1/255), then cast; the
         padding within one ulp)."""
         rgb = images.flip(-1).permute(0, 3, 1, 2)  # an NHWC tensor viewed as NCHW
-        layout = torch.channels_last if self._channels_last else torch.contiguous_format
-        return rgb.float().mul_(_SCALE).to(self._dtype, memory_format=layout)
+        return rgb.float().mul_(_SCALE).to(self._dtype, memory_format=self._layout())
+
+    def _layout(self) -> Any:
+        return torch.channels_last if self._channels_last else torch.contiguous_format
 
     def _forward(self, images: Tensor) -> list[Tensor]:
         """The model on an input as `infer` uploads it (folded: uint8, unfolded here)."""
@@ -298,7 +300,7 @@ class TorchBackend(Backend):
     def infer(self, inputs: Mapping[str, Array]) -> list[Array]:
         dtype = np.uint8 if self._fold else np.float32
         array = np.ascontiguousarray(inputs[self._input_name], dtype=dtype)
-        layout = torch.channels_last if self._channels_last else torch.contiguous_format
+        layout = self._layout()
         with self._lock, torch.inference_mode():
             if not self._cuda:
                 images = torch.from_numpy(array)

@@ -105,11 +105,11 @@ def use_plan(
         plan, path = found
         where, warnings = f"plan {path.name}", ""
         if request.chosen and not _plan_device(request.chosen, request.device, plan):
+            chose = _other_device("--device", request.chosen, request.device, plan)
             return PlanUse(
                 None,
-                f"{where} not used:"
-                f" {_other_device('--device', request, plan) or _flags(request.chosen)} chose the"
-                " configuration (--plan FILE applies a plan under your settings)",
+                f"{where} not used: {chose or _flags(request.chosen)} chose the configuration"
+                " (--plan FILE applies a plan under your settings)",
                 plan,
             )
     why = _why_not(plan, request)
@@ -160,12 +160,12 @@ def _plan_device(chosen: tuple[str, ...], device: str, plan: Plan) -> bool:
     return bool(planned) and _device_only(chosen, device, _device_kind(planned))
 
 
-def _other_device(flag: str, request: PlanRequest, plan: Plan) -> str:
+def _other_device(flag: str, chosen: tuple[str, ...], device: str, plan: Plan) -> str:
     """ "FLAG X (the plan runs on Y)" where a device alone set the plan aside ("" otherwise)."""
     planned = _planned_device(plan)
-    if request.chosen != ("device",) or not planned:
+    if chosen != ("device",) or not planned:
         return ""
-    return f"{flag} {request.device} (the plan runs on {planned})"
+    return f"{flag} {device} (the plan runs on {planned})"
 
 
 def _flags(chosen: tuple[str, ...]) -> str:
@@ -263,8 +263,8 @@ def use_depth_plan(
     plan, path = found
     where = f"depth plan {path.name}"
     if chosen and not _plan_device(chosen, device, plan):
-        request = PlanRequest(chosen=chosen, device=device)
-        given = _other_device("depth.device", request, plan) or f"depth.{', depth.'.join(chosen)}"
+        given = _other_device("depth.device", chosen, device, plan)
+        given = given or f"depth.{', depth.'.join(chosen)}"
         return PlanUse(None, f"{where} not used: {given} given", plan)
     fixed = (plan.tuned.get("artifact") or {}).get("fixed_hw")
     tuned_side = int(plan.tuned.get("short_side") or DEFAULT_SHORT_SIDE)

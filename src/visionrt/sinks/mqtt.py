@@ -227,11 +227,9 @@ class MqttTransport:
         self._connected = False
         with self._flushed:  # a send waiting for the backlog queues behind it again
             self._socket_up = False
-            self._flushed.notify_all()
-        if self.qos:  # paho sends every unacknowledged one again after the next CONNACK
-            with self._lock:
+            if self.qos:  # paho sends every unacknowledged one again after the next CONNACK
                 self._backlog |= self._pending
-                self._flushed.notify_all()
+            self._flushed.notify_all()
         if self.qos == 0:  # paho forgets unwritten QoS 0 messages on reconnect
             with self._lock:
                 lost, self._pending = len(self._pending), set()
