@@ -15,11 +15,17 @@ the checkout in the same call.
 Each step runs as its own process under its own time limit, so a step that hangs or is cut off
 still leaves what the others measured; results go to DIR/gpu_check.json as they come, the log to
 DIR/gpu_check.log, the table last on stdout. `--steps` picks steps (default: all, in order).
+
+Here, before a GPU call: `.venv/bin/python scripts/gpu_check.py --smoke --steps unmeasured`
+runs the same steps on this machine's CPU (device cpu, fp32, no CUDA graphs, 2 streams of 2
+frames): no figure, but a renamed flag or setting, a broken import or a test selection that
+finds nothing fails here, not in the GPU machine's few minutes (tests/test_gpu_check.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shlex
@@ -28,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +44,53 @@ SITE = Path("/tmp/site")
 VIDEO = Path("/usr/share/doc/opencv-doc/examples/data/vtest.avi")
 PY = sys.executable
 CLI = [PY, "-c", "from visionrt.cli.entry import main; main()"]
+# `--smoke`: every step on this machine's CPU, in seconds (the steps' processes inherit it).
+SMOKE = os.environ.get("GPU_CHECK_SMOKE") == "1"
+DEVICE = "cpu" if SMOKE else "cuda"
+SMOKE_STREAMS, SMOKE_FRAMES = 2, 2
+WARM, TIMES = (1, 1) if SMOKE else (3, 20)  # in-process timings: warm-up calls, timed calls
+
+
+def cli(*args: str) -> list[str]:
+    """A `visionrt` command line; under `--smoke`, the same on the CPU, small (`on_cpu`)."""
+    return [*CLI, *(on_cpu(list(args)) if SMOKE else args)]
+
+
+def smoke_counts(counts: Sequence[int]) -> list[int]:
+    """`counts` (of streams, of threads), or under `--smoke` the distinct ones up to
+    SMOKE_STREAMS."""
+    return sorted({min(n, SMOKE_STREAMS) for n in counts}) if SMOKE else list(counts)
+
+
+def on_cpu(args: list[str]) -> list[str]:
+    """`args` with every CUDA choice made for the CPU (device cpu, fp32, no CUDA graphs), at
+    most SMOKE_FRAMES frames and batches of SMOKE_STREAMS: the same flags and settings,
+    checked by a real run here."""
+    out: list[str] = []
+    for flag, value in zip(["", *args], args, strict=False):
+        if flag == "--device" and value.startswith("cuda"):
+            value = "cpu"
+        elif flag == "--precision" and value == "fp16":
+            value = "fp32"
+        elif flag == "--max-frames":
+            value = str(min(int(value), SMOKE_FRAMES))
+        elif flag == "--batch":  # a CPU's batch of 32 at 640 takes half a minute
+            value = str(min(int(value), SMOKE_STREAMS))
+        elif flag == "--set" and "=" in value:
+            key, setting = value.split("=", 1)
+            if key.endswith("cuda_graphs"):
+                setting = "false"
+            elif key.endswith(".device") and setting.startswith("cuda"):
+                setting = "cpu"
+            elif key.endswith(".precision") and setting == "fp16":
+                setting = "fp32"
+            value = f"{key}={setting}"
+        out.append(value)
+    return out
 
 
 BEFORE = BUNDLE / "before" / "src"  # scripts/gpu_bundle.py --before: the baseline's code
+BASELINE = BEFORE.is_dir() and not SMOKE
 
 
 def env(src: Path = ROOT / "src") -> dict[str, str]:
@@ -120,8 +171,16 @@ def _commit() -> str | None:
 
 
 def tests(marker: str) -> dict[str, Any]:
+    """The selected tests' run (under `--smoke`, their collection: a selection that finds no
+    test fails here rather than on the GPU machine)."""
+    args = shlex.split(marker)
+    if SMOKE:
+        args.append("--collect-only")
+        if importlib.util.find_spec("pytest_timeout") is None:  # the GPU machine has it
+            at = args.index("--timeout") if "--timeout" in args else len(args)
+            del args[at : at + 2]
     proc = subprocess.run(
-        [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *shlex.split(marker)],
+        [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *args],
         capture_output=True, text=True, env=env(), cwd=ROOT,
     )  # fmt: skip
     tail = proc.stdout.strip().splitlines()[-30:]
@@ -138,8 +197,14 @@ def ceiling(batches: list[int]) -> dict[str, Any]:
     from visionrt.backends.torch_device import capture_graph
     from visionrt.models import demo_model_path
 
-    module = convert_onnx(onnx.load(str(demo_model_path()))).cuda().half().eval()
-    module = module.to(memory_format=torch.channels_last)
+    module = convert_onnx(onnx.load(str(demo_model_path())))
+    if SMOKE:  # the module converts and runs once, eagerly on the CPU: not a figure
+        with torch.inference_mode():
+            start = time.perf_counter()
+            module.eval()(torch.rand(1, 3, 640, 640))
+            ms = (time.perf_counter() - start) * 1e3
+        return {"b1": {"ms": ms, "fps": 1e3 / ms, "spread_ms": [ms, ms]}}
+    module = module.cuda().half().eval().to(memory_format=torch.channels_last)
     torch.backends.cudnn.benchmark = True
     result: dict[str, Any] = {}
     with torch.inference_mode():
@@ -177,10 +242,11 @@ def run_streams(
     `plan`: the run then takes what a user's would, the cached plan or the GPU reference)."""
     out = Path("/tmp/gpu_check_runs") / f"{tag or 'run'}_s{count}"
     shutil.rmtree(out, ignore_errors=True)
+    count = min(count, SMOKE_STREAMS) if SMOKE else count
     sources = [f"s{i}={VIDEO}" for i in range(count)]
-    command = [*CLI, "run", *sources, "--no-video", "--no-jsonl", "-q", "--json"]
-    command += [] if plan else ["--no-plan"]
-    command += ["-o", str(out), "--max-frames", str(frames), *extra]
+    args = ["run", *sources, "--no-video", "--no-jsonl", "-q", "--json"]
+    args += [] if plan else ["--no-plan"]
+    command = cli(*args, "-o", str(out), "--max-frames", str(frames), *extra)
     started = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True, env=env(src), cwd=ROOT)
     if proc.returncode:
@@ -233,11 +299,11 @@ def streams(kind: str, counts: list[int]) -> dict[str, Any]:
         ],
     }[kind]
     result = {}
-    for count in counts:
+    for count in smoke_counts(counts):
         batch = min(count, 64)
         frames = 300 if count <= 8 else 100
         extra = [*base, "--batch", str(batch)]
-        if BEFORE.is_dir():  # the baseline first, then the checkout, each count in turn
+        if BASELINE:  # the baseline first, then the checkout, each count in turn
             result[f"{count} before"] = run_streams(count, frames, extra, kind, BEFORE)
             print(kind, count, "before", json.dumps(result[f"{count} before"]), flush=True)
         result[f"{count}"] = run_streams(count, frames, extra, kind)
@@ -251,6 +317,8 @@ def processes(workers: list[int], count: int = 64) -> dict[str, Any]:
     workers' start (imports, CUDA, graphs) in the run's time."""
     result: dict[str, Any] = {}
     cores = os.cpu_count() or 1
+    if SMOKE:
+        count, workers = SMOKE_STREAMS, [min(n, SMOKE_STREAMS) for n in workers[:1]]
     for n in workers:
         share = -(-count // n)
         extra = [*TORCH, "--batch", str(min(share, 64)), "--ray", "processes"]
@@ -259,8 +327,10 @@ def processes(workers: list[int], count: int = 64) -> dict[str, Any]:
         out = Path("/tmp/gpu_check_runs") / f"processes{n}"
         shutil.rmtree(out, ignore_errors=True)
         sources = [f"s{i}={VIDEO}" for i in range(count)]
-        command = [*CLI, "run", *sources, "--no-video", "--no-jsonl", "-q", "--json", "--no-plan"]
-        command += ["-o", str(out), "--max-frames", "300", *extra]
+        command = cli(
+            "run", *sources, "--no-video", "--no-jsonl", "-q", "--json", "--no-plan",
+            "-o", str(out), "--max-frames", "300", *extra,
+        )  # fmt: skip
         started = time.perf_counter()
         proc = subprocess.run(command, capture_output=True, text=True, env=env(), cwd=ROOT)
         if proc.returncode:
@@ -286,7 +356,7 @@ def readers(counts: tuple[int, ...] = (1, 2, 4, 8, 16), streams_n: int = 32) -> 
     path): on 2 cores the frames path ran fastest on one reader, the host float32 path on two
     (2026-11-28); which count a 16-core GPU host wants is what this measures."""
     result = {}
-    for count in counts:
+    for count in smoke_counts(counts):
         extra = [*TORCH, "--batch", str(streams_n), "--set", f"pipeline.reader_threads={count}"]
         result[f"{count}"] = run_streams(streams_n, 100, extra, f"readers{count}")
         print("readers", count, json.dumps(result[f"{count}"]), flush=True)
@@ -315,7 +385,7 @@ def live_depth() -> dict[str, Any]:
 def tune_depth() -> dict[str, Any]:
     """`tune --depth` on the GPU machine (a minute's budget): the runtime and size it plans."""
     proc = subprocess.run(
-        [*CLI, "tune", "--depth", str(_depth_model()), "--budget-minutes", "1", "--json"],
+        cli("tune", "--depth", str(_depth_model()), "--budget-minutes", "1", "--json"),
         capture_output=True, text=True, env=env(), cwd=ROOT,
     )  # fmt: skip
     tail = proc.stdout.strip().splitlines()
@@ -324,7 +394,7 @@ def tune_depth() -> dict[str, Any]:
 
 def tune() -> dict[str, Any]:
     proc = subprocess.run(
-        [*CLI, "tune", "--budget-minutes", "1", "--json"], capture_output=True, text=True,
+        cli("tune", "--budget-minutes", "1", "--json"), capture_output=True, text=True,
         env=env(), cwd=ROOT,
     )  # fmt: skip
     tail = proc.stdout.strip().splitlines()
@@ -379,17 +449,17 @@ def depth() -> dict[str, Any]:
         hw = depth_export_size(model, side, VIDEO)
         for label, precision, graphs in (("fp32", "fp32", "false"), ("fp16", "fp16", "true")):
             options = BackendOptions(
-                device="cuda", precision=precision, input_size=hw,
-                settings={"cuda_graphs": graphs},
+                device=DEVICE, precision="fp32" if SMOKE else precision, input_size=hw,
+                settings={"cuda_graphs": "false" if SMOKE else graphs},
             )  # fmt: skip
             try:
                 task = DepthTask(model, "torch", options)
                 blank = np.random.default_rng(0).standard_normal(task.new_buffer().shape)
                 feed = {task.input_name: blank.astype(np.float32)}
-                for _ in range(3):
+                for _ in range(WARM):
                     task.backend.infer(feed)
                 times = []
-                for _ in range(20):
+                for _ in range(TIMES):
                     start = time.perf_counter()
                     task.backend.infer(feed)
                     times.append((time.perf_counter() - start) * 1e3)
@@ -398,7 +468,7 @@ def depth() -> dict[str, Any]:
                 entry["spread_ms"] = [min(times), max(times)]
                 if precision == "fp16":
                     report = compare_depth_to_reference(
-                        VIDEO, model, model, "torch", options, 10, hw
+                        VIDEO, model, model, "torch", options, 2 if SMOKE else 10, hw
                     )
                     entry["abs_rel"], entry["delta1"] = report.abs_rel, report.delta1
             except Exception as err:  # one line per failure, the other figures still come
@@ -426,15 +496,15 @@ def _depth_task_paths(model: Path) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for form in ("arrays", "frames"):
         options = BackendOptions(
-            device="cuda", precision="fp16", input_size=hw,
-            settings={"cuda_graphs": "true", "input": form},
+            device=DEVICE, precision="fp32" if SMOKE else "fp16", input_size=hw,
+            settings={"cuda_graphs": str(not SMOKE).lower(), "input": form},
         )  # fmt: skip
         try:
             task = DepthTask(model, "torch", options)
-            task.warm_up(3)
+            task.warm_up(WARM)
             buffer = task.new_buffer()
             times = []
-            for _ in range(30):
+            for _ in range(TIMES):
                 start = time.perf_counter()
                 task.prepare(image, buffer, None)
                 task.infer([buffer])
@@ -454,7 +524,7 @@ def seed(runs: tuple[tuple[str, list[str]], ...] | None = None) -> dict[str, Any
     GPU by default: torch fp32 for both at depth 518), and with fp16 + CUDA graphs for both;
     or the `runs` given (label, extra flags)."""
     model = _depth_model()
-    base = [*CLI, "run", f"rgb={VIDEO}", f"slam1={VIDEO}", f"slam2={VIDEO}", "--depth",
+    base = ["run", f"rgb={VIDEO}", f"slam1={VIDEO}", f"slam2={VIDEO}", "--depth",
             str(model), "--depth-on", "rgb", "--no-video", "--no-jsonl", "-q", "--json",
             "--max-frames", "300"]  # fmt: skip
     fp16 = [*TORCH, *DEPTH_FP16]
@@ -468,7 +538,7 @@ def seed(runs: tuple[tuple[str, list[str]], ...] | None = None) -> dict[str, Any
         out = Path("/tmp/gpu_check_runs") / f"seed_{label.replace(' ', '_')}"
         shutil.rmtree(out, ignore_errors=True)
         proc = subprocess.run(
-            [*base, "-o", str(out), *extra], capture_output=True, text=True, env=env(), cwd=ROOT
+            cli(*base, "-o", str(out), *extra), capture_output=True, text=True, env=env(), cwd=ROOT
         )
         if proc.returncode:
             result[label] = {"rc": proc.returncode, "error": proc.stderr.strip().splitlines()[-6:]}
@@ -495,7 +565,7 @@ def device_flag() -> dict[str, Any]:
 
 
 def doctor() -> dict[str, Any]:
-    proc = subprocess.run([*CLI, "doctor"], capture_output=True, text=True, env=env(), cwd=ROOT)
+    proc = subprocess.run(cli("doctor"), capture_output=True, text=True, env=env(), cwd=ROOT)
     return {"rc": proc.returncode, "stdout": proc.stdout.strip().splitlines()[-30:]}
 
 
@@ -668,14 +738,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out/gpu_check")))
     parser.add_argument("--steps", default=",".join(n for n in STEPS if n not in PROFILE))
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="every step on this machine's CPU, a few frames each, no figures: the check's"
+        " commands, settings and imports checked before a GPU machine runs them",
+    )
     parser.add_argument("--step", default="", help=argparse.SUPPRESS)  # one step, in-process
     args = parser.parse_args()
     if args.step:
         print("RESULT " + json.dumps(STEPS[args.step][1]()), flush=True)
         return
+    if args.smoke:  # the steps' processes inherit it
+        os.environ["GPU_CHECK_SMOKE"] = "1"
     args.out.mkdir(parents=True, exist_ok=True)
     log = (args.out / "gpu_check.log").open("a")
-    results: dict[str, Any] = {"install": install()}
+    results: dict[str, Any] = {"install": "skipped (--smoke)" if args.smoke else install()}
     steps = chosen_steps(args.steps)
     building = None
     for name in steps:
