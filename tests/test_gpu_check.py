@@ -16,12 +16,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = ROOT / "scripts" / "gpu_check.py"
-# Every step but those that tune (minutes each here) and the profiles (torch.profiler on CUDA).
+# What the next GPU call runs (the `unmeasured` group), and the steps of the others whose flags or
+# code no group here shares; not the tune steps (minutes each here), the profiles (CUDA's
+# profiler), nor `seed` and the host-path variants, whose flags these already run (`--smoke`
+# runs them by hand). About a minute on 2 cores.
 DETECTOR_STEPS = (
-    "machine,torch_streams,readers,null_streams,arrays_streams,frames_streams,processes,"
-    "ceiling,live,live_frames,live_fold,doctor,tests_gpu,device_flag"
+    "machine,torch_streams,readers,null_streams,live,live_frames,live_fold,tests_gpu,"
+    "processes,ceiling,doctor,device_flag"
 )
-DEPTH_STEPS = "seed,live_depth"
+DEPTH_STEPS = "live_depth"
 
 
 def _failures(value: Any, where: str) -> list[str]:
@@ -71,6 +74,6 @@ def test_the_depth_steps_run_on_the_cpu(
     tmp_path: Path, demo_model: Path, depth_model: Path
 ) -> None:
     results = _smoke(DEPTH_STEPS, tmp_path)
-    seed = results["seed"]
-    assert set(seed) == {"as typed", "fp16 graphs", "fp16 graphs frames", "fp16 graphs 266"}
-    assert all(set(run["fps_per_camera"]) == {"rgb", "slam1", "slam2"} for run in seed.values())
+    live = results["live_depth"]
+    assert live["backend"]["runtime"] == "torch"
+    assert live["frames_out"] == 2

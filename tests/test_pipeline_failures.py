@@ -89,7 +89,9 @@ def test_each_batch_row_reaches_its_own_frame(tiny_model: Path) -> None:
         tiny_model,
         backend,
         BackendOptions(batch=4),
-        options=PipelineOptions(warmup=0),
+        # A batch waits for its 4 frames (the inbox's close releases the last, short one):
+        # without the wait, a backend faster than the preprocessing ran one frame a call.
+        options=PipelineOptions(warmup=0, batch_wait_ms=1000),
     )
     results = list(pipeline)
     pipeline.close()
