@@ -8,6 +8,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from visionrt.usage_reports import no_usage_reports
+
+# Before any runtime is imported: every entry point (the CLI, the Python API, worker processes)
+# imports the package first. OpenVINO reports usage on import unless the user said yes to it.
+no_usage_reports()
+
 if TYPE_CHECKING:
     from visionrt.backends import Backend, BackendOptions, load_backend
     from visionrt.errors import (

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,32 +12,8 @@ from visionrt.errors import BackendUnavailable
 from visionrt.export.calibration import CalibrationSet
 from visionrt.export.graph import fused_silu_count, head_nodes, openvino_view, silu_multiplies
 
-# OpenVINO's own answer to its consent question (`opt_in_out --opt_in` writes "1" here).
-TELEMETRY_CONSENT = Path.home() / "intel" / "openvino_telemetry"
-
-
-def no_usage_reports() -> None:
-    """Keep OpenVINO's converter and NNCF from reporting usage, unless the user said yes to it.
-
-    Both ask no one where OpenVINO's consent file is missing (the common case) and send usage
-    data to a web analytics service from a forked process. Offline, that process hung in name
-    lookup and `make demo` never exited after its work was done (2026-11-28, 12 minutes until it
-    was killed: it ignored SIGTERM). Both fall back to their no-op stand-ins when the
-    `openvino_telemetry` package cannot be imported, which this makes so for this process;
-    run before either is imported."""
-    if "openvino_telemetry" in sys.modules:  # imported already: too late to choose here
-        return
-    try:
-        said_yes = TELEMETRY_CONSENT.read_text().strip() == "1"
-    except OSError:
-        said_yes = False
-    if not said_yes:
-        sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]
-
 
 def require_openvino(int8: bool = False) -> None:
-    """OpenVINO (and NNCF for INT8) importable, and quiet (`no_usage_reports`)."""
-    no_usage_reports()
     for module in ("openvino", "nncf") if int8 else ("openvino",):
         if importlib.util.find_spec(module) is None:
             raise BackendUnavailable(
@@ -48,7 +23,6 @@ def require_openvino(int8: bool = False) -> None:
 
 
 def runtime_version(int8: bool = False) -> str:
-    no_usage_reports()
     import openvino as ov
 
     version = "ov" + ov.get_version().split("-")[0]
