@@ -104,6 +104,22 @@ def seed_cpu() -> list[str]:
     ]
 
 
+def seed_outputs() -> list[str]:
+    name = "seed_outputs.json"
+    data = _load(name)
+    fps = {key: statistics.median(values) for key, values in data["fps_per_camera"].items()}
+    now, before = fps["as typed, now"], fps["as typed, before"]
+    return [
+        "the seed scenario's host ceiling as typed: three annotated videos, the depth video and"
+        " the JSONL written (null backend for both models)",
+        _cpu(data["cpu"]),
+        f"{now:.1f} FPS per camera ({before:.1f} with every video encoded on the sink thread);"
+        f" {fps['no video written, now']:.1f} with no video written",
+        "2026-11-28",
+        f"`scripts/bench_seed_outputs.py` → {name}",
+    ]
+
+
 def host_streams() -> list[str]:
     name = "host_paths_shared.json"
     data = _load(name)
@@ -159,6 +175,7 @@ ROWS: list[Callable[[], list[str]]] = [
     cpu_efficiency,
     seed_cpu,
     host_streams,
+    seed_outputs,
     gpu_streams,
     seed_gpu,
 ]

@@ -108,6 +108,10 @@ def test_a_yaml_null_backend_names_the_null_backend(tmp_path: Path) -> None:
     config = tmp_path / "run.yaml"
     config.write_text("backend: null\n")
     assert load_config(config).backend == "null"
+    # Depth's too, in a file and with --set (it was refused: "expected a string, got None").
+    config.write_text("depth: {backend: null}\n")
+    assert load_config(config).depth.backend == "null"
+    assert load_config(overrides=["depth.backend=null"]).depth.backend == "null"
 
 
 @pytest.mark.parametrize(

@@ -54,7 +54,7 @@ def _build(cls: type[Any], values: dict[str, Any], prefix: str) -> Any:
                     f"serve.events: expected a section (mqtt, webhooks), got {value!r}"
                 )
             kwargs[name] = value
-        elif cls is RunConfig and name == "backend" and value is None:
+        elif name == "backend" and value is None:  # the run's, depth's, a frame size's
             kwargs[name] = "null"  # YAML reads `backend: null` as None; it names the backend
         else:
             kwargs[name] = coerce(f"{prefix}{name}", value, hint)

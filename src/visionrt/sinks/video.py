@@ -1,5 +1,6 @@
 """Annotated video: boxes, class names, scores, track ids and distances drawn on each frame (and,
-asked for, motion gating's moved boxes and detector windows), encoded by PyAV (H.264)."""
+asked for, motion gating's moved boxes and detector windows), encoded by PyAV (H.264) on a
+thread of the video's own (sinks.encoder)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy.typing as npt
 
 from visionrt.errors import SinkError
 from visionrt.sinks.base import Sink, check_writable, finalize, partial_path
+from visionrt.sinks.encoder import Encoder
 from visionrt.types import Detections, FrameResult
 
 _PALETTE = ((56, 56, 255), (151, 157, 255), (31, 112, 255), (29, 178, 255), (49, 210, 207))
@@ -103,6 +105,7 @@ class VideoSink(Sink):
         self._partial = partial_path(self.path)
         self._container: Any = None
         self._stream: Any = None
+        self._encoder: Encoder | None = None
         self._closed = False
 
     def _start(self, height: int, width: int) -> None:
@@ -121,6 +124,7 @@ class VideoSink(Sink):
             self._discard()
             raise SinkError(f"cannot encode {self.path} with {self.codec}: {err}") from err
         self._stream = stream
+        self._encoder = Encoder(self._container, stream, str(self._partial))
 
     def _discard(self) -> None:
         """Drop an encoder that never took a frame, and any file it made: nothing was written."""
@@ -131,8 +135,6 @@ class VideoSink(Sink):
         self._partial.unlink(missing_ok=True)
 
     def write(self, result: FrameResult) -> None:
-        import av
-
         if self._closed:
             raise SinkError(f"{self.path}: write after close")
         if self.source_id is not None and result.frame.source_id != self.source_id:
@@ -150,14 +152,10 @@ class VideoSink(Sink):
         )
         if self._stream is None:
             self._start(*image.shape[:2])
+        assert self._encoder is not None, "started with the stream"
         height, width = self._stream.height, self._stream.width
-        frame = av.VideoFrame.from_ndarray(
-            np.ascontiguousarray(image[:height, :width]), format="bgr24"
-        )
-        try:
-            self._container.mux(self._stream.encode(frame))
-        except (av.FFmpegError, OSError) as err:  # a full disk, a vanished folder
-            raise SinkError(f"cannot write {self._partial}: {err}") from err
+        # The annotated copy, not the frame: the frame's buffer is free once this returns.
+        self._encoder.put(np.ascontiguousarray(image[:height, :width]))
 
     def close(self, complete: bool = True) -> list[Path]:
         """All or nothing: the file is renamed complete only when the encoder's delayed frames
@@ -170,8 +168,8 @@ class VideoSink(Sink):
         container, self._container = self._container, None
         try:
             try:
-                if self._stream is not None:
-                    container.mux(self._stream.encode(None))  # flush delayed frames
+                if self._encoder is not None:
+                    self._encoder.finish()  # what is queued, then the delayed frames
             finally:
                 container.close()  # the index: without it the MP4 does not play
         except (av.FFmpegError, OSError) as err:
