@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 # OpenVINO's own record of the user's answer (`opt_in_out --opt_in` writes "1", `--opt_out` "0").
-TELEMETRY_CONSENT = Path.home() / "intel" / "openvino_telemetry"
+TELEMETRY_CONSENT = Path("~/intel/openvino_telemetry")
 
 
 def no_usage_reports() -> None:
@@ -22,8 +22,8 @@ def no_usage_reports() -> None:
     if "openvino_telemetry" in sys.modules:  # imported already: too late to choose here
         return
     try:
-        said_yes = TELEMETRY_CONSENT.read_text().strip() == "1"
-    except OSError:
+        said_yes = TELEMETRY_CONSENT.expanduser().read_text().strip() == "1"
+    except (OSError, RuntimeError):  # no such file; no home to look in
         said_yes = False
     if not said_yes:
         sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]
