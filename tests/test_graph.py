@@ -154,7 +154,7 @@ def test_a_take_wakes_only_the_producers_it_made_room_for(
     for source in range(8):  # 8 cameras' inboxes full
         box.put(source, f"{source}a", live=False)
         box.put(source, f"{source}b", live=False)
-    ready, rooms = made[0], made[1:]
+    ready, any_room, rooms = made[0], made[1], made[2:]
     assert ready.notified == 0  # no consumer was waiting: nobody to wake
     assert len(rooms) == 8
     assert box.take(3) == ["0a", "1a", "2a"]
@@ -162,6 +162,7 @@ def test_a_take_wakes_only_the_producers_it_made_room_for(
     assert box.take(3) == ["3a", "4a", "5a"]
     assert box.take(3) == ["6a", "7a", "0b"]  # 0 had room already: its producer is not woken
     assert [room.notified for room in rooms] == [1] * 8
+    assert any_room.notified == 0  # no producer of several sources waited
 
 
 def test_a_put_wakes_a_waiting_consumer_and_only_then(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -424,3 +425,117 @@ def test_a_source_added_while_the_readers_start_is_read_once() -> None:
     assert done.wait(30)
     assert sorted(ran) == [0, 1]  # each source's reader ran, once
     assert [t.name for t in readers.threads] == ["source-0", "source-1"]
+
+
+def test_a_take_passes_over_a_source_that_is_not_ready_and_a_nudge_wakes_it() -> None:
+    box = _inboxes()
+    for i in range(2):
+        box.put(0, f"a{i}", live=False)
+        box.put(1, f"b{i}", live=False)
+    blocked = {0}
+    ready = lambda source: source not in blocked  # noqa: E731
+    assert box.take(1, ready=ready) == ["b0"]
+    assert box.take(1, ready=ready) == ["b1"]
+    box.close()  # a's items still wait: a closed inbox ends only once drained
+    taken: list[list[str]] = []
+    consumer = threading.Thread(target=lambda: taken.append(box.take(1, ready=ready)))
+    consumer.start()
+    until(lambda: box._idle == 1, "the consumer waiting for a ready source")
+    blocked.clear()
+    box.nudge()
+    consumer.join(HANG_SECONDS)
+    assert taken == [["a0"]]
+    assert box.take(1, ready=ready) == ["a1"]
+    assert box.take(1, ready=ready) == []
+
+
+def test_a_take_that_makes_room_in_a_full_inbox_says_so() -> None:
+    rooms: list[int] = []
+    box: Inboxes[str] = Inboxes(2, threading.Event(), on_room=lambda: rooms.append(1))
+    box.put(0, "a", live=False)
+    assert box.take(1) == ["a"]
+    assert rooms == []  # it had room before
+    box.put(0, "b", live=False)
+    box.put(0, "c", live=False)  # full now
+    assert box.take(1) == ["b"]
+    assert rooms == [1]
+
+
+class _Lane:
+    """A task for a graph of its own: rows of one byte; `infer` waits for `gate` (when given)
+    before it answers, so the test holds the lane up as long as it likes."""
+
+    batch = 1
+
+    def __init__(self, name: str, gate: threading.Event | None = None) -> None:
+        self.name, self.gate = name, gate
+        self.backend = SimpleNamespace(concurrency=1)
+        self.calls = 0
+
+    def new_buffer(self) -> np.ndarray:
+        return np.zeros((1, 1), np.uint8)
+
+    def prepare(self, image: Any, buffer: Any, last: Any) -> None:
+        return None
+
+    def infer(self, rows: list[Any]) -> list[Any]:
+        if self.gate is not None:
+            assert self.gate.wait(HANG_SECONDS), "the test never opened the lane"
+        self.calls += len(rows)
+        return [None] * len(rows)
+
+    def decode(self, output: Any, geometry: Any) -> Any:
+        from visionrt.types import Detections
+
+        return Detections.empty() if self.gate is None else "depth"
+
+    def drain_events(self) -> dict[str, int]:
+        return {}
+
+
+def test_a_source_held_up_by_its_own_slow_lane_holds_up_no_other_source() -> None:
+    """The seed scenario in file mode: the rgb camera's frames also go to depth, the slam
+    camera's only to the detector. With depth held up, the slam camera's frames all come out;
+    before, the one preprocess thread waited for room in depth's inbox for rgb, and every
+    camera went at depth's pace."""
+    from visionrt.pipeline.flow import Flow
+    from visionrt.pipeline.graph import Graph
+    from visionrt.pipeline.schedule import Scheduler
+    from visionrt.sources import open_source
+    from visionrt.telemetry import Telemetry
+
+    frames = 12  # three times what depth's inbox holds
+    sources = [open_source(f"synthetic:16x16:{frames}", i, SourceOptions()) for i in range(2)]
+    options = PipelineOptions(warmup=0, queue_size=4)
+    gate = threading.Event()
+    detector, depth = _Lane("detect"), _Lane("depth", gate)
+    errors: list[BaseException] = []
+    flow = Flow()
+    graph = Graph(
+        sources,
+        ["rgb", "slam"],
+        [True, True],
+        [detector, depth],  # type: ignore[list-item]
+        Scheduler([(0, 1), (0,)], options, [False, False]),
+        [[], []],
+        ["person"],
+        options,
+        Telemetry(),
+        flow,
+        errors.append,
+    )
+    out: list[str] = []
+    consumer = threading.Thread(target=lambda: out.extend(r.frame.source_name for r in graph.run()))
+    consumer.start()
+    try:
+        until(lambda: out.count("slam") == frames, "the slam camera's frames all out", 120)
+        assert out.count("rgb") == 0  # each waits for its depth map
+        assert depth.calls == 0
+    finally:
+        gate.set()
+        consumer.join(HANG_SECONDS)
+        graph.finish()
+        for source in sources:
+            source.close()
+    assert not errors
+    assert (out.count("rgb"), out.count("slam")) == (frames, frames)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import until
 
 from visionrt import BackendOptions, Pipeline, PipelineOptions
 from visionrt.errors import ConfigError, SourceError
@@ -95,6 +96,36 @@ def test_files_share_the_threads_and_every_frame_arrives_once_in_order() -> None
     assert all(s.overlaps == 0 for s in files)  # type: ignore[attr-defined]
     # The threads take the files in turn: a long file is read by both over the run.
     assert any(len(s.threads) == 2 for s in files)  # type: ignore[attr-defined]
+
+
+def test_a_file_whose_frames_wait_does_not_hold_up_the_reader_s_other_files() -> None:
+    """One reader, three files; the stage after it takes no frame of file 0 (its camera's
+    depth is busy) until the others are through. The reader reads them on; before, it waited
+    on file 0's full inbox and the other files waited with it."""
+    counts = [10, 12, 9]
+    files: list[Source] = [Counted(i, n) for i, n in enumerate(counts)]
+    readers, decoded, errors = _readers(files, shared=1)
+    readers.start()
+    seen: dict[int, list[int]] = {}
+    held = {0}
+
+    def ready(source: int) -> bool:
+        return source not in held
+
+    def take() -> bool:  # never waits: a reader stuck on file 0 fails the test, not hangs it
+        if decoded._waiting(ready):
+            for item in decoded.take(1, ready=ready):
+                seen.setdefault(item.frame.source_id, []).append(item.frame.index)
+        return len(seen.get(1, [])) == counts[1] and len(seen.get(2, [])) == counts[2]
+
+    until(take, "the other files' frames all taken while file 0's wait", 60)
+    assert 0 not in seen
+    held.clear()
+    for source, frames in _consume(decoded).items():
+        seen.setdefault(source, []).extend(frames)
+    assert errors == []
+    assert seen == {i: list(range(n)) for i, n in enumerate(counts)}
+    assert [t.name for t in readers.threads] == ["files-0"]
 
 
 def test_a_thread_each_where_there_are_as_many_as_files(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,6 +26,37 @@ def test_a_new_stage_name_gets_its_own_series() -> None:
     assert stages["depth"]["p50"] == pytest.approx(10.0)
 
 
+def test_a_source_s_fps_is_over_its_own_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A camera that finished early (no depth, beside one with it) shows its own pace, not the
+    slow camera's: its results over the seconds from its first frame in to its last result."""
+    from types import SimpleNamespace
+
+    from visionrt.telemetry import stats
+
+    now = [100.0]
+    monkeypatch.setattr(stats, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    telemetry = Telemetry()
+    telemetry.start()
+    for source in ("rgb", "slam"):
+        telemetry.frame_in(source)
+    for t in (101.0, 102.0):  # slam: 2 results in its first 2 s
+        now[0] = t
+        telemetry.frame_in("slam")
+        telemetry.frame_out(0.1, "slam")
+    now[0] = 104.0
+    telemetry.frame_out(0.1, "rgb")
+    running = telemetry.per_source()
+    assert running["slam"]["seconds"] == pytest.approx(4.0)  # until now while the run goes on
+    now[0] = 110.0
+    telemetry.frame_out(0.1, "rgb")
+    telemetry.stop()
+    now[0] = 200.0  # read later: the run's end counts, not the reading's
+    rows = telemetry.per_source()
+    assert (rows["slam"]["seconds"], rows["slam"]["fps"]) == (2.0, 1.0)
+    assert (rows["rgb"]["seconds"], rows["rgb"]["fps"]) == (10.0, 0.2)
+    assert telemetry.summary().fps == pytest.approx(4 / 10)  # the run's: over its seconds
+
+
 def test_snapshot_has_window_latency_and_gauges() -> None:
     telemetry = Telemetry()
     telemetry.start()

@@ -48,6 +48,7 @@ class GroupPlans:
         self._resolve = resolve
         self._groups: dict[str, PlanGroup] = {}
         self._lock = threading.Lock()
+        self._tell: Callable[[str], None] | None = None
 
     def settings_for(self, worker: str, info: Mapping[str, Any]) -> dict[str, Any]:
         """What `worker` (`info`: its `fingerprint` and `node`) runs."""
@@ -55,14 +56,36 @@ class GroupPlans:
         key = fingerprint_key(fingerprint)
         with self._lock:
             group = self._groups.get(key)
+            new = group is None
             if group is None:
                 settings, note = self._resolve(fingerprint)
                 group = self._groups[key] = PlanGroup(fingerprint, settings, note)
             group.workers.add(worker)
             group.nodes.add(str(info.get("node", "")))
-            return group.settings
+            tell, joined = self._tell, group.to_json()
+        if new and tell is not None:  # a kind of machine that joined the running cluster
+            for line in group_lines(key, joined):
+                tell(line)
+        return group.settings
+
+    def announce(self, tell: Callable[[str], None]) -> None:
+        """Say which plan each kind of machine runs: the kinds there now, then each kind whose
+        first worker joins later, as it joins (a node slower to join than the run's start)."""
+        with self._lock:
+            self._tell = tell
+            groups = {key: group.to_json() for key, group in sorted(self._groups.items())}
+        for key, group in groups.items():
+            for line in group_lines(key, group):
+                tell(line)
 
     def report(self) -> dict[str, Any]:
         """summary.json `cluster.plan_groups`: per fingerprint key, its machine and plan."""
         with self._lock:
             return {key: group.to_json() for key, group in sorted(self._groups.items())}
+
+
+def group_lines(key: str, group: Mapping[str, Any]) -> list[str]:
+    """The lines saying what a plan group (`report()`'s entry) runs."""
+    lines = [f"plan group {key} ({len(group['workers'])} worker(s), {group['cpu']}):"]
+    plan = str(group["plan"]).splitlines() or ["no plan: the configuration as given"]
+    return lines + [f"  {line}" for line in plan]

@@ -94,10 +94,7 @@ def run_on_ray(
             )
             tell(f"ray: {len(executor.workers())} worker(s) at {cluster.address or 'local'}")
         try:
-            for key, group in plans.report().items():  # which plan each kind of machine runs
-                tell(f"plan group {key} ({len(group['workers'])} worker(s), {group['cpu']}):")
-                for line in group["plan"].splitlines() or ["no plan: the configuration as given"]:
-                    tell(f"  {line}")
+            plans.announce(tell)  # which plan each kind of machine runs, and each that joins
             return run_on_cluster(
                 cfg, executor, on_progress, plans, metrics, stop=stop, say=tell,
                 before_writing=before_writing,

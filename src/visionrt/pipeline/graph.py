@@ -44,6 +44,7 @@ class Lane:
         options: PipelineOptions,
         flow: Flow,
         prefix: str | None = None,
+        on_room: Callable[[], None] | None = None,
     ) -> None:
         self.index, self.task = index, task
         self.i420 = bool(getattr(task, "takes_i420", False))  # given Frame.pixels as decoded
@@ -53,7 +54,7 @@ class Lane:
         per_source = self.concurrency * task.batch if live else options.queue_size
         if task.new_buffer().nbytes > LARGE_BUFFER:
             per_source = min(per_source, 1)
-        self.inbox: Inboxes[Job] = Inboxes(per_source, flow.aborting)
+        self.inbox: Inboxes[Job] = Inboxes(per_source, flow.aborting, on_room=on_room)
         pool = per_source + 2 * self.concurrency * task.batch + 2
         self.buffers = [task.new_buffer() for _ in range(pool)]
         self.geometry: list[Any] = [None] * pool
@@ -108,22 +109,27 @@ class Graph:
         self.fusers = [list(steps) for steps in fusers]
         self._on_error = on_error
         any_live = any(s.live for s in sources) or service
+        self.decoded: Inboxes[Item] = Inboxes(
+            1 if any_live else options.queue_size, flow.aborting, flow.readers_overdue
+        )
+        # A lane's inbox that gets room for a source may let the preprocess thread take that
+        # source's next frame again (`_has_room`).
+        nudge = self.decoded.nudge
         self.lanes = [
-            Lane(i, t, any_live, options, flow, _numbered(tasks, i)) for i, t in enumerate(tasks)
+            Lane(i, t, any_live, options, flow, _numbered(tasks, i), nudge)
+            for i, t in enumerate(tasks)
         ]
         # The ladder's detector variants: lanes of their own, idle until a rung uses them.
         self.lanes += [
-            Lane(len(tasks) + j, t, any_live, options, flow, prefix=f"variant{j + 1}_")
+            Lane(len(tasks) + j, t, any_live, options, flow, f"variant{j + 1}_", nudge)
             for j, t in enumerate(variants)
         ]
         self.region_lane = -1
         if regions is not None:
             self.region_lane = len(self.lanes)
-            self.lanes.append(Lane(self.region_lane, regions, any_live, options, flow, "region_"))
+            lane = Lane(self.region_lane, regions, any_live, options, flow, "region_", nudge)
+            self.lanes.append(lane)
         self.detector = tasks[0].name
-        self.decoded: Inboxes[Item] = Inboxes(
-            1 if any_live else options.queue_size, flow.aborting, flow.readers_overdue
-        )
         in_flight = sum(lane.concurrency * lane.task.batch for lane in self.lanes)
         self.inferred: queue.Queue[Any] = queue.Queue(maxsize=options.queue_size + in_flight)
         self._next_seq = [0] * len(sources)
@@ -224,12 +230,21 @@ class Graph:
 
     def _preprocess(self) -> None:
         try:
-            while taken := self.decoded.take(1):
+            while taken := self.decoded.take(1, ready=self._has_room):
                 if not self._prepare(taken[0]):
                     return
         finally:
             for lane in self.lanes:
                 lane.inbox.close()
+
+    def _has_room(self, source_id: int) -> bool:
+        """The source's next frame can be handed to its lanes without waiting: no lane's inbox
+        for it is full (a live source's put never waits). Otherwise its frames wait in the
+        decoded inbox while the other sources' go on: in file mode one source held up by a slow
+        lane (the rgb camera's depth) would hold up every other source with it, since the one
+        preprocess thread waited for that lane's room (the seed scenario's detect-only cameras
+        ran at its depth pace)."""
+        return self.live[source_id] or not any(lane.inbox.full(source_id) for lane in self.lanes)
 
     def _prepare(self, item: Item) -> bool:
         """Prepare a frame for each lane scheduled on it; False when the run is aborting."""

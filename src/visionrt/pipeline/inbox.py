@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 from visionrt.pipeline.flow import POLL
@@ -20,9 +20,13 @@ class Inboxes(Generic[T]):
     File mode `put` waits while its source's inbox is full (back-pressure, nothing lost). Live
     `put` never waits: the oldest item *of the same source* makes room and goes to `on_evict`.
     `take` hands out up to `most` items round-robin across sources, so a fast source cannot
-    starve a slow one; several consumers may take at once. Every blocking call gives up when
-    `aborting` is set; `take` also once `give_up()` says the producers will not come back
-    (readers stuck in I/O after a stop).
+    starve a slow one; several consumers may take at once. Its `ready(source)` leaves a source's
+    items waiting while it says no (the consumer's own next step for that source would wait),
+    and `nudge()` tells the consumers that a source may be ready again. `on_room()` is called
+    when a take made room in a full inbox (its producer may be ready again); a producer of
+    several sources waits for any of theirs to get room (`wait_for_room`). Every blocking call
+    gives up when `aborting` is set; `take` also once `give_up()` says the producers will not
+    come back (readers stuck in I/O after a stop).
 
     Consumers wait on one condition and each source's producer on its own, so an item wakes
     one consumer and a take wakes only the producers it made room for: with one condition for
@@ -37,12 +41,16 @@ class Inboxes(Generic[T]):
         capacity: int,
         aborting: threading.Event,
         give_up: Callable[[], bool] | None = None,
+        on_room: Callable[[], None] | None = None,
     ) -> None:
         self.capacity = max(1, capacity)
         self._aborting = aborting
         self._give_up = give_up
+        self._on_room = on_room
         self._lock = threading.RLock()
         self._ready = threading.Condition(self._lock)  # consumers: an item, or closed
+        self._any_room = threading.Condition(self._lock)  # a producer of several sources
+        self._room_wanted = 0  # producers waiting on `_any_room`
         self._room: dict[int, threading.Condition] = {}  # each source's producer: space
         self._boxes: dict[int, deque[T]] = {}
         self._cursor = 0
@@ -80,30 +88,56 @@ class Inboxes(Generic[T]):
             self._closed = True
             self._wake_all()
 
-    def take(self, most: int, wait: float = 0.0) -> list[T]:
-        """Up to `most` items, round-robin across sources. Waits for the first; then up to
-        `wait` seconds for more (0: only what is there). Empty: closed and drained, or
-        aborting."""
+    def take(
+        self, most: int, wait: float = 0.0, ready: Callable[[int], bool] | None = None
+    ) -> list[T]:
+        """Up to `most` items, round-robin across the sources `ready` says yes to (None: all).
+        Waits for the first; then up to `wait` seconds for more (0: only what is there). Empty:
+        closed and drained, or aborting."""
+        made_room = False
         with self._lock:
-            while not self._waiting():
-                if self._closed or self._aborting.is_set():
+            while not self._waiting(ready):
+                if (self._closed and not self._waiting()) or self._aborting.is_set():
                     return []
                 if self._give_up is not None and self._give_up():
                     return []
                 self._wait(POLL)
             if self._aborting.is_set():
                 return []
-            taken = self._pick(most)
+            taken, made_room = self._pick(most, ready)
             deadline = time.monotonic() + wait
             while len(taken) < most and not self._closed and not self._aborting.is_set():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._wait(left)
-                taken += self._pick(most - len(taken))
+                more, room = self._pick(most - len(taken), ready)
+                taken += more
+                made_room = made_room or room
             if self._idle and any(self._boxes.values()):
                 self._ready.notify()  # left for another consumer
-            return taken
+        if made_room and self._on_room is not None:
+            self._on_room()  # outside the lock: it may take the producer's inbox's lock
+        return taken
+
+    def wait_for_room(self, sources: Sequence[int], seconds: float) -> None:
+        """Return once one of `sources`' inboxes has room, or after `seconds` (at once when
+        aborting): a producer of several sources (a shared file reader) waits for whichever
+        gets room first instead of blocking on one."""
+        with self._lock:
+            if self._aborting.is_set() or not all(self.full(s) for s in sources):
+                return
+            self._room_wanted += 1
+            try:
+                self._any_room.wait(seconds)
+            finally:
+                self._room_wanted -= 1
+
+    def nudge(self) -> None:
+        """A source `take`'s `ready` said no to may say yes now: waiting consumers look again."""
+        with self._lock:
+            if self._idle:
+                self._ready.notify_all()
 
     def drain(self) -> list[T]:
         """Everything waiting (the end of an aborted run)."""
@@ -125,6 +159,7 @@ class Inboxes(Generic[T]):
 
     def _wake_all(self) -> None:
         self._ready.notify_all()
+        self._any_room.notify_all()
         for room in self._room.values():
             room.notify_all()
 
@@ -135,23 +170,41 @@ class Inboxes(Generic[T]):
         finally:
             self._idle -= 1
 
-    def _waiting(self) -> bool:
-        return any(self._boxes.values())
+    def _waiting(self, ready: Callable[[int], bool] | None = None) -> bool:
+        """An item waits (of a source `ready` says yes to)."""
+        if ready is None:
+            return any(self._boxes.values())
+        return any(box and ready(source) for source, box in self._boxes.items())
 
-    def _pick(self, most: int) -> list[T]:
-        """One item per non-empty source per round, starting after the last source served."""
+    def _pick(self, most: int, ready: Callable[[int], bool] | None) -> tuple[list[T], bool]:
+        """One item per non-empty (ready) source per round, starting after the last source
+        served; and whether a full inbox got room. `ready` is asked once per source a round
+        reaches (the first round of a take of one item stops at the first ready source)."""
         taken: list[T] = []
+        made_room = False
         sources = sorted(self._boxes)
         if not sources:
-            return taken
+            return taken, made_room
         start = next((i for i, s in enumerate(sources) if s >= self._cursor), 0)
         order = sources[start:] + sources[:start]
-        while len(taken) < most and any(self._boxes[s] for s in order):
+        skipped: set[int] = set()
+        while len(taken) < most:
+            found = False
             for source in order:
                 box = self._boxes[source]
-                if box and len(taken) < most:
-                    if len(box) >= self.capacity:  # its producer may be waiting for room
-                        self._room[source].notify()
-                    taken.append(box.popleft())
-                    self._cursor = source + 1
-        return taken
+                if not box or len(taken) >= most or source in skipped:
+                    continue
+                if ready is not None and not ready(source):
+                    skipped.add(source)
+                    continue
+                found = True
+                if len(box) >= self.capacity:  # its producer may be waiting for room
+                    self._room[source].notify()
+                    if self._room_wanted:
+                        self._any_room.notify_all()
+                    made_room = True
+                taken.append(box.popleft())
+                self._cursor = source + 1
+            if not found:
+                break
+        return taken, made_room

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from visionrt.errors import VisionRTError
-from visionrt.pipeline.flow import Flow, Item
+from visionrt.pipeline.flow import POLL, Flow, Item
 from visionrt.pipeline.inbox import Inboxes
 from visionrt.sources import Source
 from visionrt.sources.registry import usable_cores
@@ -153,14 +153,21 @@ class Readers:
             pass
 
     def read_shared(self) -> None:
-        """A shared reader: the next file in turn, for up to BURST frames or until its inbox is
-        full, then back in line; it ends when no file waits (each file is read by one thread
-        at a time: its decoder is not shared)."""
+        """A shared reader: the next file in turn whose inbox has room, for up to BURST frames
+        or until its inbox is full, then back in line; it ends when no file waits (each file is
+        read by one thread at a time: its decoder is not shared). A file whose frames wait
+        (its camera's depth is slower than the others' detector) keeps its place in line
+        without holding the reader: waiting on its full inbox held up every other file the
+        reader had."""
         while True:
             with self._lock:
                 if not self._turns:
                     return
-                source_id = self._turns.popleft()
+                source_id = self._turn()
+                waiting = list(self._turns)
+            if source_id is None:  # every file in line has a full inbox
+                self.decoded.wait_for_room(waiting, POLL)
+                continue
             reading, ended = self._readings[source_id], False
             for _ in range(BURST):
                 if not next(reading, False):
@@ -171,6 +178,15 @@ class Readers:
             if not ended:
                 with self._lock:
                     self._turns.append(source_id)
+
+    def _turn(self) -> int | None:
+        """The first file in line whose inbox has room (out of the line); None when every one
+        is full. Aborting, the first: its next put returns at once and its reading ends."""
+        for place, source_id in enumerate(self._turns):
+            if self.flow.aborting.is_set() or not self.decoded.full(source_id):
+                del self._turns[place]
+                return source_id
+        return None
 
     def _reading(self, source_id: int, source: Source) -> Iterator[bool]:
         """Read `source` into the decoded inbox, a frame per step (True each); its end (or a

@@ -154,6 +154,8 @@ class _SourceCounts:
     events: Counter[str] = field(default_factory=Counter)
     latency: Samples = field(default_factory=Samples)
     window: Samples = field(default_factory=Samples)
+    first_in: float = 0.0  # perf_counter of its first frame in (0: none yet)
+    last_out: float = 0.0  # and of its last result
 
 
 class Listener(Protocol):
@@ -234,7 +236,10 @@ class Telemetry:
     def frame_in(self, source: str = "") -> None:
         with self._lock:
             self.frames_in += 1
-            self._source(source).frames_in += 1
+            counts = self._source(source)
+            counts.frames_in += 1
+            if not counts.first_in:
+                counts.first_in = time.perf_counter()
         for listener in self._listeners:
             listener.frame_in(source)
 
@@ -247,6 +252,7 @@ class Telemetry:
             counts.frames_out += 1
             counts.latency.append(latency)
             counts.window.append(latency)
+            counts.last_out = time.perf_counter()
         for listener in self._listeners:
             listener.frame_out(latency, source)
 
@@ -290,8 +296,11 @@ class Telemetry:
 
     def per_source(self) -> dict[str, dict[str, Any]]:
         """Frames in/out, drops by reason, FPS and glass-to-result latency (ms) per source name
-        (sources the caller did not name share "")."""
-        seconds = self.elapsed()
+        (sources the caller did not name share ""). A source's FPS is its results over its own
+        `seconds`: from its first frame in to its last result once the run has finished (until
+        now while it runs). Over the run's seconds, a camera that finished early (one without
+        depth beside one with it) showed the slow camera's pace, whatever its own."""
+        finished = self.finished
         with self._lock:
             counts = {
                 name: (
@@ -300,6 +309,7 @@ class Telemetry:
                     dict(c.dropped),
                     dict(c.events),
                     c.latency.values(),
+                    _span(c.first_in, c.last_out if finished else time.perf_counter()),
                 )
                 for name, c in self._per_source.items()
             }
@@ -309,10 +319,11 @@ class Telemetry:
                 "frames_out": frames_out,
                 "dropped": dropped,
                 "events": events,
+                "seconds": round(seconds, 3),
                 "fps": round(frames_out / seconds, 3) if seconds > 0 else 0.0,
                 "latency_ms": {k: round(v, 3) for k, v in percentiles(latency).items()},
             }
-            for name, (frames_in, frames_out, dropped, events, latency) in counts.items()
+            for name, (frames_in, frames_out, dropped, events, latency, seconds) in counts.items()
         }
 
     def elapsed(self) -> float:
@@ -375,6 +386,11 @@ class Telemetry:
             analytics=self.analytics(),
             gpu=self._gpu.summary() if self._gpu is not None else {},
         )
+
+
+def _span(first: float, last: float) -> float:
+    """Seconds from `first` to `last` (0 when nothing came in, or nothing came out yet)."""
+    return max(0.0, last - first) if first else 0.0
 
 
 def _rounded(latency: dict[str, float]) -> dict[str, float]:
