@@ -50,9 +50,11 @@ def gpu_caption(figures: dict[str, Any]) -> str:
 
 
 def source_table(summary: RunSummary) -> Table:
-    """One row per source: frames, drops, FPS and glass-to-result latency."""
+    """One row per source: frames, drops, its seconds (first frame in to last result) and FPS
+    over them, and glass-to-result latency."""
     table = Table(title="per source", title_justify="left")
-    for column in ("source", "in", "out", "dropped", "FPS", "p50 ms", "p95 ms", "p99 ms"):
+    columns = ("source", "in", "out", "dropped", "s", "FPS", "p50 ms", "p95 ms", "p99 ms")
+    for column in columns:
         table.add_column(column, justify="left" if column == "source" else "right")
     for source in summary.sources:
         latency = source.get("latency_ms", {})
@@ -61,6 +63,7 @@ def source_table(summary: RunSummary) -> Table:
             str(source.get("frames_in", 0)),
             str(source.get("frames_out", 0)),
             str(sum(source.get("dropped", {}).values())),
+            f"{source.get('seconds', 0.0):.1f}",
             f"{source.get('fps', 0.0):.1f}",
             *(f"{latency.get(k, 0.0):.1f}" for k in ("p50", "p95", "p99")),
         )
