@@ -64,16 +64,17 @@ def test_frames_of_two_sizes_in_one_batch(demo_video: Path) -> None:
 
 
 def _run(task: DepthTask, images: list[np.ndarray]) -> list[np.ndarray]:
+    """Each image's map at its own size, on the host (a device map brought back)."""
     buffers = [task.new_buffer() for _ in images]
-    for image, buffer in zip(images, buffers, strict=True):
-        task.prepare(image, buffer, None)
-    return [row.values for row in task.infer(buffers)]
+    geometry = [task.prepare(i, b, None) for i, b in zip(images, buffers, strict=True)]
+    rows = task.infer(buffers)
+    return [task.decode(row, g).values for row, g in zip(rows, geometry, strict=True)]
 
 
 def test_the_frames_path_gives_the_host_paths_maps(tiny_depth: Path) -> None:
     """torch on the CPU with inference.settings.input=frames: DepthTask holds frames in slots,
     the backend prepares and runs them, and the maps are the host path's (one level of input
-    apart at most, on a few pixels)."""
+    apart at most, on a few pixels), resized to the frame on the device as on the host."""
     framed = DepthTask(tiny_depth, "torch", FRAMES)
     host = DepthTask(tiny_depth, "torch", HOST)
     assert framed.device is not None
@@ -160,3 +161,80 @@ def test_a_staged_batch_is_prepared_as_depth_batch_prepares_it(pixels: str) -> N
     got = torch.empty_like(expected)
     depth_staged(staged, got)
     assert torch.equal(got, expected)
+
+
+def _scene(rng: np.random.Generator, hw: tuple[int, int], holes: bool) -> np.ndarray:
+    """A smooth map; with `holes`, NaN and Inf patches the medians must skip."""
+    y, x = np.mgrid[0 : hw[0], 0 : hw[1]].astype(np.float32)
+    plane = 1.0 + np.sin(x / 7.0) + np.cos(y / 5.0) + 0.1 * rng.random(hw, dtype=np.float32)
+    if holes:
+        plane[2:6, 3:9] = np.nan
+        plane[10:12, 20:24] = np.inf
+        plane[15:17, 5:8] = -np.inf
+    return plane.astype(np.float32)
+
+
+def test_a_device_map_gives_the_host_maps_values_and_box_distances() -> None:
+    """A map left on the device (postprocess.depth_device) is resized to the source as
+    `depth_to_source` resizes on the host, and each box's distance is the host's median: boxes
+    partly outside, outside, empty, with NaN coordinates, over NaN and Inf, and an even count
+    of values (the mean of the two middle ones). (A resized map is finite here: the two
+    resizes may tell NaN from Inf next to one differently. The device's maps are finite: a
+    row with NaN/Inf is recomputed on the host.)"""
+    from visionrt.fuse.depth import box_distance
+    from visionrt.postprocess.depth import depth_to_source
+    from visionrt.postprocess.depth_device import DeviceDepthMap
+    from visionrt.types import DepthMap
+
+    rng = np.random.default_rng(3)
+    for source_hw in [(40, 60), (28, 42), (20, 30)]:  # upscaled, as is, downscaled
+        plane = _scene(rng, (28, 42), holes=source_hw == (28, 42))
+        device = DepthMap(device=DeviceDepthMap(torch.from_numpy(plane.copy()), source_hw))
+        host = depth_to_source(plane, source_hw)
+        assert device.shape == source_hw
+        boxes = np.array(
+            [[0, 0, 60, 40], [-10, -5, 12, 9], [70, 50, 90, 60], [5, 5, 5, 20],
+             [np.nan, 1, 4, 4], [2, 1, 6, 5], [10, 8, 11, 10], [1, 1, 8, 4], [20, 9, 25, 13]],
+            np.float32,
+        )  # fmt: skip
+        got = box_distance(device, boxes)
+        assert device._values is None  # the distances left the map where it was
+        want = box_distance(host, boxes)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+        assert np.isnan(got[[2, 3, 4]]).all()
+        np.testing.assert_allclose(device.values, host.values, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def test_a_run_that_wants_only_distances_never_brings_a_map_back(
+    tiny_model: Path, tiny_depth: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Depth through the frames path with no sink that needs the maps: every frame's
+    distances, and no map copied to the host."""
+    from visionrt.pipeline import DepthOptions, Pipeline, PipelineOptions
+    from visionrt.postprocess import depth_device
+
+    copied: list[int] = []
+    host = depth_device.DeviceDepthMap.host
+
+    def counted(self: depth_device.DeviceDepthMap) -> np.ndarray:
+        copied.append(1)
+        return host(self)
+
+    monkeypatch.setattr(depth_device.DeviceDepthMap, "host", counted)
+    depth = DepthOptions(tiny_depth, backend="torch", inference=FRAMES, short_side=28)
+    options = PipelineOptions(warmup=0)
+    pipeline = Pipeline(
+        ["synthetic:60x40:5"], tiny_model, "onnxruntime", depth=depth, options=options
+    )
+    results = list(pipeline)
+    pipeline.close()
+    assert len(results) == 5
+    for result in results:
+        assert result.depth is not None
+        assert result.depth.device is not None
+        assert result.distance is not None
+        assert result.distance.shape == (len(result.detections),)
+    assert copied == []
+    assert results[0].depth.values.shape == (40, 60)  # asked for: brought back, once
+    assert results[0].depth.values is results[0].depth.values
+    assert copied == [1]

@@ -346,3 +346,41 @@ def test_model_only_times_a_frames_backend_on_its_device(tiny_model: Path) -> No
     times = measure_model_only(backend, inputs, runs=3, warmup=1)
     assert len(times) == 3
     assert backend._calls == 4  # through infer_device, not the host arrays' infer
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("settings", [{}, {"cuda_graphs": "true"}])
+def test_cuda_depth_maps_stay_on_the_device_and_give_the_host_paths_distances(
+    tiny_depth: Path, settings: dict[str, str]
+) -> None:
+    """Depth on CUDA through the frames path (with CUDA graphs: each map copied out of the
+    graph's output before the next replay): the distances taken on the device equal those on
+    the same maps brought to the host, over two batches, and the maps equal the host path's."""
+    import numpy as np
+
+    from visionrt.fuse.depth import box_distance
+    from visionrt.tasks.depth import DepthTask
+    from visionrt.types import DepthMap
+
+    frames = {**settings, "input": "frames"}
+    framed = DepthTask(tiny_depth, "torch", BackendOptions(device="cuda", settings=frames))
+    host = DepthTask(tiny_depth, "torch", BackendOptions(device="cuda", settings=settings))
+    rng = np.random.default_rng(5)
+    boxes = np.array([[0, 0, 60, 40], [5, 3, 30, 20], [40, 10, 58, 39]], np.float32)
+    for _ in range(2):  # a second batch replays the graph over the first one's outputs
+        images = [rng.integers(0, 255, (40, 60, 3), dtype=np.uint8) for _ in range(2)]
+        maps = []
+        for task in (framed, host):
+            buffers = [task.new_buffer() for _ in images]
+            geometry = [task.prepare(i, b, None) for i, b in zip(images, buffers, strict=True)]
+            rows = task.infer(buffers)
+            maps.append([task.decode(r, g) for r, g in zip(rows, geometry, strict=True)])
+        for on_device, on_host in zip(*maps, strict=True):
+            assert on_device.device is not None
+            distances = box_distance(on_device, boxes)
+            brought = DepthMap(on_device.values)
+            np.testing.assert_allclose(distances, box_distance(brought, boxes), rtol=1e-5)
+            np.testing.assert_allclose(on_device.values, on_host.values, atol=0.02)
+    framed.close()
+    host.close()

@@ -3,9 +3,10 @@ anchor count, detections, depth maps, tensor specs and backend facts."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -236,17 +237,68 @@ class TrackedDetections:
         return len(self.detections)
 
 
-@dataclass(frozen=True, slots=True)
+class DeviceMap(Protocol):
+    """A depth map still on its model's device (`tasks.device_depth`), at source resolution:
+    its `shape`, its values brought to the host (`host`, once), and the median of the finite
+    values in each region, computed there (`medians`: (N, 4) top, bottom, left, right; NaN for
+    an empty region or one without a finite value)."""
+
+    shape: tuple[int, int]
+
+    def host(self) -> npt.NDArray[np.float32]: ...
+
+    def medians(self, regions: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]: ...
+
+
 class DepthMap:
     """Depth of one frame at source resolution: `values` (H, W) float32.
 
     `metric` True: metres from the camera; False: relative inverse depth (larger is nearer, no
     unit), what Depth Anything's relative models give. `recomputed` says reduced precision gave
-    NaN/Inf and the frame was recomputed in FP32."""
+    NaN/Inf and the frame was recomputed in FP32.
 
-    values: npt.NDArray[np.float32]
-    metric: bool = False
-    recomputed: bool = False
+    A map made on a device stays there (`device`) until something asks for `values` (a depth
+    video, the maps' files, smoothing, the audit), which brings it to the host once: a run whose
+    sinks need only each object's distance takes the medians there (`fuse.depth.box_distance`)
+    and never moves the whole map."""
+
+    __slots__ = ("_lock", "_values", "device", "metric", "recomputed")
+
+    def __init__(
+        self,
+        values: npt.NDArray[np.float32] | None = None,
+        metric: bool = False,
+        recomputed: bool = False,
+        device: DeviceMap | None = None,
+    ) -> None:
+        if values is None and device is None:
+            raise ValueError("a depth map needs its values or its device map")
+        self._values, self.device = values, device
+        self.metric, self.recomputed = metric, recomputed
+        self._lock = threading.Lock() if values is None else None
+
+    @property
+    def values(self) -> npt.NDArray[np.float32]:
+        """(H, W) float32 on the host (from the device on the first ask; thread-safe)."""
+        if self._values is None:
+            assert self._lock is not None
+            assert self.device is not None
+            with self._lock:
+                if self._values is None:
+                    self._values = self.device.host()
+        return self._values
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(H, W), without bringing a device map to the host."""
+        if self._values is not None:
+            return (int(self._values.shape[0]), int(self._values.shape[1]))
+        assert self.device is not None
+        return self.device.shape
+
+    def __repr__(self) -> str:
+        where = "host" if self._values is not None else "device"
+        return f"DepthMap({self.shape}, {where}, metric={self.metric})"
 
     @property
     def units(self) -> str:

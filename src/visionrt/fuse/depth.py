@@ -25,11 +25,30 @@ def box_distance(
     height) of each (x1, y1, x2, y2) box in source pixels, in `depth.units`.
 
     Boxes are clipped to the frame first (the inner part is that of the visible box); NaN
-    where a box has no finite depth value inside, or lies outside the frame."""
-    boxes = np.asarray(xyxy, np.float32).reshape(-1, 4)
+    where a box has no finite depth value inside, or lies outside the frame. A map still on
+    its device is measured there: only the N medians come back."""
+    regions = box_regions(depth.shape, xyxy, inner)
+    if depth.device is not None:
+        return depth.device.medians(regions)
     values = depth.values
-    height, width = values.shape
-    out = np.full(len(boxes), np.nan, np.float32)
+    out = np.full(len(regions), np.nan, np.float32)
+    for i, (top, bottom, left, right) in enumerate(regions):
+        finite = values[top:bottom, left:right]
+        finite = finite[np.isfinite(finite)]
+        if finite.size:
+            out[i] = np.median(finite)
+    return out
+
+
+def box_regions(
+    shape: tuple[int, int], xyxy: npt.NDArray[np.floating], inner: float = INNER_FRACTION
+) -> npt.NDArray[np.int64]:
+    """(N, 4) top, bottom, left, right: the pixels of each box's central `inner` part within a
+    map of `shape`, the box clipped to it first; an empty region (all zeros) for a box outside
+    the frame, empty, or with NaN coordinates."""
+    boxes = np.asarray(xyxy, np.float32).reshape(-1, 4)
+    height, width = shape
+    regions = np.zeros((len(boxes), 4), np.int64)
     for i, (x1, y1, x2, y2) in enumerate(boxes):
         x1, x2 = np.clip((x1, x2), 0, width)
         y1, y2 = np.clip((y1, y2), 0, height)
@@ -40,11 +59,8 @@ def box_distance(
         left, top = int(np.floor(x1 + margin_x)), int(np.floor(y1 + margin_y))
         right = max(left + 1, int(np.ceil(x2 - margin_x)))
         bottom = max(top + 1, int(np.ceil(y2 - margin_y)))
-        region = values[top : min(bottom, height), left : min(right, width)]
-        finite = region[np.isfinite(region)]
-        if finite.size:
-            out[i] = np.median(finite)
-    return out
+        regions[i] = (top, min(bottom, height), left, min(right, width))
+    return regions
 
 
 # The scale-and-shift fit between consecutive maps is done on every FIT_STRIDE-th pixel in each
@@ -173,7 +189,7 @@ class DepthFuser:
             if self._latest is None or not (self.hold or fused.reused):
                 return
             depth, made_on = self._latest
-            if depth.values.shape != fused.frame.size:  # the camera changed size
+            if depth.shape != fused.frame.size:  # the camera changed size
                 return
             fused.depth_from = made_on
         else:

@@ -61,10 +61,11 @@ def not_depth_reason(out_shape: Sequence[int], input_hw: tuple[int, int] | None)
 
 @dataclass(frozen=True, slots=True)
 class DepthRow:
-    """One frame's raw depth, (H, W) float32 at the model's input size, and whether it had to
-    be recomputed in FP32. `infer` returns these so the flag travels with the row."""
+    """One frame's raw depth, (H, W) float32 at the model's input size (a host array, or a
+    tensor left on the device by DeviceDepth), and whether it had to be recomputed in FP32.
+    `infer` returns these so the flag travels with the row."""
 
-    values: npt.NDArray[np.float32]
+    values: Any  # npt.NDArray[np.float32] | torch.Tensor: torch is imported only with a device
     recomputed: bool = False
 
 
@@ -320,6 +321,11 @@ class DepthTask:
                 # drains right after this decode, so the event lands on this frame's source.
                 with self._events_lock:
                     self._events[RECOMPUTED_EVENT] = self._events.get(RECOMPUTED_EVENT, 0) + 1
+            if not isinstance(output.values, np.ndarray):  # a map left on the device
+                assert self.device is not None
+                return self.device.to_source(
+                    output.values, geometry.source_hw, self.metric, output.recomputed
+                )
             return depth_to_source(
                 output.values, geometry.source_hw, self.metric, output.recomputed
             )

@@ -1,7 +1,9 @@
 """A depth model's frames on its backend's device: each frame staged once in pinned memory,
 uploaded as uint8, prepared there (preprocess.depth_device) into the model's input, run, and
-its map checked for NaN/Inf there; the maps come back in one copy with a finite flag per row
-(the 'frames' input form; DepthTask's host path prepares float32 arrays on the host)."""
+its map checked for NaN/Inf there; only a finite flag per row comes back, and each map stays
+on the device until something asks for its values (postprocess.depth_device: the distances
+are taken there) (the 'frames' input form; DepthTask's host path prepares float32 arrays on
+the host)."""
 
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ import numpy.typing as npt
 import torch
 
 from visionrt.backends.base import Backend, FramesBackend
+from visionrt.postprocess.depth_device import DeviceDepthMap
 from visionrt.preprocess.depth_device import depth_batch, depth_rows, depth_staged
 from visionrt.preprocess.device import FrameSlot, one_layout, prepare_staged, upload
 from visionrt.tasks.base import warm_up_device
+from visionrt.types import DepthMap
 
 
 def _pinned(shape: tuple[int, ...]) -> torch.Tensor:
@@ -39,8 +43,10 @@ class DeviceDepth:
 
     def infer(
         self, slots: list[FrameSlot]
-    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
-        """Each slot's map at the model's size, (N, h, w) float32, and which rows hold NaN/Inf."""
+    ) -> tuple[npt.NDArray[np.float32] | torch.Tensor, npt.NDArray[np.bool_]]:
+        """Each slot's map at the model's size, (N, h, w) float32 — left on the device, a copy
+        of the model's output (a CUDA graph's next replay overwrites that) — and which rows
+        hold NaN/Inf (only these flags wait for the device). A stand-in's: host zeros."""
         count = len(slots)
         with self.backend.device_scope(), torch.inference_mode():
             if self.stand_in:  # the call still happens: its delay and fault injection count
@@ -48,7 +54,18 @@ class DeviceDepth:
                 return np.zeros((count, *self.input_hw), np.float32), np.zeros(count, bool)
             images = self._prepare(slots)
             maps, finite = self.backend.infer_device(images, then=depth_rows)
-            return maps.cpu().numpy(), ~finite.cpu().numpy()
+            maps = maps.clone()  # queued before the flags' copy, so done once they are here
+            return maps, ~finite.cpu().numpy()
+
+    @staticmethod
+    def to_source(
+        plane: torch.Tensor, source_hw: tuple[int, int], metric: bool, recomputed: bool
+    ) -> DepthMap:
+        """One row of `infer`'s maps as the frame's DepthMap, still on the device: resized to
+        the source and brought to the host only when something asks for its values."""
+        return DepthMap(
+            metric=metric, recomputed=recomputed, device=DeviceDepthMap(plane, source_hw)
+        )
 
     def _prepare(self, slots: list[FrameSlot]) -> torch.Tensor:
         """The batch prepared into the model's input: frames of one shape through
