@@ -45,8 +45,8 @@ class DeviceDepthMap:
         """The median of the finite values in each (top, bottom, left, right) region, as
         `np.median` gives it (the mean of the two middle values of an even count); NaN where
         a region is empty or has none. All boxes at once — each region gathered into a row
-        padded with NaN, one row-wise `nanquantile` — so a frame's boxes cost the same dozen
-        device calls however many they are, and one copy back."""
+        padded with NaN, one row-wise `nanquantile` — so a frame's boxes cost the same device
+        calls however many they are (32 torch operations), and one copy back."""
         count = len(regions)
         heights = np.maximum(regions[:, 1] - regions[:, 0], 0) if count else regions[:, 0]
         widths = np.maximum(regions[:, 3] - regions[:, 2], 0) if count else regions[:, 0]
