@@ -16,12 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from bench_plan import spread  # scripts/ is on the path of a script run from it
 
 from visionrt.hardware import cpu_model
 from visionrt.models import depth_model_path
@@ -62,10 +63,6 @@ def run(frames: int, src: Path | None) -> dict[str, Any]:
     return figures
 
 
-def spread(values: list[float], form: str = ".1f") -> str:
-    return f"{statistics.median(values):{form}} ({min(values):{form}}–{max(values):{form}})"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=40, help="frames per camera")
@@ -92,7 +89,8 @@ def main() -> None:
             done = [r[camera]["done"] for r in rows]
             fps = [r[camera]["fps"] for r in rows]
             p50 = [r[camera]["p50"] for r in rows]
-            print(f"| {tree} | {camera} | {spread(done)} | {spread(fps)} | {spread(p50, '.0f')} |")
+            cells = [spread(done, ".1f"), spread(fps, ".1f"), spread(p50, ".0f")]
+            print(f"| {tree} | {camera} | " + " | ".join(cells) + " |")
     if args.json:
         data = {"cpu": cpu_model(), "frames": args.frames, "runs": runs,
                 "before": str(args.before or "")}  # fmt: skip

@@ -33,7 +33,7 @@ def test_a_source_s_fps_is_over_its_own_seconds(monkeypatch: pytest.MonkeyPatch)
 
     from visionrt.telemetry import stats
 
-    now = [100.0]
+    now = [100.0]  # a fake clock the test moves: nothing here reads the real one
     monkeypatch.setattr(stats, "time", SimpleNamespace(perf_counter=lambda: now[0]))
     telemetry = Telemetry()
     telemetry.start()

@@ -94,17 +94,18 @@ class Inboxes(Generic[T]):
         """Up to `most` items, round-robin across the sources `ready` says yes to (None: all).
         Waits for the first; then up to `wait` seconds for more (0: only what is there). Empty:
         closed and drained, or aborting."""
-        made_room = False
         with self._lock:
-            while not self._waiting(ready):
-                if (self._closed and not self._waiting()) or self._aborting.is_set():
+            while True:  # `ready` asked once per source a try reaches, not again to take
+                if self._aborting.is_set():
+                    return []
+                taken, made_room = self._pick(most, ready)
+                if taken:
+                    break
+                if self._closed and not self._waiting():
                     return []
                 if self._give_up is not None and self._give_up():
                     return []
                 self._wait(POLL)
-            if self._aborting.is_set():
-                return []
-            taken, made_room = self._pick(most, ready)
             deadline = time.monotonic() + wait
             while len(taken) < most and not self._closed and not self._aborting.is_set():
                 left = deadline - time.monotonic()
@@ -170,11 +171,8 @@ class Inboxes(Generic[T]):
         finally:
             self._idle -= 1
 
-    def _waiting(self, ready: Callable[[int], bool] | None = None) -> bool:
-        """An item waits (of a source `ready` says yes to)."""
-        if ready is None:
-            return any(self._boxes.values())
-        return any(box and ready(source) for source, box in self._boxes.items())
+    def _waiting(self) -> bool:
+        return any(self._boxes.values())
 
     def _pick(self, most: int, ready: Callable[[int], bool] | None) -> tuple[list[T], bool]:
         """One item per non-empty (ready) source per round, starting after the last source

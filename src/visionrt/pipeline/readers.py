@@ -164,7 +164,7 @@ class Readers:
                 if not self._turns:
                     return
                 source_id = self._turn()
-                waiting = list(self._turns)
+                waiting = list(self._turns) if source_id is None else []
             if source_id is None:  # every file in line has a full inbox
                 self.decoded.wait_for_room(waiting, POLL)
                 continue
