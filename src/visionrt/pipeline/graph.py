@@ -130,6 +130,8 @@ class Graph:
             lane = Lane(self.region_lane, regions, any_live, options, flow, "region_", nudge)
             self.lanes.append(lane)
         self.detector = tasks[0].name
+        self._owned: list[tuple[int, ...]] = []  # each source's own lanes (`_own_lanes`)
+        self._owned_for = -1  # the number of sources they were worked out for
         in_flight = sum(lane.concurrency * lane.task.batch for lane in self.lanes)
         self.inferred: queue.Queue[Any] = queue.Queue(maxsize=options.queue_size + in_flight)
         self._next_seq = [0] * len(sources)
@@ -238,13 +240,27 @@ class Graph:
                 lane.inbox.close()
 
     def _has_room(self, source_id: int) -> bool:
-        """The source's next frame can be handed to its lanes without waiting: no lane's inbox
-        for it is full (a live source's put never waits). Otherwise its frames wait in the
-        decoded inbox while the other sources' go on: in file mode one source held up by a slow
-        lane (the rgb camera's depth) would hold up every other source with it, since the one
-        preprocess thread waited for that lane's room (the seed scenario's detect-only cameras
-        ran at its depth pace)."""
-        return self.live[source_id] or not any(lane.inbox.full(source_id) for lane in self.lanes)
+        """The source's next frame can go on without holding up another source: none of its
+        own lanes (those not every source runs: the rgb camera's depth, a detector of its frame
+        size) is full for it. Otherwise its frames wait in the decoded inbox while the other
+        sources' go on: the one preprocess thread waited in that lane's put, and the seed
+        scenario's detect-only cameras ran at the depth camera's pace. A lane every source runs
+        holds them all up alike, and its put still waits as before (a frame's windows are then
+        planned from the boxes of as many frames back as before: regions mode's tracking
+        depends on it). A live source's put never waits."""
+        if self.live[source_id]:
+            return True
+        return not any(self.lanes[i].inbox.full(source_id) for i in self._own_lanes(source_id))
+
+    def _own_lanes(self, source_id: int) -> tuple[int, ...]:
+        """The lanes of the source's schedule that not every source's has (worked out again
+        when a service adds a source)."""
+        schedule = self.scheduler.schedule
+        if self._owned_for != len(schedule):
+            shared = set(schedule[0]).intersection(*schedule[1:]) if schedule else set()
+            self._owned = [tuple(i for i in lanes if i not in shared) for lanes in schedule]
+            self._owned_for = len(schedule)
+        return self._owned[source_id]
 
     def _prepare(self, item: Item) -> bool:
         """Prepare a frame for each lane scheduled on it; False when the run is aborting."""
