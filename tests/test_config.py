@@ -57,7 +57,7 @@ def test_coercion(override: str, check) -> None:
         ("postprocess.conf=high", "postprocess.conf: expected a number, got 'high'"),
         ("postprocess.conf=.nan", "postprocess.conf: expected a number, got nan"),
         ("postprocess.conf=true", "postprocess.conf: expected a number, got True"),
-        ("source.max_frames=yes", "source.max_frames: expected an integer, got True"),
+        ("source.max_frames=yes", "source.max_frames: expected an integer, got 'yes'"),
         ("inference.cache_dir=[1]", "inference.cache_dir: expected a path"),
         ("inference.input_size=abc", "inference.input_size: expected 2 values"),
         ("inference.input_size=[a, b]", "inference.input_size: expected an integer, got 'a'"),

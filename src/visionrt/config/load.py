@@ -9,8 +9,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from visionrt.config.pipeline import PipelineOptions, nested_key
 from visionrt.config.run import RunConfig
 from visionrt.config.serve import ServeOptions
@@ -18,6 +16,7 @@ from visionrt.config.sizes import SizedDetector, parse_size_key, size_key
 from visionrt.config.values import coerce
 from visionrt.errors import ConfigError
 from visionrt.fuse.shapes import parse_analytics
+from visionrt.yaml_text import load_yaml
 
 
 def _build(cls: type[Any], values: dict[str, Any], prefix: str) -> Any:
@@ -145,15 +144,12 @@ def _layers(
         _set_dotted(tree, key, value)
     if path is not None:
         try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+            text = Path(path).read_text(encoding="utf-8")
         except OSError as err:
             raise ConfigError(f"cannot read config {path}: {err.strerror or err}") from err
         except UnicodeDecodeError as err:
             raise ConfigError(f"config {path} is not a text file ({err.reason})") from err
-        except yaml.YAMLError as err:
-            raise ConfigError(
-                f"config {path} is not valid YAML: {str(err).splitlines()[0]}"
-            ) from err
+        loaded = load_yaml(text, f"config {path}") or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"config {path}: expected a mapping at the top level")
         loaded = _tasks_as_sections(loaded)
@@ -163,13 +159,7 @@ def _layers(
         key, sep, raw = override.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set '{override}': expected KEY=VALUE, e.g. postprocess.conf=0.4")
-        try:
-            value = yaml.safe_load(raw) if raw else ""
-        except yaml.YAMLError as err:
-            problem = str(err).splitlines()[0]
-            raise ConfigError(
-                f"--set {key.strip()}: '{raw}' is not a valid value ({problem})"
-            ) from err
+        value = load_yaml(raw, f"--set {key.strip()}: '{raw}'") if raw else ""
         # Mappings merge key by key, as in the YAML file: `--set inference.settings={a: 1}`
         # keeps the other settings a lower layer gave.
         for dotted, leaf in _flatten({key.strip(): value}, keep_empty=True):

@@ -11,6 +11,8 @@ from typing import Any
 
 from visionrt.errors import ConfigError
 
+BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
+
 
 def type_name(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint).replace("typing.", ""))
@@ -44,6 +46,10 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
     if hint is bool:
         if isinstance(value, bool):
             return value
+        # Read as YAML 1.2 (visionrt.yaml_text), `on`/`yes` are words: a switch takes them too.
+        word = BOOL_WORDS.get(value.lower()) if isinstance(value, str) else None
+        if word is not None:
+            return word
         raise ConfigError(f"{key}: expected true or false, got {value!r}")
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):

@@ -19,6 +19,7 @@ from visionrt import hardware
 from visionrt.errors import ConfigError, SinkError
 from visionrt.paths import cache_root, file_sha256
 from visionrt.preprocess.depth import MAX_DEPTH_EVERY
+from visionrt.yaml_text import load_yaml
 
 # CPU features that change which configuration is fastest; other flags do not matter here.
 RELEVANT_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16",
@@ -147,18 +148,95 @@ class Plan:
     def load(cls, path: str | Path) -> Plan:
         path = Path(path)
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8")
         except OSError as err:
             raise ConfigError(f"cannot read plan {path}: {err.strerror or err}") from err
-        except (yaml.YAMLError, UnicodeDecodeError) as err:
-            raise ConfigError(f"plan {path} is not valid YAML: {str(err).splitlines()[0]}") from err
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"plan {path} is not a text file ({err.reason})") from err
+        data = load_yaml(text, f"plan {path}")
         if not isinstance(data, dict) or "backend" not in data or "model" not in data:
             raise ConfigError(f"plan {path}: expected a visionrt plan (model, backend, inference)")
         tuned = data.pop("tuned", {}) or {}
         unknown = sorted(set(data) - {*RUN_KEYS, LIVE_KEY, PIPELINE_KEY})
         if unknown:
             raise ConfigError(f"plan {path}: unknown section '{unknown[0]}'")
-        return cls(run=data, tuned=tuned if isinstance(tuned, dict) else {})
+        plan = cls(run=data, tuned=tuned)
+        problem = plan_problem(plan)
+        if problem:
+            raise ConfigError(
+                f"plan {path}: {problem}; `visionrt tune` writes a new one (or delete the file)"
+            )
+        return plan
+
+
+# What a plan's values must be where a run or its summary line reads them: key path → the
+# types it may hold. Sections are checked as a config's are when a run layers them
+# (config.load), but a summary line is printed first, and a cached plan must never become a
+# traceback (issue #47: `inference.batch: lots`, `tuned.measured.fps: fast`).
+_NUMBER = (int, float)
+_SHAPES: dict[tuple[str, ...], tuple[type, ...]] = {
+    ("model",): (str,),
+    ("backend",): (str, type(None)),
+    ("inference",): (dict,),
+    ("inference", "batch"): (int,),
+    ("inference", "threads"): (int,),
+    ("inference", "precision"): (str,),
+    ("inference", "device"): (str,),
+    ("inference", "input_size"): (list, type(None)),
+    ("inference", "settings"): (dict,),
+    (LIVE_KEY,): (dict,),
+    (PIPELINE_KEY,): (dict,),
+    ("tuned",): (dict,),
+    ("tuned", "measured"): (dict,),
+    ("tuned", "input_hw"): (list, type(None)),
+    ("tuned", "fingerprint"): (dict,),
+    ("tuned", "budget"): (dict,),
+    ("tuned", "source_sha256"): (str,),
+    ("tuned", "source_model"): (str,),
+    ("tuned", "task"): (str,),
+}
+
+
+def plan_problem(plan: Plan) -> str:
+    """What is wrong with `plan`'s values ("" when nothing): the first key holding the wrong
+    type, a size that is not two positive integers, or a measured figure that is no number."""
+    tree = {**plan.run, "tuned": plan.tuned}
+    for keys, types in _SHAPES.items():
+        node = _tree_value(tree, keys)
+        if node is _ABSENT:
+            continue
+        name = ".".join(keys)
+        # bool is an int to Python; no key here means a switch.
+        if isinstance(node, bool) or not isinstance(node, types):
+            expected = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            return f"{name}: expected {expected}, got {node!r}"
+        if wrong := _wrong_value(keys[-1], _tree_value(tree, keys)):
+            return f"{name}: {wrong}"
+    for key, value in (plan.tuned.get("measured") or {}).items():
+        if isinstance(value, bool) or not isinstance(value, _NUMBER):
+            return f"tuned.measured.{key}: expected a number, got {value!r}"
+    return ""
+
+
+_ABSENT: Any = object()
+
+
+def _tree_value(tree: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    node: Any = tree
+    for key in keys:
+        node = node.get(key, _ABSENT) if isinstance(node, dict) else _ABSENT
+    return node
+
+
+def _wrong_value(key: str, value: Any) -> str:
+    """What is wrong with a value of the right type ("" when nothing)."""
+    if key in ("input_size", "input_hw") and value is not None:
+        sizes = [v for v in value if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+        if len(value) != 2 or len(sizes) != 2:
+            return f"expected [height, width], got {value!r}"
+    if key in ("batch", "threads") and value < (1 if key == "batch" else 0):
+        return f"expected a positive integer, got {value!r}"
+    return ""
 
 
 def plan_path(model: Path, fingerprint: dict[str, Any], root: Path | None = None) -> Path:
@@ -176,10 +254,14 @@ def cached_plan(
     folder = root or default_root()
     if not folder.is_dir():
         return None
-    digest = file_sha256(model)[:16]
+    sha256 = file_sha256(model)
     key = fingerprint_key(fingerprint or machine_fingerprint())
-    for path in sorted(folder.glob(f"*-{digest}-{key}.yaml")):
+    for path in sorted(folder.glob(f"*-{sha256[:16]}-{key}.yaml")):
         plan = Plan.load(path)
+        # Named for this model, but a plan copied or edited may record another's content.
+        tuned_for = plan.tuned.get("source_sha256")
+        if tuned_for and tuned_for != sha256:
+            continue
         if Path(str(plan.run.get("model", ""))).is_file():
             return plan, path
     return None  # none tuned, or its artifact was deleted: tune again
