@@ -119,6 +119,11 @@ def config_page() -> str:
         " KEY=VALUE`, or through the flag of the same name — with its type and default, as"
         " the config dataclasses define them. Defaults < `--config` < `--set` < flags.",
         "",
+        "Files, `--set` values and plans are read as YAML 1.2: only `true` and `false` are"
+        " booleans, so `mode: off` and `depth: {on: [cam]}` mean the words (a switch such as"
+        " `pipeline.tracking.enabled` also takes `yes`/`no`/`on`/`off`); a key given twice in one"
+        " section is refused, naming both lines; aliases may stand for at most 100,000 values.",
+        "",
     ]
     hints = typing.get_type_hints(RunConfig)
     top = [f for f in dataclasses.fields(RunConfig) if not dataclasses.is_dataclass(hints[f.name])]
