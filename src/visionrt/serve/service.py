@@ -3,6 +3,7 @@ camera's state watched (running, down, ended), its frames into files, live previ
 
 from __future__ import annotations
 
+import glob
 import re
 import threading
 import time
@@ -19,6 +20,7 @@ from visionrt.serve.outputs import ServiceSinks
 from visionrt.serve.preview import PreviewHub
 from visionrt.sinks.events import EventPublisher, make_event
 from visionrt.sources import Source
+from visionrt.sources.base import IMAGE_SUFFIXES
 from visionrt.sources.naming import default_name, misnamed, split_name, unique_names
 from visionrt.telemetry.stats import RunSummary
 from visionrt.types import FrameResult
@@ -318,18 +320,35 @@ def check_tasks(tasks: Any) -> tuple[str, ...]:
 
 def check_uri(uri: Any, files: Sequence[str]) -> None:
     """A URI the API may open: a stream URL, a camera (/dev/videoN), `synthetic:…`, or a video
-    file inside one of `files` (resolved, so `..` and links cannot leave them)."""
+    file, image, image folder or glob inside one of `files`. Every path it reaches is judged
+    once links are resolved (`opened_paths`), so neither `..` nor a link leaves them."""
     if not isinstance(uri, str) or not uri or len(uri) > 2048 or "\n" in uri or "\0" in uri:
-        raise ConfigError("uri: expected a stream URL, a camera or a video file path")
+        raise ConfigError("uri: expected a stream URL, a camera or a file path")
     lowered = uri.lower()
     if lowered.startswith(STREAMS) or lowered.startswith("synthetic:"):
         return
     if re.fullmatch(r"/dev/video\d+", uri):
         return
-    path = Path(uri).resolve()
     allowed = [Path(folder).resolve() for folder in files]
-    if not any(path.is_relative_to(folder) for folder in allowed):
-        where = ", ".join(str(f) for f in allowed) or "none: set serve.files"
-        raise ConfigError(
-            f"uri: files are opened only from the folders in serve.files ({where}), got {uri!r}"
-        )
+    for path in opened_paths(uri):
+        resolved = path.resolve()
+        if not any(resolved.is_relative_to(folder) for folder in allowed):
+            where = ", ".join(str(f) for f in allowed) or "none: set serve.files"
+            reaches = "" if str(path) == uri else f": it reaches {str(path)!r}"
+            raise ConfigError(
+                "uri: files are opened only from the folders in serve.files"
+                f" ({where}), got {uri!r}{reaches}"
+            )
+
+
+def opened_paths(uri: str) -> list[Path]:
+    """The paths a source of `uri` may read, links not yet resolved: `uri` itself, every
+    path a glob matches (as `ImageSource` matches it), and every image file a folder lists
+    (each may be a link of its own)."""
+    path = Path(uri)
+    paths = [path]
+    if any(c in uri for c in "*?["):
+        paths += [Path(p) for p in sorted(glob.glob(uri))]
+    if path.is_dir():
+        paths += sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    return paths
