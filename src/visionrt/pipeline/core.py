@@ -85,6 +85,8 @@ class Pipeline:
         sizes: Mapping[Size, SizedDetector] | None = None,
         hooks: Hooks | None = None,
     ) -> None:
+        if isinstance(sources, str | Path):  # one source, not the characters of its name
+            sources = [str(sources)]
         if not sources and not service:
             raise ConfigError("no source given")
         self.hooks = hooks or Hooks()
@@ -258,6 +260,7 @@ class Pipeline:
             self.telemetry.register_gauge(name, read)
         self.telemetry.start()
         auditor, completed = self.auditor, False
+        cut = ""  # why the results ended early: the frames still in flight are counted as dropped
         if auditor is not None:
             auditor.start()
         try:
@@ -266,7 +269,10 @@ class Pipeline:
                     auditor.offer(result)  # before the sinks: the frame's buffer is reused after
                 yield result
             completed = True
-        except BaseException:  # Ctrl-C, or the consumer failed: nothing in flight is wanted
+        except BaseException as err:  # Ctrl-C, or the consumer failed: nothing in flight is wanted
+            # GeneratorExit: a `break` (or close()) in the caller's loop.
+            stopped = isinstance(err, GeneratorExit)
+            cut = "the caller stopped taking results" if stopped else "the run was stopped"
             self._flow.aborting.set()
             self._halt()
             raise
@@ -274,6 +280,9 @@ class Pipeline:
             self._halt()
             self.telemetry.stop()
             graph.finish()
+            if not completed or self._flow.aborting.is_set():  # a failed stage aborts too
+                cut = cut or ("the run failed" if self._errors else "the run was aborted")
+                self.telemetry.settle("pipeline", f"not delivered: {cut}")
             # The audit: a file run that completed waits for queued samples; nothing else does.
             if self.auditor is not None:
                 drain = completed and not (self.live or self._interrupted or self._errors)

@@ -22,8 +22,9 @@ class OutputStage:
     """A run's sink stage from start to end: each result written into every sink, in the order
     given, on the sink thread (then `on_result`), and every sink finalized however the run ended
     (`outputs`: the files written). A sink that raises (or `on_result`) is reported to
-    `on_error` once and the thread stops taking results; only that sink keeps its `.partial`
-    name. Results already queued when the run aborts are still written: they were delivered."""
+    `on_error` (the first one stops the run) and given no more results; only such a sink keeps
+    its `.partial` name, and the others still get every result that reached the stage. Results
+    already queued when the run aborts are still written: they were delivered."""
 
     def __init__(
         self,
@@ -36,7 +37,7 @@ class OutputStage:
         self.sinks, self.on_result = list(sinks), on_result
         self.telemetry, self._on_error = telemetry, on_error
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=size)
-        self.failed: Sink | None = None
+        self.failed: list[Sink] = []  # the sinks that raised: each keeps its `.partial` name
         self.outputs: list[str] = []
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._write, name="sink", daemon=True)
@@ -90,22 +91,21 @@ class OutputStage:
                 raise close_error
 
     def _write(self) -> None:
+        writing = list(self.sinks)
         try:
             while (result := self.queue.get()) is not END:
                 started = time.perf_counter()
-                for sink in self.sinks:
+                for sink in list(writing):
                     try:
                         sink.write(result)
                     except Exception as err:
-                        self.failed = sink
-                        if isinstance(err, SinkError):
-                            raise
-                        # A full disk, a vanished folder: one line, not a trace.
-                        raise SinkError(
-                            f"writing {type(sink).__name__} output failed: {err}"
-                        ) from err
+                        # The run stops on it, but what the other sinks were given (the JSONL
+                        # beside a video that cannot be encoded) is still written: results
+                        # computed are never lost with the sink that failed.
+                        writing.remove(sink)
+                        self._sink_failed(sink, err)
                 self.telemetry.record("sink", time.perf_counter() - started)
-                if self.on_result is not None:
+                if self.on_result is not None and not self.failed:
                     self.on_result(result)
         except BaseException as err:
             self._stopped.set()
@@ -113,18 +113,28 @@ class OutputStage:
         finally:
             self._stopped.set()
 
+    def _sink_failed(self, sink: Sink, err: Exception) -> None:
+        """A sink that failed keeps its `.partial` name; the first stops the run with its error,
+        in one line (a full disk, a vanished folder: not a trace)."""
+        self.failed.append(sink)
+        if len(self.failed) == 1:
+            if not isinstance(err, SinkError):
+                err = SinkError(f"writing {type(sink).__name__} output failed: {err}")
+            self._on_error(err)
+
 
 def close_sinks(
-    sinks: Sequence[Sink], failed: Sink | None = None, complete: bool = True
+    sinks: Sequence[Sink], failed: Sequence[Sink] = (), complete: bool = True
 ) -> tuple[list[Path], SinkError | None]:
-    """Finalize every sink (`failed`, the one that raised while writing, keeps its `.partial`
-    name; every one does where not `complete`): the files written, and the first error closing
-    one raised (the others are still finalized). A run's, a service's and a cluster's driver's."""
+    """Finalize every sink (those in `failed`, which raised while writing, keep their
+    `.partial` name; every one does where not `complete`): the files written, and the first
+    error closing one raised (the others are still finalized). A run's, a service's and a
+    cluster's driver's."""
     outputs: list[Path] = []
     error: SinkError | None = None
     for sink in sinks:
         try:
-            outputs.extend(sink.close(complete=complete and sink is not failed))
+            outputs.extend(sink.close(complete=complete and sink not in failed))
         except Exception as err:
             error = error or _as_sink_error(sink, err)
     return outputs, error

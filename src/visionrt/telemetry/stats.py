@@ -263,6 +263,20 @@ class Telemetry:
         for listener in self._listeners:
             listener.drop(stage, reason, source, count)
 
+    def settle(self, stage: str, reason: str) -> int:
+        """A run cut short (its caller stopped taking results, it failed, it was aborted): each
+        source's frames that came in and neither came out nor were dropped, counted as dropped
+        at `stage` for `reason`, so the run still accounts for every frame. Returns how many."""
+        with self._lock:
+            pending = {
+                name: counts.frames_in - counts.frames_out - sum(counts.dropped.values())
+                for name, counts in self._per_source.items()
+            }
+        for name, missing in pending.items():
+            if missing > 0:
+                self.drop(stage, reason, name, missing)
+        return sum(missing for missing in pending.values() if missing > 0)
+
     def count(self, event: str, source: str = "", count: int = 1) -> None:
         """Count a named event that is neither a frame nor a drop (a recomputed depth map, a
         degrade step), overall and for `source`."""
