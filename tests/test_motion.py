@@ -172,3 +172,21 @@ def test_an_i420_frame_is_measured_on_its_luma_without_a_colour_conversion(
     assert moved[0]
     assert not all(moved[1:]), "some frames are still against frame 0"
     assert any(moved[1:]), "and some have moved past min_area"
+
+
+def test_shares_are_over_the_frames_gating_decided_on() -> None:
+    """A run cut short decided on frames it never delivered: 3 frames run whole, 1 delivered
+    said "the detector ran 300% of every frame's pixels" (issue #47)."""
+    from visionrt.pipeline.gating import (
+        MOTION_PIXELS,
+        MOTION_SKIPPED,
+        MOTION_WHOLE,
+        motion_figures,
+    )
+
+    settings = {"mode": "skip"}
+    events = {MOTION_WHOLE: 3, MOTION_SKIPPED: 1, MOTION_PIXELS: 3 * 100}
+    figures = motion_figures(settings, events, out=1, whole=1 * 100)
+    assert figures["frames"] == 4
+    assert figures["pixel_share"] == pytest.approx(0.75)
+    assert figures["share"] == pytest.approx(0.25)

@@ -21,6 +21,7 @@ MOTION_WINDOWS = "motion: windows"  # those frames' windows
 # The detector input pixels run, whole frames and windows: against frames × a whole frame's,
 # the share of the detector's work that gating left.
 MOTION_PIXELS = "motion: detector pixels"
+MOTION_WHOLE = "motion: whole frames"  # an event per frame the detector ran on whole
 
 
 class Gating:
@@ -81,6 +82,7 @@ class Gating:
             self.telemetry.count(MOTION_WINDOWS, label, windows)
             self.telemetry.count(MOTION_PIXELS, label, windows * self.window_pixels)
         elif decision.full:
+            self.telemetry.count(MOTION_WHOLE, label)
             self.telemetry.count(MOTION_PIXELS, label, self.full_pixels)
         # The reference: the last frame the detector saw whole. A frame seen in windows is not
         # one: motion then adds up over the frames since that one, so a person walking slowly
@@ -120,10 +122,16 @@ def motion_figures(
     """`settings` (motion_summary's) with what gating left the detector, from its `events` over
     `out` frames: frames reused, frames run on windows (and windows per such frame) in regions
     mode, detector input pixels run against `whole` (every frame's whole input). A cluster run
-    adds its workers' events and frames up into one run's."""
+    adds its workers' events and frames up into one run's. The shares are over the frames gating
+    decided on where the events say (a run cut short decided on frames it never delivered: over
+    `out`, a share passed 100 %)."""
     reused, regions = events.get(MOTION_SKIPPED, 0), events.get(MOTION_REGIONS, 0)
+    decided = reused + regions + events.get(MOTION_WHOLE, 0)
+    if decided and out:
+        whole, out = round(whole * decided / out), decided
     motion: dict[str, Any] = {
         **settings,
+        "frames": out,
         "reused": reused,
         "share": round(reused / out, 4) if out else 0.0,
         "pixel_share": round(events.get(MOTION_PIXELS, 0) / whole, 4) if whole else 0.0,

@@ -88,8 +88,9 @@ def print_summary(summary: RunSummary, console: Console | None = None) -> None:
             else ""
         )
         console.print(
-            f"motion: {motion['reused']} of {summary.frames_out} frames reused their source's"
-            f" last results ({motion['share']:.0%}{regions}; the detector ran"
+            f"motion: {motion['reused']} of {motion.get('frames', summary.frames_out)} frames"
+            " reused their source's last results"
+            f" ({motion['share']:.0%}{regions}; the detector ran"
             f" {motion.get('pixel_share', 1.0):.0%} of every frame's pixels; min_area"
             f" {motion['min_area']:g}, refresh {motion['refresh']:g} s)",
             markup=False,
