@@ -15,6 +15,7 @@ import psutil
 
 from visionrt.pipeline import Pipeline
 from visionrt.sinks import Sink
+from visionrt.sinks.base import write_output
 
 # Which thread does which stages: the preprocess thread also measures motion, inference workers
 # decode their own results, the caller's thread joins and fuses frames, the sink thread writes.
@@ -229,8 +230,9 @@ def profile_pipeline(
     )
 
 
-def write_trace(profile: Profile, path: Path) -> Path:
-    """A Chrome/Perfetto trace: one track per thread, a slice per stage span, queue counters."""
+def write_trace(profile: Profile, path: Path, what: str = "trace") -> Path:
+    """A Chrome/Perfetto trace: one track per thread, a slice per stage span, queue counters.
+    A SinkError naming `path` (`what`: the output) when it cannot be written (a full disk)."""
     threads = sorted({span.thread for span in profile.spans})
     tids = {name: index + 1 for index, name in enumerate(threads)}
     events: list[dict[str, Any]] = [
@@ -258,5 +260,4 @@ def write_trace(profile: Profile, path: Path) -> Path:
         }
         for sample in profile.queues
     ]
-    path.write_text(json.dumps({"traceEvents": events}), encoding="utf-8")
-    return path
+    return write_output(path, json.dumps({"traceEvents": events}), what)

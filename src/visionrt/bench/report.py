@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import base64
 import html
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from visionrt.errors import BackendUnavailable
+from visionrt.sinks.base import write_output
 
 STAGE_ORDER = ("decode", "preprocess", "infer", "postprocess", "sink")
 
@@ -54,10 +56,12 @@ def _pyplot() -> Any:
     return plt
 
 
-def write_report(points: Sequence[ReportPoint], path: Path, title: str) -> list[Path]:
-    """Write `path` (HTML, images embedded) and PNG copies beside it; returns the files."""
+def write_report(
+    points: Sequence[ReportPoint], path: Path, title: str, what: str = "report"
+) -> list[Path]:
+    """Write `path` (HTML, images embedded) and PNG copies beside it; returns the files. A file
+    that cannot be written (a full disk) is a SinkError naming it, `what` naming the output."""
     plt = _pyplot()
-    path.parent.mkdir(parents=True, exist_ok=True)
     front = pareto_front(points)
     figure, axes = plt.subplots(figsize=(8, 5), dpi=110)
     for point in points:
@@ -77,7 +81,7 @@ def write_report(points: Sequence[ReportPoint], path: Path, title: str) -> list[
     axes.legend(fontsize=8)
     pareto_png = path.with_name(path.stem + "-pareto.png")
     figure.tight_layout()
-    figure.savefig(pareto_png)
+    pngs = {pareto_png: _png(figure)}
     plt.close(figure)
 
     figure, axes = plt.subplots(figsize=(8, 0.5 * len(points) + 1.5), dpi=110)
@@ -94,7 +98,7 @@ def write_report(points: Sequence[ReportPoint], path: Path, title: str) -> list[
     axes.tick_params(axis="y", labelsize=7)
     stages_png = path.with_name(path.stem + "-stages.png")
     figure.tight_layout()
-    figure.savefig(stages_png)
+    pngs[stages_png] = _png(figure)
     plt.close(figure)
 
     rows = "".join(
@@ -104,17 +108,25 @@ def write_report(points: Sequence[ReportPoint], path: Path, title: str) -> list[
         for p in points
     )
     images = "".join(
-        f'<img alt="{png.stem}" src="data:image/png;base64,'
-        f'{base64.b64encode(png.read_bytes()).decode()}"><br>'
-        for png in (pareto_png, stages_png)
+        f'<img alt="{png.stem}" src="data:image/png;base64,{base64.b64encode(data).decode()}"><br>'
+        for png, data in pngs.items()
     )
-    path.write_text(
+    write_output(
+        path,
         f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>"
         "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 10px;text-align:left}"
         "</style>"
         f"<h1>{html.escape(title)}</h1>{images}"
         "<table><tr><th>configuration</th><th>FPS</th><th>p99 ms</th><th>fidelity</th>"
         f"<th>Pareto</th><th>note</th></tr>{rows}</table>",
-        encoding="utf-8",
+        what,
     )
+    for png, data in pngs.items():  # after the page: a page that failed leaves no images
+        write_output(png, data, what)
     return [path, pareto_png, stages_png]
+
+
+def _png(figure: Any) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()

@@ -20,7 +20,7 @@ from visionrt.cli.run_config import parse_size
 from visionrt.errors import ConfigError
 from visionrt.models import demo_model_path
 from visionrt.paths import DEMO_VIDEO
-from visionrt.sinks.base import check_writable
+from visionrt.sinks.base import check_writable, write_output
 from visionrt.tune.evaluate import LATENCY_STAGES
 
 
@@ -160,10 +160,11 @@ def bench_command(
                     stages={name: figures["mean"] for name, figures in stages.items()},
                 )
             )
-        written = write_report(points, report, f"visionrt bench · {Path(video).name}")
+        written = write_report(points, report, f"visionrt bench · {Path(video).name}", "--report")
         console.print(f"wrote {', '.join(str(p) for p in written)}")
     if json_out:
-        json_out.write_text(
+        write_output(
+            json_out,
             json.dumps(
                 [
                     {
@@ -181,7 +182,7 @@ def bench_command(
                 ],
                 indent=2,
             ),
-            encoding="utf-8",
+            "--json",
         )
 
 
@@ -211,7 +212,7 @@ def _find_batches(
         )
         found[variant.label] = search.to_json()
     if json_out:
-        json_out.write_text(json.dumps(found, indent=2), encoding="utf-8")
+        write_output(json_out, json.dumps(found, indent=2), "--json")
 
 
 def register(app: typer.Typer) -> None:

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from visionrt import hardware
 from visionrt.backends.registry import AUTO_ORDER, ROWS, unavailable_reason
+from visionrt.cli.stdout import print_out
 from visionrt.errors import VisionRTError
 from visionrt.models import demo_model_path
 from visionrt.paths import DEMO_VIDEO
@@ -77,7 +78,7 @@ def doctor_command(
     checklist (cores and SMT, limits, thread variables, IRQs, real-time, pinning, memory)."""
     report = doctor_report()
     if json_out:
-        print(json.dumps(report, indent=2))
+        print_out(json.dumps(report, indent=2))
         return
     console = Console()
     table = Table(title="visionrt doctor", show_header=False)

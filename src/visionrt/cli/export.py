@@ -11,11 +11,11 @@ from rich.console import Console
 from rich.table import Table
 
 from visionrt.cli.run_config import parse_size
-from visionrt.errors import ConfigError, SinkError
+from visionrt.errors import ConfigError
 from visionrt.export import TARGETS, ExportResult, export_model
 from visionrt.export.depth import DepthFidelityReport
 from visionrt.preprocess.depth import PATCH
-from visionrt.sinks.base import check_writable
+from visionrt.sinks.base import check_writable, write_output
 from visionrt.tasks.depth import MAX_PATCHES, MAX_SHORT_SIDE
 
 # DESIGN.md's default accuracy budget (fidelity mAP50) per precision.
@@ -178,10 +178,7 @@ def export_command(
     console.print(f"artifact: {result.path}")
     if json_out:
         report = {"path": str(result.path), "cached": result.cached, **result.report}
-        try:
-            json_out.write_text(json.dumps(report, indent=2), encoding="utf-8")
-        except OSError as err:  # checked writable at the start; a full disk, say
-            raise SinkError(f"cannot write --json {json_out}: {err.strerror or err}") from err
+        write_output(json_out, json.dumps(report, indent=2), "--json")
 
 
 def register(app: typer.Typer) -> None:

@@ -12,12 +12,13 @@ from rich.table import Table
 
 from visionrt.backends import BackendOptions
 from visionrt.bench.profile import THREADS, Profile, profile_pipeline, write_trace
+from visionrt.cli.stdout import print_out
 from visionrt.errors import ConfigError
 from visionrt.models import demo_model_path
 from visionrt.paths import DEMO_VIDEO
 from visionrt.pipeline import Pipeline
 from visionrt.sinks import JsonlSink, Sink, VideoSink
-from visionrt.sinks.base import check_writable
+from visionrt.sinks.base import check_writable, unwritable
 from visionrt.sinks.lock import OutputLock
 from visionrt.sources import SourceOptions
 
@@ -72,7 +73,7 @@ def profile_command(
         result = _profile(path, model, backend, precision, max_frames, video, out,
                           torch_profiler, False if no_plan else plan)  # fmt: skip
     if json_out:
-        print(json.dumps(result.to_json()))
+        print_out(json.dumps(result.to_json()))
         return
     console = Console(soft_wrap=True)
     console.print(_table(result))
@@ -88,7 +89,7 @@ def profile_command(
     console.print("CPU seconds by thread: " + ", ".join(f"{n} {s:.1f}" for n, s in cpu))
     console.print(f"[bold]verdict:[/] {result.verdict}")
     if trace is not None:
-        write_trace(result, trace)
+        write_trace(result, trace, "--trace")
         console.print(f"wrote {trace} (open in ui.perfetto.dev or chrome://tracing)")
 
 
@@ -130,7 +131,10 @@ def _profile(
 
                     with torch.profiler.profile() as torch_trace:
                         result = profile_pipeline(pipeline, sinks)
-                    torch_trace.export_chrome_trace(str(torch_profiler))
+                    try:
+                        torch_trace.export_chrome_trace(str(torch_profiler))
+                    except OSError as error:  # checked writable at the start: a full disk
+                        raise unwritable(torch_profiler, error, "--torch-profiler") from error
                     err.print(f"wrote {torch_profiler}")
             else:
                 result = profile_pipeline(pipeline, sinks)

@@ -23,6 +23,7 @@ from visionrt.cli.outputs import (
 from visionrt.cli.run_config import configure_with_plan, flag_values
 from visionrt.cli.run_display import describe_run, run_progress
 from visionrt.cli.signals import STARTUP, install_signal_handlers
+from visionrt.cli.stdout import print_out
 from visionrt.config import RunConfig
 from visionrt.errors import Interrupted, SinkError, SourceError, VisionRTError
 from visionrt.pipeline import Pipeline
@@ -302,13 +303,17 @@ def _execute(
     try:
         write_summary(summary, summary_path)
     except SinkError as err:
+        summary.outputs.remove(str(summary_path))  # not said to be written
         error = error or err  # the error that ended the run is the one to report
     if not quiet:
         print_summary(summary, console)
         for path in summary.outputs:
             console.print(f"wrote {path}")
     if json_out:
-        print(json.dumps(summary.to_json()))
+        try:
+            print_out(json.dumps(summary.to_json()))
+        except SinkError as err:
+            error = error or err
     if error is not None:
         raise error
     if summary.error:

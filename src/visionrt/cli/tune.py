@@ -17,6 +17,7 @@ from rich.console import Console
 
 from visionrt.bench.report import ReportPoint, write_report
 from visionrt.cli.signals import not_ours
+from visionrt.cli.stdout import print_out
 from visionrt.cli.tune_depth import depth_limits, tune_depth_model
 from visionrt.cli.tune_tables import motion_line, motion_table, results_table, status_text
 from visionrt.errors import ConfigError, Interrupted, SourceError, VisionRTError
@@ -276,7 +277,7 @@ def _tune_detector(
             for t in search.trials
             if t.runs and t.last.fps
         ]
-        written = write_report(points, report, title)
+        written = write_report(points, report, title, "--report")
         err.print(f"wrote {', '.join(str(p) for p in written)}")
     if outcome.plan is None or outcome.path is None:
         raise ConfigError(
@@ -290,7 +291,7 @@ def _tune_detector(
         err.print(motion_line(outcome.motion), markup=False, highlight=False)
     _finish(outcome.plan, outcome.path, plan_out, err)
     if json_out:
-        print(json.dumps({"plan": str(outcome.path), **outcome.plan.tuned}, default=str))
+        print_out(json.dumps({"plan": str(outcome.path), **outcome.plan.tuned}, default=str))
 
 
 def _limits(

@@ -3,16 +3,24 @@ model), and measure its fidelity."""
 
 from __future__ import annotations
 
+import errno
 import importlib
 import importlib.util
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from visionrt.bench.reference import compare_to_reference
-from visionrt.errors import ConfigError, ModelLoadError, SourceNotFoundError
+from visionrt.errors import (
+    ConfigError,
+    ModelLoadError,
+    SinkError,
+    SourceNotFoundError,
+    VisionRTError,
+)
 from visionrt.export.depth import (
     DEPTH_TARGETS,
     DepthFidelityReport,
@@ -25,6 +33,7 @@ from visionrt.export.targets import TARGETS, BuildJob, Target
 from visionrt.fidelity import FidelityReport
 from visionrt.models import ModelSpec, cache, demo_model_path, read_model_spec, rebatch_onnx
 from visionrt.paths import DEMO_VIDEO, file_sha256
+from visionrt.sinks.base import reason
 
 if TYPE_CHECKING:
     from visionrt.export.calibration import CalibrationSet
@@ -42,6 +51,24 @@ class ExportResult:
     report: dict[str, Any]
     cached: bool
     fidelity: FidelityReport | DepthFidelityReport | None = None
+
+
+# What a write that fails for want of room or permission says (an export's other OSErrors are
+# not about where it writes).
+_CANNOT_WRITE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+
+
+@contextmanager
+def _writing(root: Path) -> Iterator[None]:
+    """A full disk (or quota, or read-only place) while the artifact or its report is written
+    as the one-line SinkError naming the cache folder, not a traceback from deep in a
+    converter; the staging folder is gone by then (`cache.staging`)."""
+    try:
+        yield
+    except OSError as err:
+        if isinstance(err, VisionRTError) or err.errno not in _CANNOT_WRITE:
+            raise
+        raise SinkError(f"cannot write the artifact in {root}: {reason(err)}") from err
 
 
 def _runtime_version(target: Target) -> str:
@@ -268,7 +295,7 @@ def export_model(
         artifact, report = found
     else:
         started = time.perf_counter()
-        with cache.staging(folder) as scratch:
+        with _writing(root), cache.staging(folder) as scratch:
             source = model_path
             if model_path.suffix == ".pt":
                 from visionrt.export.onnx_variants import export_from_pytorch
@@ -304,7 +331,8 @@ def export_model(
         else:
             measured = _fidelity(spec, artifact, reference, video, fidelity_frames, conf, show)
             report["fidelity"] = {**measured.to_json(), "measured_on": key}
-            cache.write_report(folder, report)
+            with _writing(root):
+                cache.write_report(folder, report)
             # As the report holds it, so a cache hit returns exactly the same values.
             result_fidelity = FidelityReport.from_json(report["fidelity"])
     return ExportResult(artifact, report, cached, result_fidelity)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -27,7 +28,7 @@ def check_writable(path: Path, what: str = "output", folder: bool = False) -> No
     if not folder and path.is_dir():
         raise SinkError(f"cannot write {what} {path}: it is a folder")
     if folder and path.exists() and not path.is_dir():
-        raise SinkError(f"cannot write {what} {path}: it is a file, not a folder")
+        raise SinkError(f"cannot write {what} {path}: it is {_not_a_folder(path)}")
     try:
         where.mkdir(parents=True, exist_ok=True)
         if not folder and path.exists():
@@ -41,13 +42,48 @@ def check_writable(path: Path, what: str = "output", folder: bool = False) -> No
 
 
 def unwritable(path: Path, err: OSError, what: str = "output") -> SinkError:
-    """The one line for `path` that cannot be written: a file standing where one of its folders
-    must be is named (mkdir's "File exists" says nothing useful), else the system's reason."""
-    why = err.strerror or str(err)
+    """The one line for `path` that cannot be written: what stands where one of its folders
+    must be (a file, or a device such as /dev/null) is named (mkdir's "File exists" says
+    nothing useful), else the system's reason."""
+    why = reason(err)
     if isinstance(err, FileExistsError | NotADirectoryError):
-        blocker = next((p for p in Path(path).parents if p.is_file()), None)
-        why = f"{blocker} is a file, not a folder" if blocker else why
+        parents = Path(path).parents
+        blocker = next((p for p in parents if p.exists() and not p.is_dir()), None)
+        why = f"{blocker} is {_not_a_folder(blocker)}" if blocker else why
     return SinkError(f"cannot write {what} {path}: {why}")
+
+
+def _not_a_folder(path: Path) -> str:
+    return "a file, not a folder" if path.is_file() else "not a folder"
+
+
+def reason(err: BaseException) -> str:
+    """Why an OS call failed, without the path that an OSError's (or PyAV's) text repeats after
+    it: the system's reason ("No space left on device") where there is one, else the text."""
+    return getattr(err, "strerror", None) or str(err)
+
+
+def write_output(path: Path, data: str | bytes, what: str = "output") -> Path:
+    """Write a command's output file in one go, or raise the one-line SinkError naming it: a
+    full disk shows only as the bytes are written, however writable the place was found at the
+    start (`check_writable`). A file is written whole or not at all (as its `.partial`, then
+    renamed); a device or pipe standing at `path` (/dev/stdout) is written where it is."""
+    path = Path(path)
+    target = path if path.exists() and not path.is_file() else partial_path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, bytes):
+            target.write_bytes(data)
+        else:
+            target.write_text(data, encoding="utf-8")
+        if target != path:
+            target.replace(path)
+    except OSError as err:
+        if target != path:
+            with contextlib.suppress(OSError):
+                target.unlink(missing_ok=True)
+        raise unwritable(path, err, what) from err
+    return path
 
 
 def finalize(partial: Path, final: Path) -> Path:
@@ -55,7 +91,7 @@ def finalize(partial: Path, final: Path) -> Path:
     try:
         partial.replace(final)
     except OSError as err:
-        raise SinkError(f"cannot finalize {final}: {err.strerror or err}") from err
+        raise SinkError(f"cannot finalize {final}: {reason(err)}") from err
     return final
 
 

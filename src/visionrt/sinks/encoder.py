@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from visionrt.errors import SinkError
+from visionrt.sinks.base import reason
 
 # Pictures waiting for the encoder: enough to ride out one slow frame, few enough that a run's
 # memory does not grow with its number of videos (a 1080p picture is 6 MB).
@@ -72,5 +73,5 @@ class Encoder:
                 frame = av.VideoFrame.from_ndarray(planes, format="yuv420p")
                 self.container.mux(self.stream.encode(frame))
             except Exception as err:  # a full disk, a vanished folder: one line, then no more
-                self.error = SinkError(f"cannot write {self._name}: {err}")
+                self.error = SinkError(f"cannot write {self._name}: {reason(err)}")
                 return

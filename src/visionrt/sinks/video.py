@@ -173,7 +173,7 @@ class VideoSink(Sink):
             finally:
                 container.close()  # the index: without it the MP4 does not play
         except (av.FFmpegError, OSError) as err:
-            raise SinkError(f"cannot finalize {self.path}: {err}") from err
+            raise SinkError(f"cannot finalize {self.path}: {err.strerror or err}") from err
         if not complete:
             return [self._partial]
         return [finalize(self._partial, self.path)]
