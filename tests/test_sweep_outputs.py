@@ -163,6 +163,27 @@ def test_json_on_a_full_standard_output_is_one_line(argv: list[str]) -> None:
 # -- 10. lines that named flags a command lacks, or said the wrong thing ---------------------
 
 
+def test_metrics_beyond_this_machine_name_the_settings_run_reads(
+    media: dict[str, Path], tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from visionrt.cli import run
+
+    def must_not_start(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model loaded before the metrics host was checked")
+
+    monkeypatch.setattr(run, "start_pipeline", must_not_start)
+    monkeypatch.delenv("VISIONRT_METRICS_TOKEN", raising=False)
+    args = ["run", str(media["video"]), "-m", str(media["model"]), "--backend", "null", "-q"]
+    args += ["--out", str(tmp_path / "out"), "--set", "output.metrics_host=0.0.0.0"]
+    code, error, _ = _cli([*args, "--set", "output.metrics_port=9464"], capsys)
+    assert code == 2
+    assert "output.metrics_host 0.0.0.0: serving metrics beyond this machine needs a token" in error
+    assert "--set output.metrics_token=TOKEN" in error
+    assert "VISIONRT_METRICS_TOKEN" in error
+    assert "--metrics-token" not in error  # run has no such flag
+    assert "--metrics-host" not in error
+
+
 @pytest.mark.parametrize("command", ["run", "profile"])
 def test_an_out_that_is_a_device_is_not_a_folder(
     command: str, media: dict[str, Path], capsys

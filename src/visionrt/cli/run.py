@@ -214,6 +214,10 @@ def run_command(
     planned = configure_with_plan(plan, no_plan, config, set_, values)
     cfg, plan_note = planned.config, "\n".join(planned.notes)
     writes = check_output_names(cfg)  # before anything is made or loaded
+    if cfg.output.metrics_port:
+        from visionrt.telemetry.metrics import check_host
+
+        check_host(cfg.output.metrics_host, metrics_token(cfg))
     # A second run into the same folder is refused in one line.
     lock = OutputLock(Path(cfg.output.dir)).acquire()
     try:

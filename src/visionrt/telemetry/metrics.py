@@ -256,12 +256,14 @@ class _Gpu:
             yield from prometheus_families(read_gpus(self._nvml))
 
 
-def check_host(host: str, token: str, what: str = "--metrics-host") -> None:
-    """Beyond this machine only with a token (one line, before anything listens)."""
+def check_host(host: str, token: str, what: str = "output.metrics_host") -> None:
+    """Beyond this machine only with a token (one line, before anything listens). The line
+    names the settings `run` reads them from: there are no flags for them."""
     if host not in LOCAL_HOSTS and not token:
         raise ConfigError(
             f"{what} {host}: serving metrics beyond this machine needs a token"
-            " (--metrics-token or VISIONRT_METRICS_TOKEN)"
+            " (--set output.metrics_token=TOKEN, or the environment variable"
+            " VISIONRT_METRICS_TOKEN, which keeps it off the command line)"
         )
 
 
