@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import write_tiny_detector, write_video
+from conftest import write_tiny_depth_model, write_tiny_detector, write_video
 
 from visionrt.cli.main import main
 from visionrt.errors import SinkError
@@ -202,6 +202,48 @@ def test_check_writable_says_a_device_is_not_a_folder() -> None:
 
     with pytest.raises(SinkError, match=r"^cannot write --out /dev/null: it is not a folder$"):
         check_writable(Path("/dev/null"), "--out", folder=True)
+
+
+def _plan_with_a_lost_artifact(model: Path, root: Path, depth: bool = False) -> tuple[Path, Path]:
+    from visionrt.paths import file_sha256
+    from visionrt.plans import Plan
+    from visionrt.plans.store import machine_fingerprint, plan_path
+
+    artifact = root.parent / "deleted" / "model.xml"  # never made: deleted since the tune
+    tuned: dict[str, Any] = {"source_model": str(model), "source_sha256": file_sha256(model)}
+    if depth:
+        tuned["task"] = "depth"
+    plan = Plan(run={"model": str(artifact), "backend": "openvino", "inference": {}},
+                tuned={**tuned, "fingerprint": machine_fingerprint()})  # fmt: skip
+    return plan.save(plan_path(model, machine_fingerprint(), root)), artifact
+
+
+def test_a_plan_whose_artifact_is_gone_says_so_and_what_to_run(tmp_path: Path) -> None:
+    from visionrt.plans import PlanRequest, use_plan
+
+    model = write_tiny_detector(tmp_path / "detector.onnx", [(32, 32, 20, 10, 0.9, 0.0)])
+    root = tmp_path / "plans"
+    plan_file, artifact = _plan_with_a_lost_artifact(model, root)
+    use = use_plan(PlanRequest(model=model), root=root)
+    assert use.sections is None  # the run goes on with the FP32 reference, as before
+    assert f"plan {plan_file.name} set aside: its artifact {artifact} is missing" in use.note
+    assert "`visionrt tune` again" in use.note
+    assert "no tuned plan" not in use.note
+    # With the plan file gone too: nothing was tuned.
+    plan_file.unlink()
+    assert use_plan(PlanRequest(model=model), root=root).note.startswith("no tuned plan for")
+
+
+def test_a_depth_plan_whose_artifact_is_gone_says_so(tmp_path: Path) -> None:
+    from visionrt.plans.resolve import use_depth_plan
+
+    model = write_tiny_depth_model(tmp_path / "depth.onnx")
+    root = tmp_path / "plans"
+    plan_file, artifact = _plan_with_a_lost_artifact(model, root, depth=True)
+    use = use_depth_plan(model, (), None, root)
+    assert f"depth plan {plan_file.name} set aside: its artifact {artifact} is missing" in use.note
+    assert "`visionrt tune --depth depth.onnx` again" in use.note
+    assert "no tuned depth plan" not in use.note
 
 
 def test_a_full_disk_names_the_video_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,16 @@ from visionrt.errors import ModelLoadError
 from visionrt.models import demo_model_path
 from visionrt.paths import file_sha256
 from visionrt.plans.gpu import GpuReference, gpu_reference
-from visionrt.plans.store import LIVE_KEY, RUN_KEYS, Plan, cached_plan, fingerprint_differences
+from visionrt.plans.store import (
+    LIVE_KEY,
+    RUN_KEYS,
+    Plan,
+    cached_plan,
+    default_root,
+    fingerprint_differences,
+    fingerprint_key,
+    machine_fingerprint,
+)
 from visionrt.preprocess.depth import DEFAULT_SHORT_SIDE
 
 # Inference settings that choose a configuration: given any of them, the user's choice wins over
@@ -96,6 +105,13 @@ def use_plan(
             if request.chosen and gpu.sections is None and not cpu:
                 return PlanUse(None, "")
             where = f" {gpu.where}" if gpu.where else ""
+            lost = _lost_artifact(model, root, fingerprint)
+            if lost is not None:
+                return PlanUse(
+                    gpu.sections,
+                    f"plan {lost[0].name} set aside: its artifact {lost[1]} is missing; running"
+                    f" {REFERENCE}{where}; `visionrt tune` again builds it (minutes, once)",
+                )
             return PlanUse(
                 gpu.sections,
                 f"no tuned plan for {model.name} on {_machine(fingerprint)}: running"
@@ -127,6 +143,29 @@ def use_plan(
     tail = "" if plan_file is not None else " (--no-plan: the reference)"
     note = f"{where}: {plan.summary_line()}{mode}{tail}{warnings}"
     return PlanUse(sections, note, plan, path)
+
+
+def _lost_artifact(
+    model: Path, root: Path | None, fingerprint: dict[str, Any] | None, depth: bool = False
+) -> tuple[Path, Path] | None:
+    """A plan cached for `model` on this machine (`fingerprint`'s) that `cached_plan` passes
+    over because the artifact it runs is gone: the plan file and that artifact (None: no such
+    plan). Found as `cached_plan` finds plans: by the model's content and the machine."""
+    folder = root or default_root()
+    if not folder.is_dir():
+        return None
+    sha256 = file_sha256(model)
+    key = fingerprint_key(fingerprint or machine_fingerprint())
+    for path in sorted(folder.glob(f"*-{sha256[:16]}-{key}.yaml")):
+        plan = Plan.load(path)
+        if plan.tuned.get("source_sha256") not in (None, "", sha256):
+            continue  # another model's plan
+        if (plan.tuned.get("task") == "depth") != depth:
+            continue
+        artifact = Path(str(plan.run.get("model", "")))
+        if not artifact.is_file():
+            return path, artifact
+    return None
 
 
 def _machine(fingerprint: dict[str, Any] | None) -> str:
@@ -254,6 +293,14 @@ def use_depth_plan(
             if gpu.sections is not None
             else "on ONNX Runtime" + (f" ({gpu.where})" if gpu.where else "")
         )
+        lost = _lost_artifact(model, root, fingerprint, depth=True)
+        if lost is not None:
+            return PlanUse(
+                None if gpu.sections is None else {**gpu.sections, "short_side": side},
+                f"depth plan {lost[0].name} set aside: its artifact {lost[1]} is missing;"
+                f" running it FP32 {where} at short side {side}; `visionrt tune --depth"
+                f" {model.name}` again builds it",
+            )
         return PlanUse(
             None if gpu.sections is None else {**gpu.sections, "short_side": side},
             f"no tuned depth plan for {model.name} on {_machine(fingerprint)}: running it FP32"
