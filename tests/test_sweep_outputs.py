@@ -204,6 +204,19 @@ def test_check_writable_says_a_device_is_not_a_folder() -> None:
         check_writable(Path("/dev/null"), "--out", folder=True)
 
 
+def test_a_pipeline_takes_one_source_given_as_a_string(media: dict[str, Path]) -> None:
+    from visionrt import Pipeline
+
+    for given in (str(media["video"]), media["video"]):
+        pipeline = Pipeline(given, media["model"], "null")  # type: ignore[arg-type]
+        try:
+            assert len(pipeline.sources) == 1
+            assert pipeline.names == ["small"]
+            assert sum(1 for _ in pipeline) == 4
+        finally:
+            pipeline.close()
+
+
 def _plan_with_a_lost_artifact(model: Path, root: Path, depth: bool = False) -> tuple[Path, Path]:
     from visionrt.paths import file_sha256
     from visionrt.plans import Plan
