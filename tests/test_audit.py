@@ -8,8 +8,11 @@ import json
 import os
 import re
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import HANG_SECONDS, finishes, run_cli, write_tiny_detector, write_video
 from test_cli import assert_one_line_error, visionrt
@@ -24,9 +27,11 @@ from visionrt.config.pipeline import AuditOptions
 from visionrt.errors import ConfigError
 from visionrt.pipeline import DepthOptions
 from visionrt.pipeline.audit import planned_audit, planned_depth_audit
+from visionrt.pipeline.hooks import Hooks
 from visionrt.plans import Plan
+from visionrt.sources import Source
 from visionrt.tasks import DetectTask
-from visionrt.types import FrameResult
+from visionrt.types import Frame, FrameResult
 
 PERSON = (32, 32, 20, 10, 0.9, 0.0)  # the tiny model's box, in 64×64 input pixels
 
@@ -482,3 +487,65 @@ def test_an_audit_event_reads_back_what_it_wrote() -> None:
     again = AuditEvent.from_json(event.to_json())
     assert str(again) == str(event)
     assert again.to_json() == event.to_json()
+
+
+class StillUntil(Source):
+    """`before` identical grey frames, then (once `go` is set) `after` more: motion gating reuses
+    all but the first, and the test holds the rest back until the audit has spoken."""
+
+    def __init__(self, before: int, after: int, go: threading.Event) -> None:
+        super().__init__()
+        self.name, self.before, self.after, self.go = "still", before, after, go
+        self.frame_count, self.fps = before + after, 30.0
+
+    def frames(self) -> Iterator[Frame]:
+        image = np.full((64, 64, 3), 90, np.uint8)
+        for index in range(self.before + self.after):
+            if index == self.before and not self.go.wait(HANG_SECONDS):
+                raise AssertionError("the audit never turned gating off")
+            yield Frame(0, index, image.copy(), index / 30, time.perf_counter(), self.name)
+            self.stats.frames = index + 1
+
+
+@pytest.mark.usefixtures("lane_gets_its_share")
+def test_reused_frames_below_the_budget_turn_gating_off_for_their_source(
+    tiny_model: Path, elsewhere: Path
+) -> None:
+    """The plan's gating held the budget on the video it was tuned on and scored 0.883 on
+    another (issue #47): the audit scores the frames gating reused on their own, and a source
+    whose reused frames break the budget is gated no more, said in one line."""
+    go = threading.Event()
+    notes: list[str] = []
+
+    def noted(note: str) -> None:
+        notes.append(note)
+        if note.startswith("motion gating off"):
+            go.set()
+
+    pipeline = Pipeline(
+        [StillUntil(20, 10, go)],
+        tiny_model,
+        "onnxruntime",
+        options=pipeline_options(
+            warmup=0, audit=0.02, audit_reference=str(elsewhere), motion={"mode": "skip"}
+        ),
+        hooks=Hooks(on_note=noted),
+    )
+    results = finishes(lambda: list(pipeline), "the gated run")
+    pipeline.close()
+    processed = [r.processed for r in results]
+    assert processed[0] == "full"  # a source's first frame is always seen whole
+    assert processed[1:20].count("reused") >= 10  # enough for an event (MIN_EVENT_FRAMES)
+    assert processed[20:] == ["full"] * 10  # gated no more once the audit spoke
+    (note,) = [n for n in notes if n.startswith("motion gating off")]
+    assert re.fullmatch(
+        r"motion gating off for still: the frames it reused scored 0\.000 against the FP32"
+        r" reference \(budget 0\.95, \d+ frames\); from frame \d+ on, the detector runs on each"
+        r" of its frames",
+        note,
+    )
+    audit = pipeline.summary().audit
+    (event,) = [e for e in audit["events"] if e["metric"] == "fidelity of reused frames"]
+    assert event["source"] == "still"
+    assert 10 <= audit["sources"]["still"]["reused"]["frames"] <= 19
+    assert audit["sources"]["still"]["reused"]["map50"] == 0.0

@@ -18,11 +18,13 @@ import numpy.typing as npt
 
 from visionrt import fidelity as coco  # the one COCO-style implementation, called by module
 from visionrt.accuracy.audit_window import (
+    REUSED,
     AuditEvent,
     AuditSettings,
     Sample,
     SourceAudit,
     mean_of,
+    reused_turn,
     surely_below,
 )
 from visionrt.fidelity.depth import depth_fidelity
@@ -67,7 +69,9 @@ class Auditor:
     is not audited); they are called on the lane's thread after it lowered its priority, so the
     runtime's worker threads inherit it. `offer` is called on the pipeline's consumer thread for
     every result; `finish` at the end of the run, `close` when the pipeline closes.
-    `on_event` is told of each crossing of the budget (on the lane's thread)."""
+    `on_event` is told of each crossing of the budget (on the lane's thread), and
+    `on_reused_below` too of one by a source's reused frames (motion gating's: see
+    audit_window.REUSED_BOOST), for the pipeline to stop gating that source."""
 
     def __init__(
         self,
@@ -83,12 +87,14 @@ class Auditor:
         self.live = live
         self._builders = (detect, depth)
         self.on_event = on_event
+        self.on_reused_below: Callable[[AuditEvent], None] | None = None
         self.events: list[AuditEvent] = []
         self.error = ""  # the first failure of the reference, for the summary
         self._dead = False  # the reference did not load: every sample is skipped
         self._queue: queue.Queue[Sample | None] = queue.Queue()
         self._queued = [0, 0]  # samples and bytes waiting (bounded: see QUEUE_FRAMES)
         self._counts = [0] * len(self.names)  # results seen per source (the consumer's)
+        self._reused = [0] * len(self.names)  # reused results seen per source (the same)
         self._sources = {name: SourceAudit(settings.window) for name in dict.fromkeys(names)}
         self._lock = threading.Lock()
         self._busy: Sample | None = None
@@ -102,6 +108,7 @@ class Auditor:
         with self._lock:
             self.names.append(name)
             self._counts.append(0)
+            self._reused.append(0)
             self._sources.setdefault(name, SourceAudit(self.settings.window))
 
     def start(self) -> None:
@@ -112,7 +119,12 @@ class Auditor:
         source_id = result.frame.source_id
         count = self._counts[source_id]
         self._counts[source_id] = count + 1
-        if count % self.settings.period:
+        regular, reused = count % self.settings.period == 0, result.processed == "reused"
+        if reused:
+            seen = self._reused[source_id]
+            self._reused[source_id] = seen + 1
+            reused = reused_turn(seen, self.settings)
+        if not (regular or reused):
             return
         name = self.names[source_id]
         with self._lock:
@@ -136,7 +148,9 @@ class Auditor:
         # An earlier frame's map (held: depth on 1 frame in N; or a frame motion gating
         # reused) is not this frame's: the audit scores the model, not the staleness chosen.
         depth = result.depth if result.depth_from is None else None
-        sample = Sample(name, frame.index, frame.image.copy(), result.detections, depth)
+        sample = Sample(
+            name, frame.index, frame.image.copy(), result.detections, depth, regular, reused
+        )
         self._queue.put_nowait(sample)
 
     def finish(self, drain: bool) -> None:
@@ -219,11 +233,11 @@ class Auditor:
             detect, depth = tasks
             detect_buffer, depth_buffer = buffers  # each None exactly where its task is
             reference = None
-            if detect is not None:
+            if detect is not None and (sample.regular or sample.reused):
                 assert detect_buffer is not None
                 reference = run_one(detect, sample.image, detect_buffer)
             depth_score = None
-            if depth is not None and sample.depth is not None:
+            if depth is not None and sample.depth is not None and sample.regular:
                 assert depth_buffer is not None
                 truth: DepthMap = run_one(depth, sample.image, depth_buffer)
                 depth_score = depth_fidelity(
@@ -245,21 +259,30 @@ class Auditor:
             self._busy = None
             state = self._sources[sample.source]
             state.audited += 1
-            if reference is not None:
+            regular = reference is not None and sample.regular
+            if reference is not None and sample.regular:
                 state.pairs.append((reference, sample.detections))
                 state.whole.append((sample.frame, reference, sample.detections))
                 pairs = list(state.pairs)
+            if reference is not None and sample.reused:
+                state.reused.append((reference, sample.detections))
+                reused = list(state.reused)
             if depth_score is not None and math.isfinite(depth_score.abs_rel):
                 state.depth.append(depth_score)
                 state.depth_sum[0] += depth_score.abs_rel
                 state.depth_sum[1] += depth_score.delta1
                 state.depth_sum[2] += 1
         self.telemetry.count(AUDITED, sample.source)
-        if reference is not None:
+        if regular:
             report = coco.fidelity([r for r, _ in pairs], [c for _, c in pairs])
             with self._lock:
                 state.map50 = report.map50
             self._check(state, sample, "fidelity", report.map50, len(pairs))
+        if reference is not None and sample.reused:
+            map50 = coco.fidelity([r for r, _ in reused], [c for _, c in reused]).map50
+            with self._lock:
+                state.reused_map50 = map50
+            self._check(state, sample, REUSED, map50, len(reused))
         if depth_score is not None and state.depth:
             abs_rel = float(np.mean([d.abs_rel for d in state.depth]))
             self._check(state, sample, "depth", abs_rel, len(state.depth))
@@ -269,9 +292,7 @@ class Auditor:
     ) -> None:
         """An event when the window's figure crosses the budget; re-armed once it recovers."""
         settings = self.settings
-        below = (
-            value < settings.min_fidelity if kind == "fidelity" else value > settings.max_abs_rel
-        )
+        below = value > settings.max_abs_rel if kind == "depth" else value < settings.min_fidelity
         if not below:
             state.armed[kind] = True
             return
@@ -280,8 +301,8 @@ class Auditor:
         if not surely_below(state, kind, self.settings):
             return  # a few unlucky frames, not yet a drift: stays armed
         state.armed[kind] = False
-        budget = settings.min_fidelity if kind == "fidelity" else settings.max_abs_rel
-        metric = "fidelity" if kind == "fidelity" else "depth AbsRel"
+        budget = settings.max_abs_rel if kind == "depth" else settings.min_fidelity
+        metric = "depth AbsRel" if kind == "depth" else kind
         event = AuditEvent(
             self.telemetry.elapsed(), sample.source, metric, value, budget, frames, sample.frame
         )
@@ -290,10 +311,15 @@ class Auditor:
         if self.on_event is None:  # no one to tell: the logger says it (once, not twice)
             log.warning("%s", event)
         else:
-            try:
-                self.on_event(event)
-            except Exception as err:  # the caller's callback: it must not stop the audit
-                self.error = self.error or f"on_audit failed: {_first_line(err)}"
+            self._tell(self.on_event, event, "on_audit")
+        if kind == REUSED and self.on_reused_below is not None:
+            self._tell(self.on_reused_below, event, "turning motion gating off")
+
+    def _tell(self, listener: Callable[[AuditEvent], None], event: AuditEvent, what: str) -> None:
+        try:
+            listener(event)
+        except Exception as err:  # the caller's callback: it must not stop the audit
+            self.error = self.error or f"{what} failed: {_first_line(err)}"
 
     # -- what it found ---------------------------------------------------------------------
     def audited_frames(self, source: str) -> list[int]:
@@ -327,11 +353,14 @@ class Auditor:
         with self._lock:
             states = {
                 name: (s.sampled, s.audited, s.skipped, list(s.whole), s.map50, len(s.pairs),
-                       list(s.depth), list(s.depth_sum))
+                       list(s.depth), list(s.depth_sum), s.reused_map50, len(s.reused))
                 for name, s in self._sources.items()
             }  # fmt: skip
-        for name, (sampled, audited, skipped, whole, map50, window, depth, sums) in states.items():
+        for name, state in states.items():
+            sampled, audited, skipped, whole, map50, window, depth, sums, *reused = state
             entry: dict[str, Any] = {"sampled": sampled, "audited": audited, "skipped": skipped}
+            if reused[1]:  # motion gating's reused frames, their own window
+                entry["reused"] = {"map50": round(reused[0] or 0.0, 4), "frames": reused[1]}
             if whole:
                 run = coco.fidelity([r for _, r, _ in whole], [c for _, _, c in whole])
                 entry["fidelity"] = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from visionrt.pipeline.audit import finish_audit
 from visionrt.pipeline.build import build_graph
 from visionrt.pipeline.degrade import Change
 from visionrt.pipeline.flow import Flow
+from visionrt.pipeline.gating import Gating
 from visionrt.pipeline.graph import Graph
 from visionrt.pipeline.hooks import Hooks
 from visionrt.pipeline.opening import open_run
@@ -260,6 +262,8 @@ class Pipeline:
             self.telemetry.register_gauge(name, read)
         self.telemetry.start()
         auditor, completed = self.auditor, False
+        if auditor is not None and graph.gating is not None:
+            auditor.on_reused_below = partial(self._stop_gating, graph.gating)
         cut = ""  # why the results ended early: the frames still in flight are counted as dropped
         if auditor is not None:
             auditor.start()
@@ -290,6 +294,16 @@ class Pipeline:
                 self.notes += finish_audit(self.auditor, names, sources, self.plan_use, drain)
         if self._errors:
             raise self._errors[0]
+
+    def _stop_gating(self, gating: Gating, event: AuditEvent) -> None:
+        """The audit found a source's reused frames below the budget: gating stops there."""
+        # The latest source of that name: a service's camera added again under it.
+        gating.turn_off(len(self.names) - 1 - self.names[::-1].index(event.source))
+        self.note(
+            f"motion gating off for {event.source}: the frames it reused scored {event.value:.3f}"
+            f" against the FP32 reference (budget {event.budget:g}, {event.frames} frames); from"
+            f" frame {event.frame} on, the detector runs on each of its frames"
+        )
 
     def _fail(self, err: BaseException) -> None:
         """A stage failed: remember the first error and stop everything now."""

@@ -42,6 +42,14 @@ class Gating:
         self.options, self.telemetry, self.planner = options, telemetry, planner
         self.gates = [MotionGate(options) for _ in range(sources)]
         self.full_pixels, self.window_pixels = full_pixels, window_pixels
+        # Sources whose frames all count as moved from now on: the audit found their reused
+        # frames below the budget (`turn_off`, from the audit's thread; a set's add and
+        # membership are atomic under the GIL).
+        self.off: set[int] = set()
+
+    def turn_off(self, source_id: int) -> None:
+        """Gate source `source_id` no more: each of its frames runs the models whole."""
+        self.off.add(source_id)
 
     def add_source(self) -> None:
         """A gate for one more source, numbered next (its first frame is always "moved")."""
@@ -55,6 +63,8 @@ class Gating:
         """Whether the frame moved, and (regions mode) how to plan its windows when the
         scheduler asks."""
         frame = item.frame
+        if frame.source_id in self.off:
+            return True, None
         gate = self.gates[frame.source_id]
         started = time.perf_counter()
         # An I420 frame (decoded in a worker process) is measured on its Y plane: converting it
