@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -222,10 +223,26 @@ def test_a_video_whose_index_cannot_be_written_stays_partial(
     assert sink.close() == []
 
 
-def test_an_encoder_that_cannot_start_leaves_no_file(tmp_path: Path) -> None:
-    sink = VideoSink(tmp_path / "out.mp4", fps=25, preset="nope")
-    with pytest.raises(SinkError, match="cannot encode"):
-        sink.write(_results(1)[0])
+@pytest.mark.parametrize(
+    ("codec", "preset"),
+    [("libx264", "nope"), ("mjpeg", "veryfast")],  # mjpeg takes no limited-range yuv420p
+)
+def test_an_encoder_that_cannot_start_fails_at_construction(
+    tmp_path: Path, codec: str, preset: str
+) -> None:
+    """Before any frame is processed: at the first frame, a run's other outputs (its JSONL)
+    had nothing yet, and the run left only summary.json (issue #47)."""
+    with pytest.raises(SinkError, match=f"cannot encode .*out.mp4 with {codec}"):
+        VideoSink(tmp_path / "out.mp4", fps=25, codec=codec, preset=preset)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_frame_too_small_for_a_video_is_named_and_leaves_no_file(tmp_path: Path) -> None:
+    sink = VideoSink(tmp_path / "out.mp4", fps=25)
+    (result,) = _results(1)
+    tiny = replace(result, frame=replace(result.frame, pixels=result.frame.pixels[:1, :1]))
+    with pytest.raises(SinkError, match=r"its frames are 1×1 pixels, and a video needs at least"):
+        sink.write(tiny)
     assert sink.close(complete=False) == []
     assert list(tmp_path.iterdir()) == []
 

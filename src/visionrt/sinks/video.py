@@ -102,23 +102,46 @@ class VideoSink(Sink):
         self.fps = fps if fps > 0 else 30.0
         self.codec = codec
         self.preset = preset
+        self._probe()
         self._partial = partial_path(self.path)
         self._container: Any = None
         self._stream: Any = None
         self._encoder: Encoder | None = None
         self._closed = False
 
+    def _probe(self) -> None:
+        """Open the encoder as `_start` will, on a small picture and no file: what it refuses
+        (an unknown preset; mjpeg, which takes no limited-range yuv420p) fails here, before
+        any frame is processed, not with the first frame while the run's other outputs wait."""
+        import av
+
+        try:
+            context = av.CodecContext.create(self.codec, "w")
+            self._configure(context, 64, 64)
+            context.open()  # freed with the object: PyAV's contexts have no close()
+        except (av.FFmpegError, ValueError) as err:
+            raise SinkError(f"cannot encode {self.path} with {self.codec}: {err}") from err
+
+    def _configure(self, context: Any, height: int, width: int) -> None:
+        context.width, context.height = width, height
+        context.pix_fmt = "yuv420p"
+        context.time_base = 1 / Fraction(self.fps).limit_denominator(1001)
+        if self.codec == "libx264":
+            context.options = {"preset": self.preset, "crf": "23"}
+
     def _start(self, height: int, width: int) -> None:
         import av
 
+        if height < 2 or width < 2:  # yuv420p halves each side: a 1-pixel side has no chroma
+            raise SinkError(
+                f"cannot encode {self.path}: its frames are {width}×{height} pixels, and a video"
+                " needs at least 2×2"
+            )
         try:
             self._container = av.open(str(self._partial), mode="w")
             rate = Fraction(self.fps).limit_denominator(1001)
             stream = self._container.add_stream(self.codec, rate=rate)
-            stream.width, stream.height = width - width % 2, height - height % 2
-            stream.pix_fmt = "yuv420p"
-            if self.codec == "libx264":
-                stream.options = {"preset": self.preset, "crf": "23"}
+            self._configure(stream.codec_context, height - height % 2, width - width % 2)
             stream.codec_context.open()  # bad options (an unknown preset) fail here, clearly
         except (av.FFmpegError, ValueError) as err:
             self._discard()
