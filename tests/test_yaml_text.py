@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from visionrt.config.load import load_config
-from visionrt.errors import ConfigError
+from visionrt.errors import ConfigError, SinkError
 from visionrt.paths import file_sha256
 from visionrt.plans.store import Plan, cached_plan, machine_fingerprint, plan_path
 from visionrt.yaml_text import MAX_NODES, load_yaml
@@ -158,3 +158,16 @@ def test_a_cached_plan_that_records_another_model_is_not_used(
     _plan(model, model).save(plan_path(model, machine_fingerprint(), root))
     found = cached_plan(model, root)
     assert found is not None
+
+
+def test_a_plan_saved_to_a_device_writes_there_and_leaves_it_a_device(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """Renamed over, /dev/full would have become a file (the process runs as root here)."""
+    plan = _plan(tiny_model, tiny_model)
+    with pytest.raises(SinkError, match=r"cannot write plan /dev/full: No space left on device"):
+        plan.save(Path("/dev/full"))
+    assert Path("/dev/full").is_char_device()
+    assert not Path("/dev/full.partial").exists()
+    saved = plan.save(tmp_path / "plan.yaml")
+    assert Plan.load(saved).run == plan.run

@@ -132,15 +132,20 @@ class Plan:
         return header + yaml.safe_dump(body, sort_keys=False, allow_unicode=True)
 
     def save(self, path: Path) -> Path:
-        """Write the plan whole or not at all (a `.partial` file renamed), or SinkError."""
-        partial = path.with_name(path.name + ".partial")
+        """Write the plan whole or not at all (a `.partial` file renamed), or SinkError; a
+        device or pipe standing at `path` is written where it is (renamed over, it would be
+        replaced by a file: `tune --plan /dev/stdout` as root)."""
+        device = path.exists() and not path.is_file()
+        partial = path if device else path.with_name(path.name + ".partial")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             partial.write_text(self.to_yaml(), encoding="utf-8")
-            partial.replace(path)
+            if not device:
+                partial.replace(path)
         except OSError as err:
-            with contextlib.suppress(OSError):
-                partial.unlink(missing_ok=True)
+            if not device:
+                with contextlib.suppress(OSError):
+                    partial.unlink(missing_ok=True)
             raise SinkError(f"cannot write plan {path}: {err.strerror or err}") from err
         return path
 
