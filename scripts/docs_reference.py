@@ -1,8 +1,8 @@
 """The reference pages of the docs site, generated from the code so they can never drift from it:
 every command's flags as the CLI itself defines them (docs/reference/commands.md), and every
-config key with its type and default as the config dataclasses define them
-(docs/reference/config.md). `--check` fails (exit 1) when a committed page differs from what
-the code makes — the test suite runs it.
+config key with its type and default as the config dataclasses define them and its meaning as
+the docstring under its field says (docs/reference/config.md). `--check` fails (exit 1) when a
+committed page differs from what the code makes — the test suite runs it.
 
 Usage: .venv/bin/python scripts/docs_reference.py [--check]
 """
@@ -10,8 +10,11 @@ Usage: .venv/bin/python scripts/docs_reference.py [--check]
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import inspect
 import sys
+import textwrap
 import typing
 from pathlib import Path
 from typing import Any
@@ -108,6 +111,51 @@ def _field_default(field: dataclasses.Field[Any]) -> str:
     return "" if value in ("", (), {}) else repr(value) if isinstance(value, str) else str(value)
 
 
+def meanings(options: type) -> dict[str, str]:
+    """Each field's meaning: its attribute docstring (PEP 257: the string on the line after the
+    field, which editors also show), read from the source of `options` and the classes it
+    inherits from (a subclass's own wins)."""
+    found: dict[str, str] = {}
+    for cls in reversed(options.__mro__[:-1]):  # object has no fields
+        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+        assert isinstance(body, ast.ClassDef), cls
+        for statement, after in zip(body.body, body.body[1:], strict=False):
+            if (
+                isinstance(statement, ast.AnnAssign)
+                and isinstance(statement.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                found[statement.target.id] = " ".join(after.value.value.split())
+    return found
+
+
+def _rows(prefix: str, options: type, fields: list[dataclasses.Field[Any]]) -> list[str]:
+    """A table of `fields` of `options`, each as `prefix` + its name."""
+    hints = typing.get_type_hints(options)
+    meaning = meanings(options)
+    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for field in fields:
+        lines.append(
+            f"| `{prefix}{field.name}` | {_cell(_type_name(hints[field.name]))} |"
+            f" {_cell(_field_default(field))} | {_cell(meaning.get(field.name, ''))} |"
+        )
+    return [*lines, ""]
+
+
+def _mapped(hint: Any) -> Any:
+    """The dataclass a `dict[str, ...]` key maps each of its names to, else None."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is dict and dataclasses.is_dataclass(args[-1]):
+        return args[-1]
+    return None
+
+
+# The name a mapped section's heading gives its keys (`sizes.HEIGHTxWIDTH.model`).
+MAPPED_NAMES = {"sizes": "HEIGHTxWIDTH"}
+
+
 def config_page() -> str:
     from visionrt.config import RunConfig
 
@@ -116,8 +164,9 @@ def config_page() -> str:
         "# Config keys",
         "",
         "Every key a run's configuration takes — in a `--config` YAML file, with `--set"
-        " KEY=VALUE`, or through the flag of the same name — with its type and default, as"
-        " the config dataclasses define them. Defaults < `--config` < `--set` < flags.",
+        " KEY=VALUE`, or through the flag of the same name — with its type, default and"
+        " meaning, as the config dataclasses define them. Defaults < `--config` < `--set` <"
+        " flags.",
         "",
         "Files, `--set` values and plans are read as YAML 1.2: only `true` and `false` are"
         " booleans, so `mode: off` and `depth: {on: [cam]}` mean the words (a switch such as"
@@ -126,17 +175,15 @@ def config_page() -> str:
         "",
     ]
     hints = typing.get_type_hints(RunConfig)
-    top = [f for f in dataclasses.fields(RunConfig) if not dataclasses.is_dataclass(hints[f.name])]
-    lines += ["## Top level", "", "| key | type | default |", "|---|---|---|"]
-    for field in top:
-        lines.append(
-            f"| `{field.name}` | {_cell(_type_name(hints[field.name]))} |"
-            f" {_cell(_field_default(field))} |"
-        )
-    lines.append("")
-    for field in dataclasses.fields(RunConfig):
+    fields = dataclasses.fields(RunConfig)
+    top = [f for f in fields if not dataclasses.is_dataclass(hints[f.name])]
+    lines += ["## Top level", "", *_rows("", RunConfig, top)]
+    for field in fields:
         if dataclasses.is_dataclass(hints[field.name]):
             lines += _section(field.name, hints[field.name])
+    for field in fields:
+        if mapped := _mapped(hints[field.name]):
+            lines += _section(f"{field.name}.{MAPPED_NAMES.get(field.name, 'NAME')}", mapped)
     lines += _flat_keys()
     return "\n".join(lines).rstrip() + "\n"
 
@@ -144,19 +191,12 @@ def config_page() -> str:
 def _section(key: str, section: Any) -> list[str]:
     """A section's table, then each section inside it, under its own dotted heading."""
     doc = _cell((section.__doc__ or "").strip())
-    lines = [f"## `{key}`", "", doc, "", "| key | type | default |", "|---|---|---|"]
+    fields = list(dataclasses.fields(section))
+    lines = [f"## `{key}`", "", doc, "", *_rows(f"{key}.", section, fields)]
     inner = typing.get_type_hints(section)
-    nested = []
-    for field in dataclasses.fields(section):
+    for field in fields:
         if dataclasses.is_dataclass(inner[field.name]):
-            nested.append(field)
-        lines.append(
-            f"| `{key}.{field.name}` | {_cell(_type_name(inner[field.name]))} |"
-            f" {_cell(_field_default(field))} |"
-        )
-    lines.append("")
-    for field in nested:
-        lines += _section(f"{key}.{field.name}", inner[field.name])
+            lines += _section(f"{key}.{field.name}", inner[field.name])
     return lines
 
 

@@ -87,6 +87,72 @@ def test_every_config_key_is_in_the_reference() -> None:
     assert missing == []
 
 
+def test_every_config_key_in_the_reference_says_what_it_means() -> None:
+    """Every row of the config page's key tables has a meaning, the attribute docstring under
+    its field (docs_reference.meanings): a key added without one fails here."""
+    page = (ROOT / "docs" / "reference" / "config.md").read_text(encoding="utf-8")
+    rows = [
+        re.split(r"(?<!\\)\|", line)[1:-1]
+        for title, text in _sections(page).items()
+        if not title.startswith("Keys of before")
+        for line in text.splitlines()
+        if line.startswith("| `")
+    ]
+    assert len(rows) > 100
+    assert {len(row) for row in rows} == {4}  # key, type, default, meaning
+    assert [row[0].strip() for row in rows if not row[3].strip()] == []
+
+
+def _choices() -> list[tuple[type, str]]:
+    """Keys whose value is one of a few words, each refused otherwise with "expected A, B or C,
+    got …"."""
+    from visionrt.backends import BackendOptions
+    from visionrt.config.pipeline import DepthOptions
+    from visionrt.fuse.track_options import TrackingOptions
+    from visionrt.postprocess import PostprocessOptions
+    from visionrt.preprocess.motion import MotionOptions
+    from visionrt.sources import SourceOptions
+
+    return [
+        (SourceOptions, "mode"),
+        (SourceOptions, "workers"),
+        (SourceOptions, "pixels"),
+        (BackendOptions, "device"),
+        (BackendOptions, "precision"),
+        (PostprocessOptions, "head"),
+        (TrackingOptions, "tracker"),
+        (MotionOptions, "mode"),
+        (DepthOptions, "on_nonfinite"),
+    ]
+
+
+def _names_each(meaning: str, words: list[str]) -> list[str]:
+    """The `words` that `meaning` does not name (as whole words)."""
+    return [word for word in words if not re.search(rf"\b{re.escape(word)}\b", meaning)]
+
+
+@pytest.mark.parametrize(("options", "key"), _choices(), ids=lambda v: getattr(v, "__name__", v))
+def test_a_meaning_names_every_value_its_key_allows(options: type, key: str) -> None:
+    """The words a key's meaning lists are those its validation allows, read from the error a
+    wrong value gets (a value added to the code and not to the meaning fails here)."""
+    from visionrt.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        options(**{key: "?"})
+    expected = str(refused.value).split("expected ", 1)[1].split(", got")[0]
+    words = re.split(r", | or ", re.sub(r"^one of |\s*\(.*?\)", "", expected).strip())
+    assert len(words) >= 2, expected
+    assert _names_each(docs_reference.meanings(options)[key], words) == []
+
+
+def test_the_backend_key_names_every_backend() -> None:
+    from visionrt.backends.registry import ROWS
+    from visionrt.config import RunConfig
+
+    names = ["auto", *(row.name for row in ROWS)]
+    assert _names_each(docs_reference.meanings(RunConfig)["backend"], names) == []
+
+
 def test_the_readme_is_a_landing_page_whose_links_lead_somewhere() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert len(readme.splitlines()) <= 150

@@ -25,26 +25,34 @@ Array = npt.NDArray[np.generic]
 
 @dataclass(frozen=True, slots=True)
 class BackendOptions:
-    """What the caller asks of a runtime; `info` says what it actually got.
-
-    `threads` 0 means the runtime's default. `input_size` (height, width) is the size to run at:
-    a model file static in H and W must already have it (the task resolves such a file before
-    loading), one dynamic in H and W is fixed to it. `settings` holds runtime-specific knobs as
-    strings (e.g. OpenVINO's `hint=throughput`), validated by the backend that reads them.
-    """
+    """What the caller asks of a runtime; `info` says what it actually got."""
 
     device: str = "cpu"
+    """Where the model runs: cpu, cuda (an NVIDIA GPU), tensorrt (ONNX Runtime's TensorRT
+    provider), gpu or npu (OpenVINO's Intel devices); any of them :INDEX (cuda:1)."""
     precision: str = "fp32"
+    """fp32, fp16, bf16 or int8 (a quantized model: `visionrt export`)."""
     threads: int = 0
+    """The runtime's inference threads (0: its default)."""
     batch: int = 1
+    """Frames per inference call (1 or more)."""
+    # The task resolves a static file of another size before loading.
     input_size: tuple[int, int] | None = None
+    """The (height, width) to run at (None: the model's own): a model static in H and W must
+    already have it, one dynamic in H and W is fixed to it."""
     fold_preprocess: bool = False
+    """The model takes uint8 BGR frames and converts, scales and lays them out itself
+    (OpenVINO; torch with host arrays)."""
     cache_dir: Path | None = None
+    """Where resized and rebatched models and TensorRT engines are kept (None:
+    ~/.cache/visionrt)."""
     settings: Mapping[str, str] = field(default_factory=dict)
-    # Whether the runtime may pin its threads to cores (OpenVINO does, from the first core): a
-    # process that shares the machine with others (a cluster's workers) must not, or they all
-    # run on the same cores.
+    """Runtime-specific KEY: VALUE strings, checked by the backend that reads them (e.g.
+    OpenVINO's hint: throughput; each runtime's are in docs/backends.md)."""
     pin_threads: bool = True
+    """Let the runtime pin its threads to cores (OpenVINO does, from the first core); a process
+    that shares the machine with others (a cluster's workers) must not, or they all run on the
+    same cores."""
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:

@@ -19,18 +19,24 @@ from visionrt.tasks.depth import MAX_SHORT_SIDE
 @dataclass(frozen=True, slots=True)
 class SloOptions:
     """The config's `pipeline.slo` section (the pipeline's degradation ladder, pipeline/degrade):
-    live runs with a latency target. When glass-to-result p95 over `window` seconds passes
-    `target_ms`, step down a ladder — detect every N up to `max_every`, then the detector at each
-    of `sizes` (square input sides; empty: 0.8× and 0.6× of the model's, rounded to its stride),
-    then `model` (a lighter detector) — and back up with hysteresis. 0: off. With motion gating
-    off, the ladder's first step turns it on (skip) when `motion`."""
+    live runs with a latency target. When glass-to-result p95 passes it, step down a ladder —
+    motion gating, detect every N, smaller inputs, a lighter model — and back up with
+    hysteresis."""
 
     target_ms: float = 0.0
+    """The glass-to-result p95 to hold, in milliseconds (0: off)."""
     sizes: tuple[int, ...] = ()
+    """The ladder's detector input sizes after detect every N, square sides of 32 or more
+    (empty: 0.8× and 0.6× of the model's, rounded to its stride)."""
     model: str = ""
+    """A lighter detector, the ladder's last step ("": none)."""
     max_every: int = 3
+    """The ladder detects on 1 frame in N, N up to this (1 or more, at least
+    `pipeline.tracking.detect_every`)."""
     motion: bool = True
+    """With motion gating off, the ladder's first step turns it on (skip)."""
     window: float = 2.0
+    """Seconds of results the p95 is measured over, and held after each step (above 0)."""
 
     def __post_init__(self) -> None:
         if self.target_ms < 0:
@@ -48,16 +54,20 @@ class SloOptions:
 
 @dataclass(frozen=True, slots=True)
 class AuditOptions:
-    """The config's `pipeline.audit` section (the live accuracy audit, accuracy/audit): the FP32
-    reference `reference` (an ONNX detector; "": the plan's source model) runs on a `share` of
-    each source's frames (None: 0.02 when a reference is known and the run is not the reference
-    itself, else off) in a low-priority lane; an event when mAP50 over the last `window`
-    audited frames falls below `min_fidelity` (None: the plan's budget, else 0.95)."""
+    """The config's `pipeline.audit` section (the live accuracy audit, accuracy/audit): an FP32
+    reference detector runs on a share of each source's frames in a low-priority lane, and an
+    event says when the run's results fall below the fidelity asked for."""
 
     share: float | None = None
+    """The share of each source's frames the reference runs on, 0 to 0.5 (None: 0.02 when a
+    reference is known and the run is not the reference itself, else off)."""
     reference: str = ""
+    """The FP32 reference, an ONNX detector ("": the plan's source model)."""
     min_fidelity: float | None = None
+    """An event when mAP50 against the reference over the last `window` audited frames falls
+    below this, 0 to 1 (None: the plan's budget, else 0.95)."""
     window: int = 30
+    """Audited frames the fidelity is measured over (1 or more)."""
 
     def __post_init__(self) -> None:
         if self.share is not None and not 0 <= self.share <= 0.5:
@@ -77,35 +87,40 @@ class AuditOptions:
 class PipelineOptions:
     """The config's `pipeline` section: the runner's own options, and one section per policy,
     each its component's options — `tracking` (fuse/track_options), `slo` (the degradation
-    ladder), `tiling` (preprocess/tile), `motion` (preprocess/motion), `audit`.
-
-    `queue_size` bounds each queue between stages; `stale_after` (seconds) is the live-mode
-    age past which a frame is dropped before inference; `warmup` inferences run at load;
-    `opencv_threads` sizes OpenCV's process-wide pool while the pipeline runs (0: its default)."""
+    ladder), `tiling` (preprocess/tile), `motion` (preprocess/motion), `audit`."""
 
     queue_size: int = 4
+    """Frames of each source that may wait between stages, 1 or more (in file mode; a live run
+    lets a frame or two wait, so latency cannot build up)."""
     stale_after: float = 0.5
+    """Live mode: a frame older than this many seconds is dropped before inference (above 0)."""
     warmup: int = 2
-    # OpenCV's own thread pool: its parallel resize only competes with the inference threads.
+    """Inferences run at load, before the first frame (0 or more)."""
     opencv_threads: int = 1
-    # Niceness of the decode and preprocess threads: they then run in the inference runtime's
-    # idle moments instead of preempting its workers (which stalls all of them at the next
-    # barrier). 0 leaves them at the process's priority.
+    """Threads of OpenCV's process-wide pool while the pipeline runs (0: its default); 1, as
+    its parallel resize only competes with the inference threads."""
+    # (Preempting the runtime's workers stalls all of them at the next barrier.)
     helper_nice: int = 10
-    # Threads that read a run's files (pipeline/readers), never more than the files; each
-    # takes the next file in turn for a few frames. 0: one per usable core, half of them when
-    # the detector's device prepares the frames. A live source has its own thread whatever
-    # this says.
-    reader_threads: int = 0
-    # How long an inference worker waits for more frames to fill a batch once it has one; 0
-    # sends a batch with what is there (live mode should never wait for a stalled camera).
+    """Niceness of the decode and preprocess threads, 0 to 19 (0: the process's), so that they
+    run in the inference runtime's idle moments instead of preempting its workers."""
+    reader_threads: int = 0  # pipeline/readers
+    """Threads that read a run's files, each taking the next file in turn for a few frames;
+    never more than the files, and a live source has its own (0: one per usable core, half of
+    them when the detector's device prepares the frames)."""
     batch_wait_ms: float = 0.0
+    """How long an inference worker waits for more frames to fill a batch once it has one, 0 to
+    1000 ms (0: it sends what is there; live mode should never wait for a stalled camera)."""
     tracking: TrackingOptions = field(default_factory=TrackingOptions)
+    """Tracking: a track id per box, and the detector on 1 frame in N (its section below)."""
     slo: SloOptions = field(default_factory=SloOptions)
-    # High-resolution sources: the detector runs on tiles, batched in one call per frame.
+    """A latency target for live runs, held by doing less (its section below)."""
     tiling: TileOptions = field(default_factory=TileOptions)
+    """High-resolution sources: the detector runs on tiles, batched in one call per frame (its
+    section below)."""
     motion: MotionOptions = field(default_factory=MotionOptions)
+    """Motion gating for fixed cameras (its section below)."""
     audit: AuditOptions = field(default_factory=AuditOptions)
+    """The live accuracy audit against an FP32 reference (its section below)."""
 
     def __post_init__(self) -> None:
         if self.queue_size < 1:
@@ -136,33 +151,40 @@ class PipelineOptions:
 
 @dataclass(frozen=True, slots=True)
 class DepthOptions:
-    """A depth model beside the detector (`model` "": none), on the sources named in `on`
-    (empty: every source). `short_side` is its input's short side in pixels (a multiple of 14:
-    266, 364 or 518; None: the depth plan's, else DEFAULT_SHORT_SIDE — `input_short_side`);
-    `on_nonfinite` is what a NaN/Inf depth map does: "recompute" the frame in
-    FP32, or "fail" the run; `smoothing` is the EMA weight of a source's previous depth map (0:
-    off; for live depth that flickers); `every` N > 1 runs the depth model on 1 frame in N of
-    each of its sources, the frames between taking that source's latest map (a tracked object
-    keeps the distance measured on it there; other boxes are measured on the held map: stale
-    where things moved); a run not given it takes the depth plan's (`tune --depth` measures
-    it). The run configuration's `depth` section is this, plus its outputs
-    (config.DepthConfig)."""
+    """A depth model beside the detector, whose maps give each detection a distance. The run
+    configuration's `depth` section is this, plus its outputs (config.DepthConfig)."""
 
     model: str | Path = ""
+    """The depth model (Depth Anything v2, ONNX or OpenVINO IR) run beside the detector ("":
+    none)."""
     on: tuple[str, ...] = ()
+    """The sources it runs on, by name (empty: every source)."""
     backend: str = ""
+    """Its runtime, as `backend` is the detector's ("": the one that reads its file)."""
     inference: BackendOptions = field(default_factory=BackendOptions)
+    """Its runtime options, as `inference` are the detector's (its section below)."""
     short_side: int | None = None
+    """Its input's short side in pixels, a multiple of 14 up to 1036: 266, 364 or 518 (None:
+    the depth plan's, else 518)."""
     on_nonfinite: str = "recompute"
+    """What a NaN/Inf depth map does: recompute (the frame again in FP32) or fail (the run)."""
     smoothing: float = 0.0
+    """The EMA weight of a source's previous depth map, in [0, 1) (0: off; for live depth that
+    flickers)."""
+    # A tracked object keeps the distance measured on it at its last depth frame; other boxes
+    # are measured on the held map.
     every: int = 1
-    # The live audit's FP32 depth reference ("": the depth plan's source model) and its AbsRel
-    # budget (None: the depth plan's, else 0.02); how often is PipelineOptions.audit.share.
+    """Run the depth model on 1 frame in N of each of its sources, 1 to 30, the frames between
+    taking that source's latest map (stale where things moved); a run not given it takes the
+    depth plan's (`tune --depth` measures it)."""
     audit_reference: str | Path = ""
+    """The live audit's FP32 depth reference ("": the depth plan's source model); how often it
+    runs is `pipeline.audit.share`."""
     audit_max_abs_rel: float | None = None
-    # The short side the audit's reference runs at (None: the run's): the depth plan's
-    # reference size, so that a smaller planned size is audited for what it loses.
+    """The live audit's AbsRel budget, above 0 (None: the depth plan's, else 0.02)."""
     audit_short_side: int | None = None
+    """The short side the audit's reference runs at (None: the run's): the depth plan's
+    reference size, so that a smaller planned size is audited for what it loses."""
 
     @property
     def input_short_side(self) -> int:

@@ -10,21 +10,30 @@ from visionrt.errors import ConfigError
 
 @dataclass(frozen=True, slots=True)
 class ServeOptions:
-    """`visionrt serve`: where its HTTP API and live view listen (beyond 127.0.0.1 only with a
-    `token`, also read from VISIONRT_TOKEN), the folders the API may open video files from
-    (`files`; streams and cameras need none), previews per second and width, seconds without a
-    frame before a camera is "down", and where events go (`events`: {mqtt: {host, port, topic,
-    qos}, webhooks: [{url, attempts, headers}]}, see docs/events.md)."""
+    """`visionrt serve`: where its HTTP API and live view listen, what the API may open, the
+    live view's previews, when a camera is "down", and where events go."""
 
     host: str = "127.0.0.1"
+    """The address the API and live view listen on; beyond this machine (127.0.0.1, localhost,
+    ::1) only with a `token`."""
     port: int = 8080
+    """Their port, 0 to 65535 (0: a free one)."""
     token: str = ""
+    """The token every request must carry ("": none; `visionrt serve` reads VISIONRT_TOKEN)."""
     files: tuple[str, ...] = ()
+    """The folders the API may open video files and images from (streams and cameras need
+    none)."""
     preview_rate: float = 5.0
+    """Live-view previews per second of each camera (above 0)."""
     preview_width: int = 640
+    """The widest a preview is, in pixels (16 or more)."""
     down_after: float = 5.0
+    """Seconds without a frame before a camera is "down" (above 0)."""
     events: dict[str, Any] = field(default_factory=dict)
+    """Where events go: {mqtt: {host, port, topic, qos}, webhooks: [{url, attempts, headers}]}
+    (see docs/events.md)."""
     event_queue: int = 1000
+    """Events waiting per target, past which new ones are dropped and counted (1 or more)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

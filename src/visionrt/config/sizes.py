@@ -18,8 +18,12 @@ class SizedDetector:
     config's `sizes` section holds one per size, keyed "HEIGHTxWIDTH"."""
 
     model: str
+    """The detector file the sources of this size run."""
     backend: str = ""
+    """Its runtime, as the run's `backend` ("": the one that reads its file)."""
     inference: BackendOptions = field(default_factory=BackendOptions)
+    """Its runtime options: its own, not the run's `inference` (a key not given takes its
+    default; its section below)."""
 
 
 def size_key(size: Size) -> str:

@@ -43,17 +43,25 @@ class TrackOptions:
 
 @dataclass(frozen=True, slots=True)
 class TrackingOptions:
-    """The config's `pipeline.tracking` section: `enabled` gives each box a track id (a tracker
-    per source, `tracker` one of TRACKERS); with `detect_every` N > 1 the detector runs on every
-    Nth frame of each source and the frames between get the tracks' predicted boxes (needs
-    `enabled`). `match_iou`, `lost_seconds` and `per_class` are TrackOptions'."""
+    """The config's `pipeline.tracking` section: a tracker per source gives each box a track id,
+    and lets the detector skip the frames between detections. `match_iou`, `lost_seconds` and
+    `per_class` are TrackOptions'."""
 
     enabled: bool = False
+    """Give each box a track id (a tracker per source)."""
     detect_every: int = 1
+    """Run the detector on every Nth frame of each source, the frames between getting the
+    tracks' predicted boxes (1 or more; above 1 needs `enabled`)."""
     tracker: str = "bytetrack"
+    """Which tracker: bytetrack or ocsort."""
     match_iou: float = 0.2
+    """The IoU a detection needs with a track's box to extend it in the first association
+    (above 0, at most 1; 0.2 is ByteTrack's own)."""
     lost_seconds: float = 1.0
+    """A track not seen for longer than this many seconds ends (0 to 3600)."""
     per_class: bool = False
+    """Keep each track to one class (off: an object whose class flickers keeps one id, as
+    ByteTrack and OC-SORT do)."""
 
     def options(self, high: float, low: float) -> TrackOptions:
         """The tracker's options, `high` and `low` its confidence split (the run's threshold,

@@ -27,14 +27,22 @@ class HeadLayout(Enum):
 
 @dataclass(frozen=True, slots=True)
 class PostprocessOptions:
-    """Confidence threshold (0-1), NMS IoU threshold (0-1), most boxes per frame, class filter."""
+    """How a detector's raw outputs become boxes: the thresholds, NMS, which classes are kept."""
 
     conf: float = 0.25
-    iou: float = 0.7  # Ultralytics predict default, so results match what users compare with
+    """Confidence threshold: boxes scored below it are dropped (0-1)."""
+    iou: float = 0.7
+    """NMS IoU threshold: a box overlapping a better-scored one of its class by more is dropped
+    (0-1; 0.7 is Ultralytics' predict default, so results match what users compare with)."""
     max_det: int = 300
+    """The most boxes kept per frame (1 or more)."""
     classes: tuple[int, ...] | None = None
+    """The class ids kept, each one of the model's (None: every class)."""
     agnostic: bool = False
+    """NMS across classes: a box also suppresses overlapping boxes of other classes."""
     head: str = "auto"
+    """The detector's output layout: auto (told by its shape and the model's facts),
+    anchor_free, anchor_free_t, yolov5 or end2end."""
 
     def __post_init__(self) -> None:
         for key in ("conf", "iou"):

@@ -39,27 +39,33 @@ MODES = ("off", "skip", "regions")
 
 @dataclass(frozen=True, slots=True)
 class MotionOptions:
-    """The config's `pipeline.motion` section. `threshold`: a grey-level difference (1-255) that
-    counts a pixel as changed; `min_area`: the share of the frame that must change for a frame
-    to count as moved; `dilate`: changed areas closer than this (pixels of the 160-wide grey
-    copy; 9: ~5 % of the width, ~40 source pixels of a 768-wide frame) merge into one motion
-    box, since a walking person's difference splits into limbs, head and the place they left.
-
-    How a run gates on it: `mode` "skip" lets a frame under `min_area` reuse the results of the
-    frame the models last ran on, but the models run again at least every `refresh` seconds of
-    video (something that appeared without motion); "regions" also runs the detector, on a
-    frame that moved, on square windows of `region` source pixels around the motion and the
-    objects last seen, at an input of that size: `region_model` (an artifact made at that size,
-    e.g. by `visionrt export --imgsz 320x320`; "": the run's model resized, which needs an ONNX
-    model, or under a plan the region model `pipeline.planned.planned_regions` finds)."""
+    """The config's `pipeline.motion` section: motion gating for fixed cameras. A frame that did
+    not change since the models last ran reuses their results (skip), and a frame that did can
+    have the detector run only on windows around what moved (regions)."""
 
     threshold: int = 25
+    """The grey-level difference that counts a pixel as changed (1 to 255)."""
     min_area: float = 0.002
+    """The share of the frame that must change for it to count as moved, between 0 and 1
+    (0.002: 0.2 %)."""
     dilate: int = 9
+    """Changed areas closer than this merge into one motion box, since a walking person's
+    difference splits into limbs, head and the place they left (1 to 80 pixels of the 160-wide
+    grey copy; 9: ~5 % of the width, ~40 source pixels of a 768-wide frame)."""
     mode: str = "off"
+    """off; skip: a frame under `min_area` reuses the results of the frame the models last ran
+    on; regions: also, on a frame that moved, the detector runs only on windows around the
+    motion and the objects last seen."""
     refresh: float = 2.0
+    """The models run again at least every this many seconds of video, moved or not, for
+    something that appeared without motion (above 0, at most 3600)."""
     region: int = 320
-    region_model: str = ""
+    """Side of a regions window in source pixels, and the detector input it runs at (a multiple
+    of 32 from 64 to 4096)."""
+    region_model: str = ""  # under a plan: pipeline.planned.planned_regions
+    """The detector for the windows, an artifact made at `region` (e.g. `visionrt export --imgsz
+    320x320`); "": the run's model resized (an ONNX model), or under a plan the one it finds
+    (tune's region model, an export at that size, or the plan's reference resized)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.threshold <= 255:

@@ -19,17 +19,19 @@ DEFAULT_TILE = 640  # a tiled detector's window when none is given: the common Y
 
 @dataclass(frozen=True, slots=True)
 class TileOptions:
-    """The config's `pipeline.tiling` section. `tile`: side of a square window in source pixels
-    (0: no tiling). `overlap`: fraction of `tile` that neighbouring windows share, in [0, 1).
-    `full_frame`: also run the whole frame as one more row
-    (SAHI's "standard prediction"), which keeps objects larger than a tile whole.
-    `merge_threshold`: overlap above which boxes of different tiles are one object (IoU, or
-    intersection over the smaller box when a tile edge cuts one of them)."""
+    """The config's `pipeline.tiling` section: for high-resolution sources the detector runs on
+    overlapping square windows of each frame, batched in one call, and their boxes are merged."""
 
     tile: int = 0
+    """Side of a square window in source pixels: 0 (no tiling), or 32 or more."""
     overlap: float = 0.2
+    """Fraction of `tile` that neighbouring windows share, in [0, 1)."""
     full_frame: bool = True
+    """Also run the whole frame as one more row (SAHI's "standard prediction"), which keeps
+    objects larger than a tile whole."""
     merge_threshold: float = 0.5
+    """Overlap above which boxes of different tiles are one object, in (0, 1] (IoU, or
+    intersection over the smaller box when a tile edge cuts one of them)."""
 
     def __post_init__(self) -> None:
         whole = isinstance(self.tile, int) and not isinstance(self.tile, bool)

@@ -16,41 +16,51 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
-    """`mode`: file (every frame, in order), live (freshest frame wins), or auto (live for
-    cameras and streams). `reconnect_*` in seconds (and for restarting a dead worker process);
-    `max_frames` 0 means all. `workers`: decode in a thread of this process, or in a worker
-    process of its own that hands frames over through shared memory; auto: a process for each
-    camera and stream when there are two or more of them (each camera in its own worker, none
-    of them stalled by another's decoding or the GIL), threads otherwise. `pixels`: how a
-    video's frames are delivered: auto keeps YUV 4:2:0 frames as I420 when the detector's
-    device converts them, bgr always converts in FFmpeg, i420 always keeps them (host work that
-    needs BGR converts with OpenCV)."""
+    """How each source is read (the config's `source` section): which of its frames a run
+    gets, how a camera or stream that fails is reconnected, and where its frames are decoded."""
 
     mode: str = "auto"
+    """file (every frame, in order), live (the freshest frame wins, older ones are dropped) or
+    auto (live for cameras, streams and `realtime` files)."""
     max_frames: int = 0
+    """Stop each source after this many frames (0: all of them)."""
     decode_threads: int = 0
+    """FFmpeg's decoding threads per video source (0: FFmpeg's choice, a thread per core; with
+    several sources, the cores shared out between them)."""
     reconnect_attempts: int = 5
+    """Reconnects of a camera or stream that failed, and restarts of a source's worker process
+    that died, before the source ends (0: never)."""
     reconnect_backoff: float = 0.5
+    """Seconds before the first reconnect or restart; each next one waits twice as long."""
     reconnect_max_backoff: float = 8.0
+    """The longest wait between reconnects or restarts, in seconds."""
     read_timeout: float = 10.0
-    # A video file paced at its own frame rate, as a camera delivers: live behaviour (drops,
-    # latency, SLO) with a file. Such a file is live in auto mode and still ends at its end.
+    """Seconds a camera or stream may take to open or to deliver before it counts as failed."""
     realtime: bool = False
+    """Read a video file at its own frame rate, as a camera delivers: live behaviour (drops,
+    latency, SLO) with a file. Such a file is live in auto mode and still ends at its end."""
     workers: str = "auto"
-    # A paced file starts again at its end, its times running on: a camera stand-in for a
-    # service and for soak tests (`visionrt serve`). Only with `realtime`.
+    """thread: decode in a thread of this process; process: in a worker process of its own that
+    hands frames over through shared memory; auto: a process for each camera and stream when
+    there are two or more of them (none stalled by another's decoding or the GIL), else threads."""
     loop: bool = False
-    # A file's frames from `start_frame` to `end_frame` (exclusive; 0: to its end): a cluster's
-    # retry resumes at its start, a long file's ranges run on several workers. Each frame keeps
-    # the number a run from the first frame gives it: a video's reader seeks to the keyframe
-    # before the start where the file's timestamps place its frames, and decodes the frames
-    # before it otherwise. Video files, image folders and synthetic sources; a live camera or
-    # stream has no frame to start at, and is refused.
+    """Start a `realtime` file again at its end, its times running on: a camera stand-in for a
+    service and for soak tests (`visionrt serve`). Only with `realtime`."""
+    # A cluster's retry resumes at `start_frame`, a long file's ranges run on several workers. A
+    # video's reader seeks to the keyframe before the start where the file's timestamps place
+    # its frames, and decodes the frames before it otherwise.
     start_frame: int = 0
+    """The first frame of a file to read (0: its first), each frame keeping its number from the
+    file's start. Video files, image folders and synthetic sources; a camera or stream is
+    refused."""
     end_frame: int = 0
-    # (See the docstring; Source.want_i420 is auto's request. OpenCV's BT.601 BGR is a level or
-    # two from FFmpeg's on some pixels.)
+    """The frame a file's reading stops before (0: its end); more than `start_frame`."""
+    # Source.want_i420 is auto's request. OpenCV's BT.601 BGR is a level or two from FFmpeg's on
+    # some pixels.
     pixels: str = "auto"
+    """How a video's frames are delivered: auto keeps YUV 4:2:0 frames as I420 when the
+    detector's device converts them, bgr always converts in FFmpeg, i420 always keeps them (host
+    work that needs BGR converts with OpenCV)."""
 
     def __post_init__(self) -> None:
         if self.pixels not in ("auto", "bgr", "i420"):
