@@ -526,3 +526,112 @@ def test_gpu_runtimes_need_a_gpu_the_driver_sees(
     assert {("onnxruntime", "cuda"), ("onnxruntime", "tensorrt")} <= found
     torch = pytest.importorskip("torch")
     assert (("torch", "cuda") in found) == torch.cuda.is_available()
+
+
+# -- issue #47: what `tune` says and how long it takes, on the real pipeline -------------------
+SPIN_OFF = Candidate("onnxruntime", "fp32", settings=(("spin", "false"),))
+PLAIN = Candidate("onnxruntime", "fp32", settings=(("plain", "true"),))
+
+
+class TickingClock:
+    """A fake clock on which each frame a tune's pipeline delivers takes one second."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def pipelines(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from visionrt.pipeline import Pipeline as real
+        from visionrt.tune import evaluate
+
+        clock = self
+
+        class Ticking:
+            def __init__(self, *args: object, **kwargs: object) -> None:
+                self.inner = real(*args, **kwargs)  # type: ignore[arg-type]
+
+            def __iter__(self):  # type: ignore[no-untyped-def]
+                for result in self.inner:
+                    clock.now += 1.0
+                    yield result
+
+            def close(self) -> None:
+                self.inner.close()
+
+            def summary(self):  # type: ignore[no-untyped-def]
+                return self.inner.summary()
+
+        monkeypatch.setattr(evaluate, "Pipeline", Ticking)
+
+
+@pytest.mark.parametrize(
+    ("budget_s", "cut_in"),
+    [
+        (30.0, "search"),  # 3 × 10 frames, then the second round starts at the budget
+        (100.0, "motion"),  # the search's 90 frames fit; gating off's first run crosses it
+    ],
+)
+def test_the_budget_bounds_every_phase_of_a_tune(
+    small_video: Path,
+    tiny_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    budget_s: float,
+    cut_in: str,
+) -> None:
+    """Issue #47: `--budget-minutes 1` ran over 300 s: the budget was looked at only between
+    the search's runs, so a final round started just before it ran to its end, and the live
+    twin and motion gating ran after it. Now nothing starts past it and the run under way is
+    abandoned: the tune ends within a frame of its budget, with the best measured by then,
+    and its plan says it was time-boxed."""
+    from visionrt.tune import tuner
+
+    monkeypatch.setattr(tuner, "candidates", lambda *args: [REFERENCE, SPIN_OFF, PLAIN])
+    clock = TickingClock()
+    clock.pipelines(monkeypatch)
+    said: list[str] = []
+    outcome = tuner.tune(small_video, tiny_model, Limits(budget_s=budget_s), rounds=(10, 20),
+                         plans_root=tmp_path, on_motion=said.append, clock=clock)  # fmt: skip
+    assert clock.now <= budget_s + 1  # the frame on which the budget ran out
+    assert outcome.plan is not None
+    assert outcome.path is not None
+    assert outcome.search.out_of_time
+    assert outcome.plan.time_boxed
+    budget = {"minutes": round(budget_s / 60, 2), "reached": True}
+    assert Plan.load(outcome.path).tuned["budget"] == budget
+    trials = {t.candidate.label: t for t in outcome.search.trials}
+    if cut_in == "search":
+        # The first round's runs are kept, the one the budget cut is not.
+        assert [len(t.runs) for t in trials.values()] == [1, 1, 1]
+        assert outcome.plan.tuned["motion"]["skipped"] == "the search's budget was spent"
+    else:
+        assert all(t.last.frames == 20 for t in trials.values())  # the search ran to its end
+        assert "motion: budget reached during repeat 1 of 3" in said
+        assert outcome.plan.tuned["motion"]["chosen"] == "off"
+
+
+def test_tune_says_the_frames_each_run_went_over(
+    tiny_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue #47: on a 30-frame video the progress lines said "60 frames" and "300 frames" where
+    the table said 30: each line says the frames the run went over (a failed run the frames it
+    was asked for, at most the video's)."""
+    from conftest import run_cli, write_video
+
+    from visionrt.tune import tuner
+
+    broken = Candidate("onnxruntime", "fp32", export="no-such-target")
+    monkeypatch.setattr(tuner, "candidates", lambda *args: [REFERENCE, SPIN_OFF, broken])
+    monkeypatch.setenv("VISIONRT_PLANS", str(tmp_path / "plans"))
+    video = write_video(tmp_path / "short.mp4", frames=30)
+    exit_code, error = run_cli(["tune", str(video), "-m", str(tiny_model), "--no-motion"], capsys)
+    assert exit_code == 0, error
+    lines = [line for line in error.splitlines() if " frames: " in line]
+    assert len(lines) == 6  # 60 frames: all three; 150: the one left; 300: it and the reference
+    assert all(" · 30 frames: " in line for line in lines), lines
+    assert "export target 'no-such-target'" in lines[2]

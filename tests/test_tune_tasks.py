@@ -294,3 +294,42 @@ def test_a_cached_depth_plan_answers_a_tune_of_the_size_it_was_tuned_at(
     assert cached_depth_plan(model, None, every=False) is not None  # not asked (no detector)
     cache(task="depth", short_side=364, sizes_searched=[518, 364, 266], every={"chosen": 1})
     assert cached_depth_plan(model, None) is not None
+
+
+def test_tune_with_depth_keeps_the_detectors_plan_and_says_so(
+    tiny_model: Path,
+    tiny_depth_model: Path,
+    small_video: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue #47: `tune --depth` seemed to replace the detector's plan it had just tuned (two
+    'cached as' lines, the second for the depth plan). It does not: each plan is a file named
+    by its own model's content, and both stay; the depth plan's last line now says so."""
+    from conftest import run_cli
+
+    from visionrt.tune import depth as depth_tuning
+    from visionrt.tune import tuner
+
+    reference = Candidate("onnxruntime", "fp32", reference=True)
+    monkeypatch.setattr(tuner, "candidates", lambda *args: [reference])
+    depth_reference = DepthCandidate("onnxruntime", "fp32", reference=True)
+    monkeypatch.setattr(depth_tuning, "depth_candidates", lambda *args: [depth_reference])
+    root = tmp_path / "plans"
+    monkeypatch.setenv("VISIONRT_PLANS", str(root))
+    args = ["tune", str(small_video), "-m", str(tiny_model), "--no-motion",
+            "--depth", str(tiny_depth_model), "--depth-size", "42"]  # fmt: skip
+    exit_code, error = run_cli(args, capsys)
+    assert exit_code == 0, error
+    detector, depth = cached_plan(tiny_model, root), cached_plan(tiny_depth_model, root)
+    assert detector is not None
+    assert depth is not None
+    assert detector[1] != depth[1]
+    assert "task" not in detector[0].tuned  # the detector's own plan, as tuned
+    assert depth[0].tuned["task"] == "depth"
+    assert f"cached as {detector[1]}: a plain `visionrt run` with this model" in error
+    assert (
+        f"cached as {depth[1]}, beside the detector's plan {detector[1].name}, which is kept"
+        in (error)
+    )

@@ -19,7 +19,13 @@ from visionrt.bench.report import ReportPoint, write_report
 from visionrt.cli.signals import not_ours
 from visionrt.cli.stdout import print_out
 from visionrt.cli.tune_depth import depth_limits, tune_depth_model
-from visionrt.cli.tune_tables import motion_line, motion_table, results_table, status_text
+from visionrt.cli.tune_tables import (
+    TrialLines,
+    motion_line,
+    motion_table,
+    results_table,
+    status_text,
+)
 from visionrt.errors import ConfigError, Interrupted, SourceError, VisionRTError
 from visionrt.models import demo_model_path
 from visionrt.paths import DEMO_VIDEO
@@ -54,7 +60,14 @@ def tune_command(
     max_p99_ms: Annotated[
         float, Opt(help="Most per-frame processing p99 in ms (0: no limit).")
     ] = 0.0,
-    budget_minutes: Annotated[float, Opt(help="Wall-clock budget of the search.")] = 10.0,
+    budget_minutes: Annotated[
+        float,
+        Opt(
+            help="Wall-clock budget of the detector's search (batch, live and motion steps"
+            " included): past it nothing starts and the run under way is abandoned; the plan"
+            " keeps the best measured by then and says it was time-boxed."
+        ),
+    ] = 10.0,
     plan_out: Annotated[
         Path | None, Opt("--plan", help="Also write the plan here (it is always cached).")
     ] = None,
@@ -197,6 +210,12 @@ def _prove_others(model: Path, videos: list[str], err: Console) -> None:
     if found is None:
         return
     plan, path = found
+    if plan.time_boxed:  # proofs take minutes (an export and 150 frames a size): not past it
+        err.print(
+            "not proven on the other frame sizes: the search's budget was spent (a run checks"
+            " each size on its first frames; a larger --budget-minutes proves them here)"
+        )
+        return
     sections: dict[str, Any] = {
         key: plan.run[key] for key in ("model", "backend", "inference") if key in plan.run
     }
@@ -225,12 +244,11 @@ def _tune_detector(
     calibrate_too: Sequence[str] = (),
 ) -> None:
     report, plan_out, json_out = outputs
+    lines = TrialLines()
     with err.status("tuning") as status:
 
         def show(trial: Trial, frames: int) -> None:
-            last = trial.last
-            verdict = trial.why_out or f"{last.fps:.1f} FPS, fidelity {last.fidelity:.3f}"
-            err.print(f"  {trial.candidate.label} · {frames} frames: {verdict}")
+            err.print(lines.line(trial, frames))
             status.update(f"tuning: {trial.candidate.label} done")
 
         def show_batch(point: BatchPoint) -> None:

@@ -105,7 +105,15 @@ def tune_depth_model(
     if isinstance(every, dict):
         err.print(every_line(every))
     err.print(f"depth plan: {plan.summary_line()}")
-    err.print(f"cached as {path}: `visionrt run --depth {model}` now uses it")
+    # Plans are files named by their model's content: the detector's stays as it was.
+    beside = cached_plan(detector) if detector is not None else None
+    if beside is not None and beside[1] != path:
+        err.print(
+            f"cached as {path}, beside the detector's plan {beside[1].name}, which is kept:"
+            f" a run of this detector with `--depth {model}` uses both"
+        )
+    else:
+        err.print(f"cached as {path}: `visionrt run --depth {model}` now uses it")
 
 
 def every_line(every: dict[str, Any]) -> str:

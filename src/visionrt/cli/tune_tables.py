@@ -26,6 +26,23 @@ def status_text(trial: Trial, search: SearchResult) -> str:
     return f"{len(trial.runs)} round(s)" if trial.runs else "not run (budget)"
 
 
+class TrialLines:
+    """`tune`'s progress line for each trial. A round asks for more frames than a short video
+    has (60, 150, 300 of a 30-frame clip): each line says the frames the run went over, as the
+    table does, and a failed run the frames it was asked for, at most the video's."""
+
+    def __init__(self) -> None:
+        self.video_frames = 0  # 0: not known yet (no run has come back short of its round)
+
+    def line(self, trial: Trial, asked: int) -> str:
+        last = trial.last
+        if last.frames and last.frames < asked:
+            self.video_frames = last.frames
+        used = last.frames or min(asked, self.video_frames or asked)
+        verdict = trial.why_out or f"{last.fps:.1f} FPS, fidelity {last.fidelity:.3f}"
+        return f"  {trial.candidate.label} · {used} frames: {verdict}"
+
+
 def results_table(search: SearchResult, title: str) -> Table:
     """Every configuration tried: reference first, then by how far it got and how fast."""
     reference_fps = search.reference.last.fps if search.reference and search.reference.runs else 0

@@ -3,7 +3,9 @@ the pipeline over the first frames, and score its detections against the FP32 re
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +21,7 @@ from visionrt.postprocess import PostprocessOptions
 from visionrt.sources import SourceOptions
 from visionrt.telemetry.stats import RunSummary
 from visionrt.tune.candidates import Candidate
-from visionrt.tune.search import INTERRUPTED, Measurement
+from visionrt.tune.search import INTERRUPTED, Measurement, OutOfTime
 from visionrt.types import Detections
 
 # Stages whose p99s add up to a frame's processing latency (queueing excluded: in file mode the
@@ -57,7 +59,9 @@ class VideoEvaluator:
     """Runs candidates on `video`. The reference candidate must be evaluated first: its
     detections on the first `fidelity_frames` frames are what the others are scored against.
     INT8 artifacts calibrate on `video` and the `calibrate_too` videos (cameras of other frame
-    sizes the plan must hold on)."""
+    sizes the plan must hold on). Past `deadline` (on `clock`: the search's budget) no export
+    starts and a run under way is abandoned (OutOfTime), except the reference's first run:
+    everything is scored against it."""
 
     def __init__(
         self,
@@ -68,8 +72,11 @@ class VideoEvaluator:
         conf: float = 0.25,
         progress: bool = False,
         calibrate_too: Sequence[str | Path] = (),
+        deadline: float = math.inf,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.video, self.model = str(video), Path(model)
+        self.deadline, self.clock = deadline, clock
         # Video files only (export calibrates on files); each once.
         others = [str(v) for v in calibrate_too if Path(v).is_file()]
         self.calibration = list(dict.fromkeys([self.video, *others]))
@@ -90,6 +97,8 @@ class VideoEvaluator:
         if not candidate.export:
             return self.model
         if candidate not in self.artifacts:
+            # An export under way finishes (minutes, for INT8), but none starts past the budget.
+            self._check_time()
             result = export_model(
                 self.model,
                 candidate.export,
@@ -170,15 +179,22 @@ class VideoEvaluator:
             plan=False,  # the candidate itself, never a cached plan
         )
         detections: list[Detections] = []
+        timed = not (candidate.reference and self.reference is None)
         try:
             for result in pipeline:
                 if self.stop.is_set():
                     raise Interrupted(INTERRUPTED)
+                if timed:
+                    self._check_time()
                 if len(detections) < keep:
                     detections.append(result.detections)
         finally:
             pipeline.close()
         return pipeline.summary(), detections
+
+    def _check_time(self) -> None:
+        if self.clock() > self.deadline:
+            raise OutOfTime
 
     def _measure(self, candidate: Candidate, frames: int) -> Measurement:
         keep = frames if candidate.reference else self.fidelity_frames

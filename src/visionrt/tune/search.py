@@ -14,6 +14,11 @@ from visionrt.tune.candidates import Candidate
 INTERRUPTED = "tune interrupted: no plan cached"
 
 
+class OutOfTime(Exception):
+    """The search's budget ran out before or during a measurement: it is abandoned, and the
+    search keeps what it measured before (a time-boxed plan). Never leaves `tune`."""
+
+
 @dataclass(frozen=True, slots=True)
 class Measurement:
     """One run of one candidate: speed, latency and fidelity against the FP32 reference."""
@@ -95,13 +100,15 @@ def successive_halving(
     finalists: int = 2,
     clock: Callable[[], float] = time.monotonic,
     on_trial: Callable[[Trial, int], None] | None = None,
+    started: float | None = None,
 ) -> SearchResult:
     """Run every candidate for `rounds[0]` frames, keep the better half of those within the
     limits for `rounds[1]` frames, and so on; the last round runs at most `finalists`. The
     reference candidate runs the first and the last round (its detections are what fidelity
     is scored against; its last run is the table's baseline) and is chosen only if it is the
-    best. When the budget runs out, the best measured so far wins."""
-    started = clock()
+    best. When the budget (from `started`, default now) runs out, no candidate starts, the one
+    measured then is abandoned (`evaluate` raises OutOfTime) and the best measured so far wins."""
+    started = clock() if started is None else started
     trials = [Trial(c) for c in candidates]
     alive = list(trials)
     out_of_time = False
@@ -115,7 +122,12 @@ def successive_halving(
             if clock() - started > limits.budget_s:
                 out_of_time = True
                 break
-            trial.runs.append(evaluate(trial.candidate, frames))
+            try:
+                measured = evaluate(trial.candidate, frames)
+            except OutOfTime:
+                out_of_time = True
+                break
+            trial.runs.append(measured)
             trial.reached = number
             if not trial.why_out:
                 trial.why_out = limits.why(trial.last)

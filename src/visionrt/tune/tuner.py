@@ -30,6 +30,7 @@ from visionrt.tune.search import (
     Evaluate,
     Limits,
     Measurement,
+    OutOfTime,
     SearchResult,
     Trial,
     successive_halving,
@@ -139,6 +140,7 @@ def tune(
     motion: bool = True,
     on_motion: Say | None = None,
     calibrate_too: Sequence[str | Path] = (),
+    clock: Callable[[], float] = time.monotonic,
 ) -> TuneOutcome:
     """Find the best configuration for `model` on `video` within `limits`; save the plan.
     INT8 artifacts calibrate on `video` and `calibrate_too` (the other videos `tune` was given:
@@ -147,8 +149,14 @@ def tune(
     `on_motion` hears each step); the plan's `pipeline` section keeps the mode that does.
 
     Setting `stop` (a signal handler does) ends the search at the next frame with `Interrupted`
-    and nothing cached."""
-    deadline = time.monotonic() + limits.budget_s
+    and nothing cached.
+
+    `limits.budget_s` (on `clock`) bounds every phase: the search, the GPU batch, the live twin
+    and motion gating. Past it no measurement or export starts and the measurement under way is
+    abandoned (an export under way finishes; the reference's first run always does); the plan
+    keeps the best measured by then and records that the budget was reached."""
+    started = clock()
+    deadline = started + limits.budget_s
     if model.suffix != ".onnx":
         raise ConfigError(f"tune: expected an ONNX detector, got {model.name}")
     if limits.objective not in ("throughput", "latency"):
@@ -164,27 +172,52 @@ def tune(
         fidelity_frames=min(60, rounds[0]),
         progress=progress,
         calibrate_too=calibrate_too,
+        deadline=deadline,
+        clock=clock,
     )
     if stop is not None:
         evaluator.stop = stop
-    search = successive_halving(space, evaluator, limits, rounds, on_trial=on_trial)
+    search = successive_halving(
+        space, evaluator, limits, rounds, clock=clock, on_trial=on_trial, started=started
+    )
 
     def measure_for(candidate: Candidate) -> Callable[[int], float]:
         config = evaluator.run_config(candidate)
         options = backend_options(config["inference"])
-        return batch_throughput(config["model"], candidate.backend, options, str(video))
+        measure = batch_throughput(config["model"], candidate.backend, options, str(video))
 
-    batching = tune_gpu_batch(
-        search, evaluator, limits, rounds[-1], measure_for, on_batch, on_trial
-    )
+        def within_budget(batch: int) -> float:
+            if clock() > deadline:
+                raise OutOfTime
+            return measure(batch)
+
+        return within_budget
+
+    batching = None
+    try:
+        batching = tune_gpu_batch(
+            search, evaluator, limits, rounds[-1], measure_for, on_batch, on_trial
+        )
+    except OutOfTime:
+        search.out_of_time = True
     best = search.best
     if best is None:
         return TuneOutcome(None, None, search, batching)
-    live = tune_live(best, evaluator, limits, rounds[-1], on_trial)
+    live = None
+    if not search.out_of_time:
+        try:
+            live = tune_live(best, evaluator, limits, rounds[-1], on_trial)
+        except OutOfTime:
+            search.out_of_time = True
     if live is not None:
         search.trials.append(live)
         search.live = live
-    gating = _gating(motion, search, best, evaluator, limits, rounds[-1], deadline, on_motion)
+    gating = _gating(
+        motion, search, best, evaluator, limits, rounds[-1], (deadline, clock), on_motion
+    )
+    # A phase that began within the budget may have ended past it (an export runs to its end).
+    search.out_of_time = search.out_of_time or clock() > deadline
+    search.seconds = clock() - started
     fingerprint = machine_fingerprint()
     reference = search.reference.last if search.reference and search.reference.runs else None
     measured = best.last
@@ -211,7 +244,7 @@ def tune(
             if reference and search.reference
             else {},
             **({"live": _live_record(live)} if live is not None else {}),
-            "search_seconds": round(search.seconds, 1),
+            "search_seconds": round(search.seconds, 1),  # every phase, batch and motion too
             # A search the budget cut short kept the best measured by then (a time-boxed plan).
             "budget": {"minutes": round(limits.budget_s / 60, 2), "reached": search.out_of_time},
             **({"batch_search": batching.to_json()} if batching else {}),
@@ -239,15 +272,22 @@ def _gating(
     evaluator: VideoEvaluator,
     limits: Limits,
     frames: int,
-    deadline: float,
+    budget: tuple[float, Callable[[], float]],
     say: Say | None,
 ) -> MotionOutcome:
-    """Motion gating measured with the chosen configuration, or why it was not."""
+    """Motion gating measured with the chosen configuration, or why it was not; `budget` is
+    the deadline and the clock it is on."""
+    spent = MotionOutcome((), skipped="the search's budget was spent")
     if not asked:
         return MotionOutcome((), skipped="not measured (tune --no-motion)")
     if search.out_of_time:
-        return MotionOutcome((), skipped="the search's budget was spent")
-    return tune_motion(best.candidate, evaluator, limits, frames, deadline, say)
+        return spent
+    deadline, clock = budget
+    try:
+        return tune_motion(best.candidate, evaluator, limits, frames, deadline, say, clock=clock)
+    except OutOfTime:  # before any mode ran (its region model's export)
+        search.out_of_time = True
+        return spent
 
 
 def live_twin(candidate: Candidate) -> Candidate | None:
