@@ -9,7 +9,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from conftest import write_tiny_detector, write_video
+from conftest import run_cli, write_tiny_detector, write_video
 
 from visionrt.accuracy import check, geometry
 from visionrt.accuracy.geometry import settle, source_sizes
@@ -103,7 +103,10 @@ def test_an_unproven_size_is_checked_once_and_recorded(
     path = plan.save(tmp_path / "plan.yaml")
     lines: list[str] = []
     use = settle(_use(plan, path), [str(videos["wide"])], say=lines.append, frames=8)
-    assert lines == [f"checking the plan on 96×128 (8 frames of {videos['wide'].name})"]
+    assert lines == [
+        f"checking the plan on 96×128 (8 frames of {videos['wide'].name})",
+        f"proved 96×128: recorded in the plan {path}",
+    ]
     assert use.sections == _use(plan).sections
     assert "(recorded in the plan)" in use.note
     saved = proof(Plan.load(path), (96, 128))
@@ -251,6 +254,31 @@ def test_a_cached_plan_run_on_another_size_goes_through_the_check(
     assert cfg.model == str(tiny_model)
     assert cfg.backend in ("", "auto", "onnxruntime")
     assert "→ the FP32 reference (1.000) (recorded in the plan)" in notes
+
+
+def test_a_run_says_it_recorded_a_proof_before_anything_can_stop_it(
+    tiny_model: Path,
+    videos: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue #47: a plain run on a new frame size writes its proof into the cached plan, and said
+    so only in the notes printed once the model had loaded: a run that stopped before them (here
+    its output folder cannot be made) had changed the plan without a word."""
+    root = tmp_path / "plans"
+    monkeypatch.setenv("VISIONRT_PLANS", str(root))
+    artifact = tmp_path / "same.onnx"
+    shutil.copy(tiny_model, artifact)
+    path = _plan(tiny_model, artifact).save(plan_path(tiny_model, machine_fingerprint(), root))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    args = ["run", str(videos["wide"]), "-m", str(tiny_model), "--out", str(blocker / "out")]
+    exit_code, error = run_cli(args, capsys)
+    assert exit_code != 0
+    assert "cannot write output" in error
+    assert proof(Plan.load(path), (96, 128)) is not None
+    assert f"proved 96×128: recorded in the plan {path}" in error
 
 
 def _no_check(*_args: object, **_kwargs: object) -> dict:

@@ -88,7 +88,7 @@ def settle(
     _with_tune_proof(plan)
     sizes, unknown = source_sizes(specs)
     chosen: list[tuple[tuple[int, int], dict[str, Any]]] = []
-    checked = False
+    proved: list[str] = []
     for hw, spec in sizes.items():
         entry = proof(plan, hw)
         if entry is None or entry.get("refuted"):
@@ -96,10 +96,13 @@ def settle(
             entry = prove(plan, use.sections, hw, spec, conf, say, frames, seconds, past, build)
             if not entry.get("unchecked"):
                 record(plan, hw, entry)
-                checked = True
+                proved.append(size_text(hw))
         chosen.append((hw, entry))
+    checked = bool(proved)
     if checked and use.path is not None:
         plan.save(use.path)  # the next run on these sizes needs no check
+        # Said now: a run that stops before its notes are printed has still changed the plan.
+        say(f"proved {', '.join(proved)}: recorded in the plan {use.path}")
     # Each size runs what was proven on it; sources whose size is not known before the run (a
     # camera, or a size the pipeline cannot tell) run the safest of those choices.
     order = {"plan": 0, "reference": 2}
