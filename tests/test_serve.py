@@ -275,8 +275,9 @@ def test_bad_requests_are_refused_and_change_nothing(
         ("name with a space", {"name": "c d", "uri": video}, 400, "name:"),
         ("name running", {"name": "a", "uri": video}, 409, "'a' is running"),
         ("depth only", {"name": "c", "uri": video, "tasks": ["depth"]}, 400, "tasks:"),
+        # serve has no --depth: its depth model comes from the config (issue #47).
         ("no depth model", {"name": "c", "uri": video, "tasks": ["detect", "depth"]}, 400,
-         "depth model"),
+         "start it with one: --set depth.model=MODEL"),
         ("outside files", {"name": "c", "uri": str(outside)}, 400, "serve.files"),
         ("escaping ..", {"name": "c", "uri": f"{media}/../outside.mp4"}, 400, "serve.files"),
         ("missing file", {"name": "c", "uri": str(media / "missing.mp4")}, 422, "missing.mp4"),

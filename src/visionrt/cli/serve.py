@@ -20,8 +20,8 @@ from visionrt.cli.outputs import (
 from visionrt.cli.run_config import configure_with_plan
 from visionrt.cli.run_display import describe_run
 from visionrt.cli.signals import STARTUP, install_signal_handlers
-from visionrt.config import given_options, load_config
-from visionrt.errors import SinkError
+from visionrt.config import DepthConfig, given_options, load_config
+from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline.plan_run import PlannedRun
 from visionrt.sinks.lock import OutputLock
 from visionrt.sources.naming import split_name
@@ -71,6 +71,7 @@ def serve_command(
     named = tuple(_named(planned.config.sources))  # the demo video, when none was given
     planned = replace(planned, config=replace(planned.config, sources=named))
     cfg = planned.config
+    _check_depth(cfg.depth, [split_name(spec)[0] for spec in cfg.sources])
     from visionrt.serve.app import check_bind
 
     check_bind(cfg.serve.host, cfg.serve.token)
@@ -97,7 +98,16 @@ def _values(
     (a service watches cameras; a file stands in for one); no MP4 (a service runs for weeks)."""
     given = given_options(config, overrides, {})
     serve = {"host": host, "port": port, "token": token or os.environ.get("VISIONRT_TOKEN")}
-    source = {key: True for key in ("realtime", "loop") if key not in (given.get("source") or {})}
+    own = given.get("source") or {}
+    source: dict[str, Any] = {} if "realtime" in own else {"realtime": True}
+    realtime = own.get("realtime", True)
+    if "loop" not in own and realtime:  # a file read as fast as it decodes is not looped
+        source["loop"] = True
+    if own.get("loop") and not realtime:  # serve has no --realtime to name
+        raise ConfigError(
+            "source.loop: loops a file paced at its frame rate, and source.realtime is false:"
+            " drop one of them"
+        )
     output: dict[str, Any] = {"dir": out or (given.get("output") or {}).get("dir", "out/serve")}
     if "video" not in (given.get("output") or {}):
         output["video"] = False
@@ -111,6 +121,19 @@ def _values(
     if track:
         values["pipeline"] = {"tracking": {"enabled": True}}
     return values
+
+
+def _check_depth(depth: DepthConfig, names: Sequence[str]) -> None:
+    """The depth section as serve takes it: from the config alone (serve has neither --depth
+    nor --depth-on, which the pipeline's own messages name)."""
+    if depth.on and not depth.model:
+        raise ConfigError(
+            "depth.on names sources for a depth model, and none is given: set depth.model"
+            " (--set depth.model=MODEL)"
+        )
+    unknown = sorted(set(depth.on) - set(names))
+    if unknown:
+        raise ConfigError(f"depth.on: no source named '{unknown[0]}' (sources: {', '.join(names)})")
 
 
 def _named(specs: Sequence[str]) -> list[str]:

@@ -28,6 +28,11 @@ from visionrt.types import FrameResult
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 TASKS = ("detect", "depth")
 ALL_SOURCES = "*"  # the `source` of an event about every source (the latency ladder's steps)
+# `visionrt serve` has no --depth: its depth model is the config's.
+NO_DEPTH = (
+    "tasks: depth needs a depth model, and this service runs none: start it with one:"
+    " --set depth.model=MODEL, or depth: {model: MODEL} in its --config"
+)
 
 
 @dataclass
@@ -99,6 +104,8 @@ class Service:
         `name` and `uri` are taken as a request gave them (strings, or not): checked here."""
         check_name(name)
         tasks = check_tasks(tasks)
+        if "depth" in tasks and len(self.pipeline.tasks) < 2:  # the detector alone
+            raise ConfigError(NO_DEPTH)
         check_uri(uri, self.files)
         outputs: list[str] = []
 

@@ -1,0 +1,114 @@
+"""`visionrt serve` as a command (issue #47): what its start-up says names what `serve` itself
+takes (its config's keys; it has no --depth, --depth-on or --realtime)."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import test_serve
+from conftest import HANG_SECONDS
+from services import wait_until
+from test_serve import WAIT, call
+
+media = test_serve.media  # the fixture, found by name
+
+
+class Cli:
+    """`visionrt serve` in a process of its own, its URL read from stderr."""
+
+    def __init__(self, config: Path, out: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "visionrt.cli.main", "serve", "--config", str(config),
+             "--port", "0", "--no-plan", "--out", str(out)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            start_new_session=True,  # the signal goes to visionrt alone
+        )  # fmt: skip
+        self.lines: list[str] = []
+        self.url = ""
+        threading.Thread(target=self._read, daemon=True).start()
+        wait_until(lambda: self.url or self.proc.poll() is not None, 120, "the URL on stderr")
+        assert self.url, "".join(self.lines)
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            match = re.search(r"at (http://127\.0\.0\.1:\d+)/", line)
+            if match and not self.url:
+                self.url = match.group(1)
+
+    def get(self, path: str) -> Any:
+        return call(self.url + path).json()
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=HANG_SECONDS)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def cli(tmp_path: Path, tiny_model: Path) -> Iterator[Callable[[str], Cli]]:
+    started: list[Cli] = []
+
+    def start(config: str) -> Cli:
+        path = tmp_path / "serve.yaml"
+        path.write_text(f"model: {tiny_model}\nbackend: onnxruntime\n{config}")
+        started.append(Cli(path, tmp_path / "out"))
+        return started[-1]
+
+    yield start
+    for served in started:
+        served.kill()
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (["depth.on=[door]"], "depth.on names sources for a depth model, and none is given"),
+        (["depth.on=[nope]", "depth.model=d.onnx"], "depth.on: no source named 'nope'"),
+        (["source.realtime=false", "source.loop=true"], "source.loop: loops a file paced at"),
+    ],
+    ids=["depth.on without a model", "depth.on naming no source", "loop without realtime"],
+)
+def test_start_up_messages_name_what_serve_takes(
+    tiny_model: Path, media: Path, tmp_path: Path, settings: list[str], message: str
+) -> None:
+    """Before: "give --depth MODEL", "--depth-on: …", "add --realtime": flags of `run` that
+    `serve` does not have."""
+    command = [sys.executable, "-m", "visionrt.cli.main", "serve", f"door={media / 'a.mp4'}"]
+    for setting in [f"model={tiny_model}", "backend=onnxruntime", *settings]:
+        command += ["--set", setting]
+    command += ["--no-plan", "--port", "0", "--out", str(tmp_path / "out")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_SECONDS)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr, done.stderr
+    assert not re.search(r"--depth|--realtime", done.stderr), done.stderr
+
+
+def test_a_file_read_as_fast_as_it_decodes_is_served_to_its_end(
+    cli: Callable[[str], Cli], media: Path, tmp_path: Path
+) -> None:
+    """Before: `source.realtime: false` alone stopped the start ("source.loop: … add
+    --realtime": serve looped files whatever their pace, and has no --realtime)."""
+    served = cli(f"sources: ['door={media / 'a.mp4'}']\nsource: {{realtime: false}}\n")
+
+    def state() -> str:
+        return str(next(r["state"] for r in served.get("/sources") if r["name"] == "door"))
+
+    wait_until(lambda: state() == "ended", WAIT, "door's end")
+    assert served.stop() == 0, "".join(served.lines)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["service"]["cameras"][0]["frames_out"] == 40  # every frame, once
