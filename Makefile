@@ -18,9 +18,10 @@ depth-model: $(VENV)/.installed
 	VENV=$(VENV) bash scripts/setup_depth.sh
 
 # Results first: on a machine with no tuned plan yet, the FP32 reference's run, then `tune`
-# (minutes, once: the plan is cached), then the run again on the plan; later, one run on it.
+# (minutes, once: the plan is cached), then the run again on the plan; later, one run on it,
+# replacing the last demo's results (--overwrite: a run refuses an earlier run's outputs).
 demo: $(VENV)/.installed
-	$(BIN)/visionrt demo --out out/demo
+	$(BIN)/visionrt demo --out out/demo --overwrite
 
 # The tests also start a headless Chromium and a Mosquitto broker (scripts/setup_test.sh).
 setup-test: setup

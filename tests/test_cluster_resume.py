@@ -41,7 +41,7 @@ def crossing_run(tmp_path: Path, model: Path, video: bool, every: int) -> dict[s
 
 def plain_outputs(values: dict[str, Any], out: Path) -> tuple[Any, dict[str, str]]:
     """A plain run's summary and its JSONL and MOT file, as `visionrt run` writes them."""
-    from visionrt.cli.outputs import make_sinks
+    from visionrt.pipeline.outputs import make_sinks
 
     cfg = load_config(values={**values, "output": {**values["output"], "dir": str(out)}})
     pipeline = pipeline_for(cfg)

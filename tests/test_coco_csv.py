@@ -15,9 +15,9 @@ import pytest
 from conftest import run_cli, write_tiny_detector
 
 from visionrt import Pipeline, PipelineOptions
-from visionrt.cli.outputs import check_output_names
 from visionrt.config import OutputOptions, RunConfig
 from visionrt.errors import ConfigError, SinkError
+from visionrt.pipeline.outputs import check_output_names
 from visionrt.sinks import CocoSink, CsvSink, partial_path
 from visionrt.sinks.table import COLUMNS
 from visionrt.types import Detections, Frame, FrameResult, TrackedDetections

@@ -57,11 +57,14 @@ class FakeMachine:
     def say(self, line: str) -> None:
         self.events.append(line)
 
-    def demo(self, given: tuple[str, ...] = ()) -> int:
-        return demo.run_demo(self.out, list(given), 10, lambda: self.plan, self.command, self.say)
+    def demo(self, given: tuple[str, ...] = (), overwrite: bool = False) -> int:
+        return demo.run_demo(
+            self.out, list(given), 10, lambda: self.plan, self.command, self.say, overwrite
+        )
 
 
-RUN = "run --out {out} --overwrite"
+FIRST = "run --out {out}"  # the demo's first run claims the folder as any run does
+RUN = "run --out {out} --overwrite"  # the run on the plan replaces the demo's own first
 TUNE = "tune --if-missing --budget-minutes 10"
 
 
@@ -71,7 +74,7 @@ def test_without_a_plan_the_reference_results_come_before_the_tune(tmp_path: Pat
     assert machine.demo() == 0
     run = RUN.format(out=out)
     first, tuning, plan_line = machine.events[1], machine.events[2], machine.events[5]
-    assert machine.events == [run, first, tuning, TUNE, run, plan_line]
+    assert machine.events == [FIRST.format(out=out), first, tuning, TUNE, run, plan_line]
     assert first == (
         "demo: results of the FP32 reference, while this machine's plan is not ready — this run"
         f" onnxruntime fp32 640×640, 6.1 FPS — in {out}: vtest.mp4, vtest.jsonl, summary.json"
@@ -88,8 +91,11 @@ def test_with_a_plan_the_demo_is_one_run_on_it(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     machine = FakeMachine(out, _plan())
     assert machine.demo(("clip.mp4", "--model", "m.onnx")) == 0
-    assert machine.events[0] == f"run clip.mp4 --model m.onnx --out {out} --overwrite"
+    assert machine.events[0] == f"run clip.mp4 --model m.onnx --out {out}"
     assert len(machine.events) == 2
+    overwriting = FakeMachine(out, _plan())
+    assert overwriting.demo(overwrite=True) == 0
+    assert overwriting.events[0] == f"run --out {out} --overwrite"
     assert machine.events[1].startswith("demo: results of the tuned plan (openvino int8 512×640")
     assert not any(event.startswith("tune") for event in machine.events)
 
@@ -275,7 +281,7 @@ def _make_dry_run(target: str, venv: Path) -> list[str]:
 @pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
 def test_make_demo_is_one_command_and_builds_no_depth_model(tmp_path: Path) -> None:
     assert _make_dry_run("demo", tmp_path / "venv") == [
-        f"{tmp_path / 'venv'}/bin/visionrt demo --out out/demo"
+        f"{tmp_path / 'venv'}/bin/visionrt demo --out out/demo --overwrite"
     ]
 
 

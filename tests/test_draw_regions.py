@@ -10,8 +10,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from visionrt.cli.outputs import make_sinks
 from visionrt.config import load_config
+from visionrt.pipeline.outputs import make_sinks
 from visionrt.sinks import video
 from visionrt.sinks.video import MOTION_COLOR, REGION_COLOR, VideoSink, annotate
 from visionrt.types import Detections, Frame, FrameResult

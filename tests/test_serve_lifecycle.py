@@ -167,3 +167,22 @@ def test_a_camera_gone_for_good_leaves_only_its_counts(
     wait_until(lambda: served.frames_out("b") > before + 3, WAIT, "b runs on")
     summary = served.stop()
     assert next(s for s in summary.sources if s["name"] == "a")["frames_out"] > 3  # its counts
+
+
+def test_a_restarted_camera_keeps_its_zones_and_lines(serving: Any, media: Path) -> None:
+    """Issue #47: before, a restart added the camera again without them (its counts stopped)."""
+    from visionrt.fuse import AnalyticsFuser, parse_analytics
+    from visionrt.serve.service import as_request
+
+    served = serving(track=True)
+    lines = {"gate": [[0, 50], [120, 50]]}
+    body = {"name": "b", "uri": str(media / "b.mp4"), "lines": lines}
+    assert served.post("/sources", body).status == 201
+    assert served.post("/sources/b/restart").status == 200
+    graph = served.pipeline.graph
+    fusers = graph.fusers[served.service.cameras["b"].source_id]
+    kept = [f for f in fusers if isinstance(f, AnalyticsFuser)]
+    assert [line.name for f in kept for line in f.lines] == ["gate"]
+    # A camera the service started with has its zones as the config parsed them: the same.
+    given = {"zones": test_serve.ANALYTICS["zones"], "lines": lines}
+    assert as_request(parse_analytics({"a": given})["a"]) == given

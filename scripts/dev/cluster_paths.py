@@ -19,12 +19,13 @@ from typing import Any
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from visionrt.cli.outputs import make_sinks, start_pipeline
+from visionrt.cli.outputs import start_pipeline
 from visionrt.cli.run_config import configure_with_plan
 from visionrt.distributed.local import ThreadExecutor
 from visionrt.distributed.run import run_on_cluster, work_units, worker_settings
 from visionrt.distributed.worker import group_batches, run_group
 from visionrt.hardware import cpu_model
+from visionrt.pipeline.outputs import make_sinks
 
 VIDEO = "/usr/share/doc/opencv-doc/examples/data/vtest.avi"
 

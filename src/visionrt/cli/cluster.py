@@ -8,13 +8,12 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from visionrt.accuracy.audit_window import AuditEvent
-from visionrt.cli.outputs import metrics_token, write_summary
+from visionrt.cli.outputs import metrics_token
 from visionrt.cli.run_display import run_progress
 from visionrt.cli.signals import STARTUP, not_ours
 from visionrt.config import RunConfig
@@ -22,6 +21,7 @@ from visionrt.distributed.coordinator import RunStop
 from visionrt.distributed.report import ClusterReport
 from visionrt.distributed.run import frame_total
 from visionrt.errors import Interrupted, SourceError
+from visionrt.pipeline.outputs import OutputFolder
 from visionrt.telemetry.report import audit_lines
 from visionrt.telemetry.stats import RunSummary
 
@@ -33,14 +33,14 @@ def run_cluster(
     console: Console,
     json_out: bool,
     quiet: bool = False,
-    clear: Callable[[], None] | None = None,
+    folder: OutputFolder | None = None,
 ) -> None:
     """Run `cfg`'s sources on the cluster `cfg.cluster` names, each worker with the plan of
     its machine (`resolve(fingerprint)`: the configuration and its plan lines, as this
     machine's are `cfg` and `plan_note`); SourceError (exit 3) when a source failed, after
     every output is finalized; Interrupted (exit 130) after Ctrl-C or SIGTERM, the outputs
-    holding the frames committed. `clear` makes room in the output folder once the workers
-    are up, before anything is written."""
+    holding the frames committed. `folder` (the run's, claimed: None claims it here) is
+    cleared once the workers are up, before anything is written, and gets summary.json."""
     from visionrt.distributed.ray_run import run_on_ray
 
     said: set[str] = set()
@@ -63,14 +63,11 @@ def run_cluster(
 
         try:
             summary, report = run_on_ray(
-                cfg, plan_note, resolve, token, say, progress, stop, before_writing=clear
+                cfg, plan_note, resolve, token, say, progress, stop, folder
             )
         except Interrupted:
             STARTUP.check()  # the start-up's line, naming the signal
             raise
-    path = Path(cfg.output.dir) / "summary.json"
-    summary.outputs.append(str(path))
-    write_summary(summary, path)
     if json_out:
         import json
 

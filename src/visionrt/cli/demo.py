@@ -57,19 +57,23 @@ def run_demo(
     plan_ready: PlanReady,
     command: Command,
     say: Say,
+    overwrite: bool = False,
 ) -> int:
     """With a plan ready, one run on it. Without, the reference's run first (its results are
     the first ones, minutes sooner than after a tune), then `tune` and the run again on the
-    plan it cached, into the same folder. `given` are the video and model flags; the exit code
-    is the first failing step's (130 when interrupted), and then nothing later runs."""
-    run = ["run", *given, "--out", str(out), "--overwrite"]
+    plan it cached, into the same folder, replacing the reference's. The first run claims the
+    folder as any run does (an earlier run's outputs there refused unless `overwrite`).
+    `given` are the video and model flags; the exit code is the first failing step's (130
+    when interrupted), and then nothing later runs."""
+    first = ["run", *given, "--out", str(out), *(["--overwrite"] if overwrite else [])]
+    run = ["run", *given, "--out", str(out), "--overwrite"]  # after the demo's own first run
     plan = plan_ready()
     if plan is not None:
-        code = command(run)
+        code = command(first)
         if code == 0:
             say(results_line(out, plan_label(plan)))
         return code
-    code = command(run)
+    code = command(first)
     if code != 0:
         return code  # its own line said why; nothing tuned
     say(results_line(out, "the FP32 reference, while this machine's plan is not ready"))
@@ -165,10 +169,17 @@ def demo_command(
     model: Annotated[
         str | None, Opt("--model", "-m", help="ONNX detector. Default: the demo model.")
     ] = None,
-    out: Annotated[Path, Opt("--out", "-o", help="Output folder (replaced).")] = Path("out/demo"),
+    out: Annotated[Path, Opt("--out", "-o", help="Output folder.")] = Path("out/demo"),
     budget_minutes: Annotated[
         float, Opt(help="Wall-clock budget of the tune, when one is needed.")
     ] = 10.0,
+    overwrite: Annotated[
+        bool,
+        Opt(
+            "--overwrite",
+            help="Replace an earlier run's outputs in --out (refused without it, as by `run`).",
+        ),
+    ] = False,
 ) -> None:
     """The demo (`make demo`): a run on this machine's tuned plan; with no plan yet, the FP32
     reference's run first, then `tune`, then the run again on its plan. Each run ends in one
@@ -185,7 +196,7 @@ def demo_command(
         console.print(line, markup=False, highlight=False)
 
     ready = ready_plan(Path(model) if model else None)
-    code = run_demo(out, given, budget_minutes, ready, visionrt_command, say)
+    code = run_demo(out, given, budget_minutes, ready, visionrt_command, say, overwrite)
     if code == 0:
         from visionrt.models import depth_model_target  # numpy: not at the CLI's start
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -11,15 +10,7 @@ import typer
 from rich.console import Console
 
 from visionrt.backends.registry import choose_auto
-from visionrt.cli.outputs import (
-    check_output_names,
-    check_telemetry,
-    claim_output_folder,
-    make_sinks,
-    metrics_token,
-    start_pipeline,
-    write_summary,
-)
+from visionrt.cli.outputs import check_telemetry, metrics_token, start_pipeline
 from visionrt.cli.run_config import configure_with_plan, flag_values
 from visionrt.cli.run_display import describe_run, run_progress
 from visionrt.cli.signals import STARTUP, install_signal_handlers
@@ -28,9 +19,9 @@ from visionrt.config import RunConfig
 from visionrt.errors import Interrupted, SinkError, SourceError, VisionRTError
 from visionrt.pipeline import Pipeline
 from visionrt.pipeline.hooks import Hooks
+from visionrt.pipeline.outputs import OutputFolder, check_output_names, make_sinks
 from visionrt.pipeline.plan_run import PlannedRun
 from visionrt.sinks import Sink
-from visionrt.sinks.lock import OutputLock
 from visionrt.telemetry.report import TelemetryWriter, print_summary
 from visionrt.telemetry.stats import RunSummary
 
@@ -213,17 +204,14 @@ def run_command(
     console = Console(stderr=True, quiet=quiet)
     planned = configure_with_plan(plan, no_plan, config, set_, values)
     cfg, plan_note = planned.config, "\n".join(planned.notes)
-    writes = check_output_names(cfg)  # before anything is made or loaded
+    check_output_names(cfg)  # before anything is made or loaded
     if cfg.output.metrics_port:
         from visionrt.telemetry.metrics import check_host
 
         check_host(cfg.output.metrics_host, metrics_token(cfg))
-    # A second run into the same folder is refused in one line.
-    lock = OutputLock(Path(cfg.output.dir)).acquire()
-    try:
-        # An earlier run's outputs there: refused now, or removed (when the user says so)
-        # once the run has started and is about to write.
-        clear = claim_output_folder(cfg, writes, console)
+    # Locked for this run (a second one into it is refused in one line); an earlier run's
+    # outputs there refused now, or removed (with --overwrite) once the run is about to write.
+    with OutputFolder.for_run(cfg) as folder:
         if cfg.cluster.address:
             from visionrt.cli.cluster import run_cluster
 
@@ -232,11 +220,9 @@ def run_command(
                 found = configure_with_plan(plan, no_plan, config, set_, values, fingerprint)
                 return found.config, "\n".join(found.notes)
 
-            run_cluster(cfg, plan_note, resolve, console, json_out, quiet, clear)
+            run_cluster(cfg, plan_note, resolve, console, json_out, quiet, folder)
         else:
-            _execute(planned, console, quiet, json_out, clear)
-    finally:
-        lock.release()
+            _execute(planned, console, quiet, json_out, folder)
 
 
 def _execute(
@@ -244,10 +230,10 @@ def _execute(
     console: Console,
     quiet: bool,
     json_out: bool,
-    clear: Callable[[], None],
+    folder: OutputFolder,
 ) -> None:
-    """Build the pipeline and sinks (`clear` first makes room for them), run, write the
-    summary, raise the error that ended it."""
+    """Build the pipeline and sinks (the folder cleared for them first, with --overwrite), run,
+    write the summary, raise the error that ended it."""
     cfg = planned.config
     if cfg.output.telemetry:
         check_telemetry(Path(cfg.output.telemetry))
@@ -279,7 +265,7 @@ def _execute(
     try:
         STARTUP.check()  # a signal during start-up that a library swallowed
         describe_run(pipeline, cfg.model, console)
-        clear()
+        folder.clear(console.print)
         sinks = make_sinks(cfg, pipeline)
         metrics = _serve_metrics(pipeline, cfg, console)
         telemetry = cfg.output.telemetry
@@ -302,13 +288,8 @@ def _execute(
     for note in summary.notes[said:]:  # what the run learnt (an audit that refuted the plan)
         if note not in told:
             Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
-    summary_path = Path(cfg.output.dir) / "summary.json"
-    summary.outputs.append(str(summary_path))
-    try:
-        write_summary(summary, summary_path)
-    except SinkError as err:
-        summary.outputs.remove(str(summary_path))  # not said to be written
-        error = error or err  # the error that ended the run is the one to report
+    # The error that ended the run is the one to report; else summary.json's own.
+    error = error or folder.finish(summary)
     if not quiet:
         print_summary(summary, console)
         for path in summary.outputs:

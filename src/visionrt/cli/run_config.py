@@ -8,16 +8,14 @@ import dataclasses
 import sys
 import typing
 from collections.abc import Callable
-from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from visionrt.config import RunConfig, given_options, load_config
+from visionrt.config import RunConfig
 from visionrt.config.pipeline import FLAT_KEYS
 from visionrt.errors import ConfigError
-from visionrt.pipeline.plan_run import PlannedRun, plan_run, with_defaults
-from visionrt.plans import PlanUse
+from visionrt.pipeline.plan_run import PlannedRun, planned_config
 
 
 def flag_values(**flags: Any) -> dict[str, Any]:
@@ -157,20 +155,11 @@ def configure_with_plan(
     fingerprint: dict[str, Any] | None = None,
 ) -> PlannedRun:
     """The run's configuration, the lines saying which plan it uses and why (or why not), and
-    the plan decision itself (`PlannedRun.use`: what an audit's verdict goes back into). The user's
-    own settings (defaults < `--config` < `--set` < flags) are read here; the library decides
-    the plan (`pipeline.plan_run`: `--plan FILE`, or the one cached for the model on this
-    machine, or on the cluster node `fingerprint` describes). A proof's progress goes to
-    stderr as it happens (it takes seconds)."""
-    if plan is not None and no_plan:
-        raise ConfigError("--plan and --no-plan: expected one of them")
-    own = load_config(config, overrides, values)
-    if no_plan:
-        return PlannedRun(with_defaults(own), (), PlanUse(None, ""))
-    given = given_options(config, overrides, values)
+    the plan decision itself (`PlannedRun.use`: what an audit's verdict goes back into), as
+    the library decides it for every entry point (`pipeline.plan_run.planned_config`). A
+    proof's progress goes to stderr as it happens (it takes seconds)."""
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    planned = plan_run(own, given, plan, say=say, fingerprint=fingerprint)
-    return replace(planned, config=with_defaults(planned.config))
+    return planned_config(config, overrides or (), values, plan, no_plan, say, fingerprint)

@@ -12,16 +12,13 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from visionrt.cli.outputs import (
-    check_telemetry,
-    start_pipeline,
-    write_summary,
-)
+from visionrt.cli.outputs import check_telemetry, write_summary
 from visionrt.cli.run_config import configure_with_plan
 from visionrt.cli.run_display import describe_run
-from visionrt.cli.signals import STARTUP, install_signal_handlers
-from visionrt.config import DepthConfig, given_options, load_config
+from visionrt.cli.signals import STARTUP, install_signal_handlers, start_up
+from visionrt.config import DepthConfig, RunConfig, given_options, load_config
 from visionrt.errors import ConfigError, SinkError
+from visionrt.pipeline import Pipeline, pipeline_for
 from visionrt.pipeline.plan_run import PlannedRun
 from visionrt.sinks.lock import OutputLock
 from visionrt.sources.naming import split_name
@@ -138,7 +135,7 @@ def _check_depth(depth: DepthConfig, names: Sequence[str]) -> None:
 
 def _named(specs: Sequence[str]) -> list[str]:
     """Every source by name (`cam=URI`): the API, previews and events call cameras by name."""
-    from visionrt.serve.service import camera_names
+    from visionrt.serve.requests import camera_names
 
     return [f"{name}={uri}" for name, uri in camera_names(specs)]
 
@@ -148,6 +145,7 @@ def _serve(planned: PlannedRun, console: Console) -> None:
     from visionrt.serve.outputs import ServiceSinks
     from visionrt.serve.preview import PreviewHub
     from visionrt.serve.service import Service
+    from visionrt.serve.startup import start_reachable
     from visionrt.sinks.events import EventPublisher, parse_event_targets
     from visionrt.telemetry.metrics import MetricsServer
     from visionrt.telemetry.report import TelemetryWriter, print_summary
@@ -158,7 +156,13 @@ def _serve(planned: PlannedRun, console: Console) -> None:
     # A camera's own files as a run's, but MOT text and depth files (not written by a service).
     files = replace(cfg.source_files(), mot=False, depth_video=False, depth_maps="")
     sinks = ServiceSinks(out, cfg.output.jsonl, files)
-    pipeline = start_pipeline(cfg, service=True, planned=planned)
+
+    def start(runs: RunConfig) -> Pipeline:
+        return pipeline_for(runs, service=True, planned=planned)
+
+    # A camera or stream that cannot be reached now is left out, to be opened again once the
+    # service runs (as one that drops later): it never stops the others from starting.
+    pipeline, runs, down = start_up(lambda: start_reachable(cfg, start))
     for note in pipeline.notes:
         Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
     telemetry = pipeline.telemetry
@@ -168,10 +172,19 @@ def _serve(planned: PlannedRun, console: Console) -> None:
         on_drop=lambda transport, reason: telemetry.count(f"events: dropped ({reason})"),
     )
     preview = PreviewHub(cfg.serve.preview_rate, max_width=cfg.serve.preview_width)
-    uris = [split_name(spec)[1] for spec in cfg.sources]
+    uris = [split_name(spec)[1] for spec in runs.sources]
     service = Service(
         pipeline, sinks, preview, publisher, uris, cfg.serve.files, cfg.serve.down_after
     )
+    attempts = cfg.source.reconnect_attempts
+    for camera in down:
+        service.retry(camera)
+        console.print(
+            f"{camera.name}: unreachable ({camera.error}): reconnecting ({attempts} attempts,"
+            f" from {cfg.source.reconnect_backoff:g} s apart); the others start",
+            markup=False,
+            highlight=False,
+        )
     described = pipeline.task.describe()
     info = {k: str(described.get(k, "")) for k in ("runtime", "device", "precision")}
     # Scraped through the API's /metrics (behind its token), never served on its own.

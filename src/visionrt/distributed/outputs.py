@@ -24,13 +24,13 @@ from visionrt.config import RunConfig
 from visionrt.distributed.units import Group
 from visionrt.errors import SinkError
 from visionrt.pipeline.output import close_sinks
+from visionrt.pipeline.outputs import MANIFEST
 from visionrt.sinks import Sink
 from visionrt.sinks.base import finalize
 from visionrt.sinks.files import SourceFiles
 from visionrt.sinks.video import join_videos
 from visionrt.types import FrameResult
 
-MANIFEST = "manifest.json"
 _ATTEMPT = re.compile(r"\.attempt\d+(?=\.[^.]*$)")  # before the last suffix
 
 

@@ -5,6 +5,7 @@ and the Python API both come here."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,11 @@ from visionrt.distributed.metrics import ClusterMetrics
 from visionrt.distributed.plans import GroupPlans
 from visionrt.distributed.report import ClusterReport
 from visionrt.distributed.run import check_sources, run_on_cluster, worker_settings
+from visionrt.pipeline.outputs import TARGETS, OutputFolder
+from visionrt.pipeline.plan_run import with_defaults
 from visionrt.plans import fingerprint_key, machine_fingerprint
 from visionrt.sinks.base import check_writable
 from visionrt.telemetry.stats import RunSummary
-
-# Prometheus' file-based service discovery: the workers' endpoints, labelled node and worker.
-TARGETS = "prometheus_targets.json"
 
 # A machine's fingerprint → its configuration and the lines saying which plan and why.
 Resolve = Callable[[dict[str, Any]], tuple[RunConfig, str]]
@@ -34,7 +34,7 @@ def run_on_ray(
     say: Callable[[str], None] | None = None,
     on_progress: Callable[[ClusterReport], None] | None = None,
     stop: RunStop | None = None,
-    before_writing: Callable[[], None] | None = None,
+    folder: OutputFolder | None = None,
 ) -> tuple[RunSummary, ClusterReport]:
     """Run `cfg`'s sources on the Ray cluster `cfg.cluster.address` names ("" or "local": an
     embedded Ray on this machine; "processes": worker processes here, no Ray). A worker on
@@ -42,12 +42,22 @@ def run_on_ray(
     `resolve(fingerprint)` (None: `cfg` too). With `output.metrics_port` the cluster's totals
     are served there and each Ray worker serves its own metrics, listed in TARGETS. `say` gets
     the lines worth printing (workers, plan groups, metrics). `stop` ends the run early (see
-    RunStop; its `started` is set once the workers are up). `before_writing` is called once
-    the workers are up, before any output is written (see run_on_cluster). The summary (not
-    yet written) and the report; outputs are finalized."""
+    RunStop; its `started` is set once the workers are up). `folder`: the output folder the
+    caller claimed (`pipeline.outputs`; None: claimed here, as `run` claims it, and let go at
+    the end), cleared once the workers are up, before any output is written; summary.json is
+    written there at the end. A configuration naming no model or source runs the demo's, as
+    `run` does; `cfg` runs as given otherwise (the plan is the caller's:
+    `visionrt.runs.run_configured` settles it as `run --ray` does). The summary and the
+    report; outputs are finalized."""
     from visionrt.distributed.processes import ProcessExecutor
     from visionrt.distributed.ray_executor import RayExecutor
 
+    cfg = with_defaults(cfg)
+    if folder is None:
+        with OutputFolder.for_run(cfg, "visionrt run --ray") as claimed:
+            return run_on_ray(
+                cfg, plan_note, resolve, metrics_token, say, on_progress, stop, claimed
+            )
     if cfg.output.telemetry:  # a path that cannot be written fails before Ray starts
         check_writable(Path(cfg.output.telemetry), "telemetry")
     check_models(worker_settings(cfg))  # as would a plain run (exit 4), not after Ray starts
@@ -95,10 +105,14 @@ def run_on_ray(
             tell(f"ray: {len(executor.workers())} worker(s) at {cluster.address or 'local'}")
         try:
             plans.announce(tell)  # which plan each kind of machine runs, and each that joins
-            return run_on_cluster(
+            summary, report = run_on_cluster(
                 cfg, executor, on_progress, plans, metrics, stop=stop, say=tell,
-                before_writing=before_writing,
+                before_writing=partial(folder.clear, tell),
             )  # fmt: skip
+            error = folder.finish(summary)
+            if error is not None:
+                raise error
+            return summary, report
         finally:
             executor.close()
     finally:

@@ -169,7 +169,7 @@ def run_on_cluster(
     regroup_after: float = REGROUP_AFTER,
     stop: RunStop | None = None,
     say: Callable[[str], None] = lambda _line: None,
-    before_writing: Callable[[], None] | None = None,
+    before_writing: Callable[[], object] | None = None,
 ) -> tuple[RunSummary, ClusterReport]:
     """Run every source of `cfg` as a unit on `executor`'s workers; the JSONL goes to
     `output.dir` as a single-process run names it, each source's `source_id` its place in

@@ -16,7 +16,7 @@ from typing import Any
 from visionrt.accuracy.check import Say
 from visionrt.accuracy.geometry import settle
 from visionrt.backends import BackendOptions
-from visionrt.config import DepthConfig, RunConfig, config_over
+from visionrt.config import DepthConfig, RunConfig, config_over, given_options, load_config
 from visionrt.config.pipeline import DepthOptions, PipelineOptions
 from visionrt.config.sizes import Size, SizedDetector, size_key
 from visionrt.errors import ConfigError, SourceError
@@ -96,6 +96,30 @@ def _batched(cfg: RunConfig, given: Mapping[str, Any], sources: int) -> tuple[Ru
         return cfg, ""
     options, line = batch_across_sources(cfg.inference, sources)
     return replace(cfg, inference=options), line
+
+
+def planned_config(
+    config: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    values: Mapping[str, Any] | None = None,
+    plan: str | Path | None = None,
+    no_plan: bool = False,
+    say: Say | None = None,
+    fingerprint: dict[str, Any] | None = None,
+) -> PlannedRun:
+    """What `visionrt run` runs: the user's configuration (defaults < the YAML file `config` <
+    `overrides`, KEY=VALUE < `values`, a nested dict as the flags give it) under its plan
+    (`plan_run`: `plan`, a plan file; None: the one cached for the model on this machine, or on
+    the cluster node `fingerprint` describes; `no_plan`: none), and the demo's model and video
+    where it names none. `say` gets a proof's progress on a new frame size."""
+    if plan is not None and no_plan:
+        raise ConfigError("--plan and --no-plan: expected one of them")
+    own = load_config(config, list(overrides), dict(values or {}))
+    if no_plan:
+        return PlannedRun(with_defaults(own), (), PlanUse(None, ""))
+    given = given_options(config, list(overrides), dict(values or {}))
+    planned = plan_run(own, given, plan, say=say, fingerprint=fingerprint)
+    return replace(planned, config=with_defaults(planned.config))
 
 
 def with_defaults(config: RunConfig) -> RunConfig:

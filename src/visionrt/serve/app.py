@@ -16,7 +16,8 @@ from visionrt.errors import ConfigError, SinkError, SourceError, VisionRTError
 from visionrt.pipeline.roster import NameInUse
 from visionrt.serve.guard import LOCAL_NAMES, MAX_BODY, MAX_DEPTH, Guard, json_depth
 from visionrt.serve.preview import BOUNDARY, mjpeg_chunks
-from visionrt.serve.service import Camera, Service, check_name
+from visionrt.serve.requests import check_name
+from visionrt.serve.service import Camera, Service
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette

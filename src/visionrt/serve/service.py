@@ -3,48 +3,45 @@ camera's state watched (running, down, ended), its frames into files, live previ
 
 from __future__ import annotations
 
-import glob
-import re
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from visionrt.errors import ConfigError
+from visionrt.errors import ConfigError, SourceError, VisionRTError
+from visionrt.fuse import SourceAnalytics
 from visionrt.pipeline import Pipeline
 from visionrt.pipeline.degrade import Change
+from visionrt.pipeline.roster import NameInUse, Stopping
 from visionrt.serve.outputs import ServiceSinks
 from visionrt.serve.preview import PreviewHub
+from visionrt.serve.requests import NO_DEPTH, check_name, check_tasks, check_uri
+from visionrt.serve.requests import camera_names as camera_names  # `visionrt serve`'s names
+from visionrt.serve.startup import Unreachable
 from visionrt.sinks.events import EventPublisher, make_event
-from visionrt.sources import Source
-from visionrt.sources.base import IMAGE_SUFFIXES
-from visionrt.sources.naming import default_name, misnamed, split_name, unique_names
+from visionrt.sources import Source, SourceOptions
 from visionrt.telemetry.stats import RunSummary
 from visionrt.types import FrameResult
 
-NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
-TASKS = ("detect", "depth")
 ALL_SOURCES = "*"  # the `source` of an event about every source (the latency ladder's steps)
-# `visionrt serve` has no --depth: its depth model is the config's.
-NO_DEPTH = (
-    "tasks: depth needs a depth model, and this service runs none: start it with one:"
-    " --set depth.model=MODEL, or depth: {model: MODEL} in its --config"
-)
 
 
 @dataclass
 class Camera:
     """One source of the service as the API shows it. `state`: starting (no frame yet),
-    running, down (no frame for `down_after` seconds), ended (a file's end), failed (its
-    reader raised: `error`), removed."""
+    running, down (no frame for `down_after` seconds, or not opened yet: unreachable at
+    start-up, `error` says why), ended (a file's end, or reconnects given up: `error`), failed
+    (its reader raised: `error`), removed. `source_id` is -1 until it is opened;
+    `reconnects` counts the attempts to open it before then."""
 
     name: str
     uri: str
     tasks: tuple[str, ...]
     source_id: int
+    analytics: Mapping[str, Any] | None = None  # its zones and lines, as a request gives them
+    reconnects: int = 0
     added: float = field(default_factory=time.time)
     state: str = "starting"
     error: str = ""
@@ -57,8 +54,9 @@ class Camera:
 class Service:
     """`pipeline` (made with service=True) run into `sinks`, with live previews (`preview`) and
     events (`publisher`, None: kept for the API only). `files`: folders the API may open video
-    files from (no other path is read). Call `run()` on one thread (it returns the summary when
-    `stop()` is called); `add`, `remove`, `restart`, `cameras`, `events` from any other."""
+    and image files from (no other path is read). Call `run()` on one thread (it returns the
+    summary when `stop()` is called); `add`, `remove`, `restart`, `retry`, `cameras`, `events`
+    from any other."""
 
     def __init__(
         self,
@@ -79,14 +77,19 @@ class Service:
         self._events: deque[dict[str, Any]] = deque(maxlen=keep_events)
         self._lock = threading.Lock()
         self._stopped = threading.Event()
+        self._running = False
         self.cameras: dict[str, Camera] = {}
+        # Cameras not opened yet, by name: each one's reconnecting thread stops when its event
+        # is set (removed, or the service stopped).
+        self._waiting: dict[str, threading.Event] = {}
         # Told after a camera was added or removed (the metrics' per-source readers).
         self.on_change: Callable[[], None] | None = None
         depth_on = set(pipeline.depth_sources())
         for i, name in enumerate(pipeline.names):
             tasks = ("detect", "depth") if i in depth_on else ("detect",)
             uri = uris[i] if i < len(uris) else pipeline.sources[i].name
-            camera = self.cameras[name] = Camera(name, uri, tasks, i)
+            zones = as_request(pipeline.analytics.get(name))
+            camera = self.cameras[name] = Camera(name, uri, tasks, i, zones)
             fps = pipeline.sources[i].fps
             camera.outputs = [str(p) for p in sinks.open_source(i, name, fps)]
         pipeline.hooks.on_degrade = self._degraded
@@ -100,23 +103,18 @@ class Service:
         analytics: Mapping[str, Any] | None = None,
     ) -> Camera:
         """Open and start a camera (in place of one of that name that ended); ConfigError (a
-        bad request, a name that runs) or SourceError (it cannot be opened) change nothing.
+        bad request, a name that runs or is reconnecting) or SourceError (it cannot be opened)
+        change nothing.
         `name` and `uri` are taken as a request gave them (strings, or not): checked here."""
         check_name(name)
         tasks = check_tasks(tasks)
         if "depth" in tasks and len(self.pipeline.tasks) < 2:  # the detector alone
             raise ConfigError(NO_DEPTH)
         check_uri(uri, self.files)
-        outputs: list[str] = []
-
-        def opened(source: Source) -> None:  # its files exist before its first frame
-            paths = self.sinks.open_source(source.source_id, name, source.fps)
-            outputs.extend(str(p) for p in paths)
-
-        source = self.pipeline.add_source(name, uri, "depth" in tasks, analytics, opened)
-        camera = Camera(name, uri, tasks, source.source_id, outputs=outputs)
-        # Counts are kept by name: a camera added again under it starts from where they are.
-        camera.seen_out = self.telemetry.per_source().get(name, {}).get("frames_out", 0)
+        if name in self._waiting:
+            raise NameInUse(f"a source named '{name}' is reconnecting: remove it first")
+        camera = Camera(name, uri, tasks, -1, analytics)
+        self._open(camera)
         with self._lock:
             ended = self.cameras.get(name)
             self.cameras[name] = camera
@@ -127,12 +125,95 @@ class Service:
             self.on_change()
         return camera
 
+    def _open(self, camera: Camera) -> None:
+        """Open `camera`'s source and start it, its files open before its first frame (raises
+        as `Pipeline.add_source`, changing nothing); its `source_id` and `outputs` set."""
+        outputs: list[str] = []
+
+        def opened(source: Source) -> None:
+            paths = self.sinks.open_source(source.source_id, camera.name, source.fps)
+            outputs.extend(str(p) for p in paths)
+
+        depth = "depth" in camera.tasks
+        source = self.pipeline.add_source(camera.name, camera.uri, depth, camera.analytics, opened)
+        # Counts are kept by name: a camera added again under it starts from where they are.
+        camera.seen_out = self.telemetry.per_source().get(camera.name, {}).get("frames_out", 0)
+        camera.seen_at = time.monotonic()
+        camera.source_id, camera.outputs = source.source_id, outputs
+
+    def retry(self, down: Unreachable) -> Camera:
+        """Keep a camera that could not be opened at start-up: listed as down (`error` says it
+        is unreachable) and opened again as a stream that drops reconnects (the source
+        options' backoff and attempts) once the service runs; ended when they run out."""
+        camera = Camera(down.name, down.uri, down.tasks, -1, down.analytics, state="down")
+        camera.error = f"unreachable: {down.error}"
+        cancel = threading.Event()
+        with self._lock:
+            self.cameras[camera.name] = camera
+            self._waiting[camera.name] = cancel
+            running = self._running
+        self._publish(camera.name, "down", {"error": camera.error})
+        if running:
+            self._start_reconnecting(camera, cancel)
+        return camera
+
+    def _start_reconnecting(self, camera: Camera, cancel: threading.Event) -> None:
+        name = f"serve-reconnect-{camera.name}"
+        threading.Thread(
+            target=self._reconnect, args=(camera, cancel), name=name, daemon=True
+        ).start()
+
+    def _reconnect(self, camera: Camera, cancel: threading.Event) -> None:
+        """Open `camera` after each backoff until it opens, `cancel` is set, or the attempts
+        run out (as `VideoSource` reconnects a stream that dropped)."""
+        options = self.pipeline.roster.options if self.pipeline.roster else SourceOptions()
+        attempt = 0
+        while attempt < options.reconnect_attempts:
+            delay = options.reconnect_backoff * 2**attempt
+            if cancel.wait(min(delay, options.reconnect_max_backoff)):
+                return
+            try:
+                self._open(camera)
+            except Stopping:  # not running yet, or stopping (then `cancel` comes): no attempt
+                continue
+            except SourceError as err:
+                attempt += 1
+                camera.error = f"unreachable: {err}"  # before the count that says it is new
+                camera.reconnects = attempt
+                continue
+            except VisionRTError as err:  # it can never be added (a tiled service)
+                self._end(camera, "failed", str(err))
+                return
+            with self._lock:
+                removed = cancel.is_set()  # while it opened
+                self._waiting.pop(camera.name, None)
+                camera.error = ""
+            if removed:
+                self.pipeline.remove_source(camera.name)
+                self._retire(camera)
+            elif self.on_change is not None:
+                self.on_change()
+            return
+        gave_up = f"{camera.name}: gave up after {attempt} reconnects ({camera.error})"
+        self._end(camera, "ended", gave_up)
+
+    def _end(self, camera: Camera, state: str, error: str) -> None:
+        with self._lock:
+            if self._waiting.pop(camera.name, None) is None:  # removed meanwhile
+                return
+            camera.state, camera.error = state, error
+        self._publish(camera.name, "ended", {"error": error})
+
     def remove(self, name: str) -> Camera:
         """Stop a camera (KeyError: no such camera); the frames it read are still delivered."""
         with self._lock:
             camera = self.cameras.pop(name)
-        self.pipeline.remove_source(name)
-        self._retire(camera)
+            cancel = self._waiting.pop(name, None)
+            if cancel is not None:  # not opened: its reconnecting stops
+                cancel.set()
+        if cancel is None and camera.source_id >= 0:  # (never opened: its attempts ran out)
+            self.pipeline.remove_source(name)
+            self._retire(camera)
         camera.state = "removed"
         self.preview.remove(name)
         self._publish(name, "removed", {"uri": camera.uri, "tasks": list(camera.tasks)})
@@ -143,46 +224,47 @@ class Service:
     def _retire(self, camera: Camera) -> None:
         """The camera's own files close once its last frames are written."""
         graph = self.pipeline.graph
-        if graph is not None:
+        if graph is not None and camera.source_id >= 0:
             self.sinks.retire_source(camera.source_id, graph.readers[camera.source_id])
 
     def restart(self, name: str, wait: float = 10.0) -> Camera:
-        """Remove the camera and add it again from its URI (a stream that went bad)."""
+        """Remove the camera and add it again from its URI, with its zones and lines (a stream
+        that went bad)."""
         with self._lock:
             camera = self.cameras[name]
         self.remove(name)
         graph = self.pipeline.graph
-        if graph is not None:  # its reader lets go of the device or connection first
+        if graph is not None and camera.source_id >= 0:  # its reader lets go of the device
             graph.readers[camera.source_id].join(wait)
-        return self.add(name, camera.uri, camera.tasks)
+        return self.add(name, camera.uri, camera.tasks, camera.analytics)
 
     def describe(self) -> list[dict[str, Any]]:
         """Each camera's state, FPS, latency, frames, drops and reconnects."""
-        counts = self.telemetry.per_source()
         with self._lock:
             cameras = list(self.cameras.values())
-        rows = []
-        for camera in cameras:
-            mine = counts.get(camera.name, {})
-            stats = self.pipeline.sources[camera.source_id].stats
-            rows.append(
-                {
-                    "name": camera.name,
-                    "uri": camera.uri,
-                    "tasks": list(camera.tasks),
-                    "state": camera.state,
-                    "error": camera.error,
-                    "fps": round(camera.fps, 2),
-                    "latency_ms": mine.get("latency_ms", {}),
-                    "frames_in": mine.get("frames_in", 0),
-                    "frames_out": mine.get("frames_out", 0),
-                    "drops": sum(mine.get("dropped", {}).values()),
-                    "reconnects": stats.reconnects,
-                    "added": camera.added,
-                    "outputs": camera.outputs,
-                }
-            )
-        return rows
+        return [self._row(camera) for camera in cameras]
+
+    def _row(self, camera: Camera) -> dict[str, Any]:
+        mine = self.telemetry.per_source().get(camera.name, {})
+        opened = camera.source_id >= 0
+        reconnects = camera.reconnects
+        if opened:
+            reconnects += self.pipeline.sources[camera.source_id].stats.reconnects
+        return {
+            "name": camera.name,
+            "uri": camera.uri,
+            "tasks": list(camera.tasks),
+            "state": camera.state,
+            "error": camera.error,
+            "fps": round(camera.fps, 2),
+            "latency_ms": mine.get("latency_ms", {}),
+            "frames_in": mine.get("frames_in", 0),
+            "frames_out": mine.get("frames_out", 0),
+            "drops": sum(mine.get("dropped", {}).values()),
+            "reconnects": reconnects,
+            "added": camera.added,
+            "outputs": camera.outputs,
+        }
 
     def events(self, limit: int = 50) -> list[dict[str, Any]]:
         """The last `limit` events, oldest first."""
@@ -194,10 +276,18 @@ class Service:
         """Run until `stop()`; the outputs are finalized however it ends."""
         watcher = threading.Thread(target=self._watch, name="serve-watch", daemon=True)
         watcher.start()
+        with self._lock:
+            self._running = True
+            waiting = [(self.cameras[name], cancel) for name, cancel in self._waiting.items()]
+        for camera, cancel in waiting:
+            self._start_reconnecting(camera, cancel)
         try:
             return self.pipeline.run([self.sinks], on_result=self._on_result)
         finally:
             self._stopped.set()
+            with self._lock:
+                for cancel in self._waiting.values():
+                    cancel.set()
             watcher.join(5.0)
 
     def stop(self) -> None:
@@ -238,6 +328,8 @@ class Service:
             last = now
 
     def _look(self, camera: Camera, frames_out: int, seconds: float) -> None:
+        if camera.source_id < 0:  # not opened yet: its reconnecting says how it goes
+            return
         now = time.monotonic()
         new = frames_out - camera.seen_out
         camera.seen_out = frames_out
@@ -278,84 +370,13 @@ class Service:
 
 
 ENDED = ("ended", "failed", "removed")
-STREAMS = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "srt://", "udp://", "tcp://")
 
 
-def check_name(name: Any) -> None:
-    if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise ConfigError(
-            f"name: expected a letter or _ then up to 63 letters, digits, _ or -, got {name!r}"
-        )
-
-
-def camera_names(specs: Sequence[str]) -> list[tuple[str, str]]:
-    """(name, URI) of each source `serve` starts with: the name given (`cam1=URI`), or the one
-    `run` gives it (its file stem, made unique) with what a camera's name cannot hold replaced
-    by _ (`synthetic:64x48:100` → `synthetic_64x48_100`). A NAME= that is not a name is a
-    ConfigError naming it (a path of that name does not exist)."""
-    split = [split_name(spec) for spec in specs]
-    for spec in specs:
-        if bad := misnamed(spec):
-            raise ConfigError(
-                f"source '{spec}': '{bad}' is not a name (NAME=URI: a letter or _, then up to"
-                " 63 letters, digits, _ or -), and no file of that path exists"
-            )
-    stems = [name or _as_name(default_name(uri, i)) for i, (name, uri) in enumerate(split)]
-    names = unique_names(stems, [bool(name) for name, _ in split])
-    for name, spec in zip(names, specs, strict=True):
-        try:
-            check_name(name)
-        except ConfigError as err:
-            raise ConfigError(f"source '{spec}': {err}") from None
-    return [(name, uri) for name, (_, uri) in zip(names, split, strict=True)]
-
-
-def _as_name(stem: str) -> str:
-    """A default name as a camera's: room left for a `-N` that makes it unique."""
-    name = re.sub(r"[^A-Za-z0-9_-]", "_", stem)[:58]
-    return name if NAME.fullmatch(name) else f"_{name}"[:58]
-
-
-def check_tasks(tasks: Any) -> tuple[str, ...]:
-    if isinstance(tasks, str) or not isinstance(tasks, Sequence) or "detect" not in tasks:
-        raise ConfigError(f"tasks: expected a list holding detect (and depth), got {tasks!r}")
-    unknown = [t for t in tasks if t not in TASKS]
-    if unknown:
-        raise ConfigError(f"tasks: unknown task {unknown[0]!r}: expected detect, depth")
-    return tuple(dict.fromkeys(tasks))
-
-
-def check_uri(uri: Any, files: Sequence[str]) -> None:
-    """A URI the API may open: a stream URL, a camera (/dev/videoN), `synthetic:…`, or a video
-    file, image, image folder or glob inside one of `files`. Every path it reaches is judged
-    once links are resolved (`opened_paths`), so neither `..` nor a link leaves them."""
-    if not isinstance(uri, str) or not uri or len(uri) > 2048 or "\n" in uri or "\0" in uri:
-        raise ConfigError("uri: expected a stream URL, a camera or a file path")
-    lowered = uri.lower()
-    if lowered.startswith(STREAMS) or lowered.startswith("synthetic:"):
-        return
-    if re.fullmatch(r"/dev/video\d+", uri):
-        return
-    allowed = [Path(folder).resolve() for folder in files]
-    for path in opened_paths(uri):
-        resolved = path.resolve()
-        if not any(resolved.is_relative_to(folder) for folder in allowed):
-            where = ", ".join(str(f) for f in allowed) or "none: set serve.files"
-            reaches = "" if str(path) == uri else f": it reaches {str(path)!r}"
-            raise ConfigError(
-                "uri: files are opened only from the folders in serve.files"
-                f" ({where}), got {uri!r}{reaches}"
-            )
-
-
-def opened_paths(uri: str) -> list[Path]:
-    """The paths a source of `uri` may read, links not yet resolved: `uri` itself, every
-    path a glob matches (as `ImageSource` matches it), and every image file a folder lists
-    (each may be a link of its own)."""
-    path = Path(uri)
-    paths = [path]
-    if any(c in uri for c in "*?["):
-        paths += [Path(p) for p in sorted(glob.glob(uri))]
-    if path.is_dir():
-        paths += sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-    return paths
+def as_request(analytics: SourceAnalytics | None) -> dict[str, Any] | None:
+    """A source's zones and lines as a request gives them (None: it has none)."""
+    if analytics is None or not (analytics.zones or analytics.lines):
+        return None
+    return {
+        "zones": {zone.name: zone.polygon.tolist() for zone in analytics.zones},
+        "lines": {line.name: [list(line.a), list(line.b)] for line in analytics.lines},
+    }
