@@ -6,6 +6,9 @@ Pipeline; one coordinator commits every source's frames in order, once, across r
 
     summary, report = run_on_ray(load_config("run.yaml"))  # its `cluster:` section says where
 
+runs `run.yaml` as given (no plan); `visionrt.runs.run_configured("run.yaml")` runs it as
+`visionrt run --config run.yaml` does, each kind of machine on its own plan.
+
 `RunStop` ends such a run early from another thread (its outputs finalized).
 """
 
