@@ -605,3 +605,78 @@ def test_several_sources_share_the_cores_for_decoding(monkeypatch: pytest.Monkey
     assert registry.worker_options(["a.mp4"], SourceOptions())[0].decode_threads == 0  # FFmpeg's
     given = registry.worker_options(["a.mp4"] * 4, SourceOptions(decode_threads=3))
     assert {o.decode_threads for o in given} == {3}
+
+
+def _rotated_video(path: Path, rotation: int, frames: int = 6, hflip: bool = False) -> Path:
+    """A 128×96 (w×h) clip stored as a phone stores a portrait one: landscape pixels and a
+    display matrix of `rotation` degrees counter-clockwise (`ffmpeg -metadata:s:v rotate=90`
+    writes -90), a white block at the stored top-left corner."""
+    from fractions import Fraction
+
+    import av
+
+    with av.open(str(path), mode="w") as container:
+        stream = container.add_stream("mpeg4", rate=Fraction(25))
+        stream.width, stream.height, stream.pix_fmt = 128, 96, "yuv420p"
+        stream.set_display_rotation(rotation, hflip=hflip)
+        for _ in range(frames):
+            image = np.zeros((96, 128, 3), np.uint8)
+            image[:16, :32] = 255
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="bgr24")))
+        container.mux(stream.encode(None))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("rotation", "size", "corner"),
+    [
+        (-90, (128, 96), "top right"),  # a quarter turn clockwise, as players show it
+        (90, (128, 96), "bottom left"),
+        (180, (96, 128), "bottom right"),
+        (0, (96, 128), "top left"),
+    ],
+)
+@pytest.mark.parametrize(("workers", "pixels"), [("thread", "bgr"), ("thread", "i420"),
+                                                 ("process", "bgr")])  # fmt: skip
+def test_a_rotated_video_is_read_upright(
+    tmp_path: Path, rotation: int, size: tuple[int, int], corner: str, workers: str, pixels: str
+) -> None:
+    """Issue #47: a phone's portrait video (display matrix -90°) was processed and written
+    lying on its side. Its frames, and its size known before any is read, are upright, in a
+    worker process too; a rotated frame comes as BGR whatever pixels were asked for."""
+    video = _rotated_video(tmp_path / "phone.mp4", rotation)
+    options = SourceOptions(mode="file", workers=workers, pixels=pixels)
+    source = open_source(str(video), 0, options)
+    try:
+        assert source.size == size  # type: ignore[attr-defined]
+        frames = list(source.frames())
+    finally:
+        source.close()
+    assert len(frames) == 6
+    image = frames[0].image
+    assert image.shape == (*size, 3)
+    height, width = size
+    corners = {
+        "top left": image[:8, :8],
+        "top right": image[:8, width - 8 :],
+        "bottom left": image[height - 8 :, :8],
+        "bottom right": image[height - 8 :, width - 8 :],
+    }
+    bright = {name for name, patch in corners.items() if patch.mean() > 200}
+    assert bright == {corner}
+
+
+def test_a_mirroring_display_matrix_is_left_as_stored_and_said(tmp_path: Path) -> None:
+    """PyAV reads a mirroring matrix as a rotation alone (a horizontal flip as 180°): turned,
+    the picture would be upside down. It is read as stored, and the source's events say so."""
+    video = _rotated_video(tmp_path / "selfie.mp4", 0, hflip=True)
+    source = open_source(str(video), 0, SourceOptions(mode="file", workers="thread"))
+    try:
+        assert source.size == (96, 128)  # type: ignore[attr-defined]
+        frames = list(source.frames())
+    finally:
+        source.close()
+    assert frames[0].image[:8, :8].mean() > 200  # the block where it was stored
+    assert source.stats.events == [
+        f"{video}: its display matrix mirrors the picture: not applied, frames as stored"
+    ]

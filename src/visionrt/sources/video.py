@@ -1,4 +1,5 @@
-"""Video files, V4L2 cameras and network streams, decoded by FFmpeg through PyAV."""
+"""Video files, V4L2 cameras and network streams, decoded by FFmpeg through PyAV and turned
+upright as their display matrix says (a phone's portrait video is stored landscape)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from visionrt.errors import ConfigError, SourceError
 from visionrt.sources.base import Source, SourceOptions
 from visionrt.sources.frame_index import seek_frames
+from visionrt.sources.orientation import MIRRORED, display_turns, first_turns, upright
 from visionrt.sources.stop_clock import STOP_CLOCK, install_stop_clock
 from visionrt.types import Frame
 
@@ -33,6 +35,8 @@ class VideoSource(Source):
         self._last_error = ""
         self._offset = 0.0  # a looped file's media time at its latest start
         self._rounds_index = 0  # frames since then
+        self._turns: int | None = None  # a file's quarter turns to upright (read at first open)
+        self._mirror_said = False
         if (options.start_frame or options.end_frame) and self.live and not self.paced:
             why = "with no frame to start or end at (ranges: files, image folders, synthetic:)"
             raise ConfigError(f"source.start_frame/end_frame: '{spec}' is a live {kind}, {why}")
@@ -82,7 +86,10 @@ class VideoSource(Source):
             # Matroska and others declare a duration, not a count: what it implies.
             self.frame_count = round(self._container.duration / av.time_base * self.fps)
             self.frame_count_estimated = True
-        self.size = (stream.codec_context.height, stream.codec_context.width)
+        if self._turns is None:
+            self._turns = first_turns(self.name) if self.kind == "file" else 0
+        height, width = stream.codec_context.height, stream.codec_context.width
+        self.size = (width, height) if self._turns in (1, 3) else (height, width)
         # Where the video declares its end (media seconds), to tell a finite video that is over
         # from a stream that dropped; and how far this connection got.
         self._media_span, self._media_end = _declared_span(self._container, stream)
@@ -199,7 +206,17 @@ class VideoSource(Source):
     def _pixels(self, frame: Any) -> Any:
         """`frame` as `Frame.pixels`: its own I420 planes, copied, where asked for and it has
         them (full-range "yuvj" frames and odd sizes are converted, as OpenCV's I420 reading
-        is limited-range and whole chroma samples); BGR otherwise."""
+        is limited-range and whole chroma samples); BGR otherwise. A frame whose display matrix
+        turns it is turned upright, in BGR, as players show it."""
+        turns = display_turns(frame)
+        if turns == MIRRORED and not self._mirror_said:
+            self._mirror_said = True
+            self.stats.events.append(
+                f"{self.name}: its display matrix mirrors the picture: not applied, frames as"
+                " stored"
+            )
+        if turns > 0:
+            return upright(frame.to_ndarray(format="bgr24"), turns)
         if self.i420 and frame.format.name == "yuv420p" and not (frame.width | frame.height) & 1:
             return frame.to_ndarray()
         return frame.to_ndarray(format="bgr24")
