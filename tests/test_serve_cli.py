@@ -1,5 +1,6 @@
 """`visionrt serve` as a command (issue #47): what its start-up says names what `serve` itself
-takes (its config's keys; it has no --depth, --depth-on or --realtime)."""
+takes (its config's keys; it has no --depth, --depth-on or --realtime), and summary.json holds
+every camera it had, removed ones too."""
 
 from __future__ import annotations
 
@@ -112,3 +113,29 @@ def test_a_file_read_as_fast_as_it_decodes_is_served_to_its_end(
     assert served.stop() == 0, "".join(served.lines)
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["service"]["cameras"][0]["frames_out"] == 40  # every frame, once
+
+
+def test_summary_json_keeps_the_cameras_removed(
+    cli: Callable[[str], Cli], media: Path, tmp_path: Path
+) -> None:
+    """Before: `service.cameras` held the cameras listed at the end alone, whereas docs/serve.md
+    says it holds each camera's last state."""
+    served = cli(f"sources: ['door={media / 'a.mp4'}']\nserve: {{files: ['{media}']}}\n")
+
+    def frames_out(name: str) -> int:
+        return next((r["frames_out"] for r in served.get("/sources") if r["name"] == name), 0)
+
+    added = call(f"{served.url}/sources", "POST", {"name": "cam2", "uri": str(media / "b.mp4")})
+    assert added.status == 201, added
+    wait_until(lambda: frames_out("cam2") > 0, WAIT, "cam2's frames")
+    assert call(f"{served.url}/sources/cam2", "DELETE").status == 200
+    assert call(f"{served.url}/sources/door/restart", "POST").status == 200
+    assert served.stop() == 0, "".join(served.lines)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    rows = [(c["name"], c["state"]) for c in summary["service"]["cameras"]]
+    assert rows[:2] == [("door", "removed"), ("cam2", "removed")], rows
+    assert rows[2:] == [("door", rows[2][1])], rows
+    assert rows[2][1] != "removed", "the door restarted runs"
+    cam2 = summary["service"]["cameras"][1]
+    assert cam2["frames_out"] > 0, "its counts as it was removed"
+    assert cam2["uri"] == str(media / "b.mp4")

@@ -220,7 +220,8 @@ def _serve(planned: PlannedRun, console: Console) -> None:
         preview.close()
         pipeline.close()
         summary = summary or pipeline.summary()
-        summary.service = {"cameras": service.describe(), "events": publisher.stats()}
+        cameras = service.describe(gone=True)  # a removed camera's row too
+        summary.service = {"cameras": cameras, "events": publisher.stats()}
         summary.outputs.append(str(out / "summary.json"))
         try:
             write_summary(summary, out / "summary.json")

@@ -79,6 +79,7 @@ class Service:
         self._stopped = threading.Event()
         self._running = False
         self.cameras: dict[str, Camera] = {}
+        self._gone: list[dict[str, Any]] = []  # cameras removed or replaced, as they were then
         # Cameras not opened yet, by name: each one's reconnecting thread stops when its event
         # is set (removed, or the service stopped).
         self._waiting: dict[str, threading.Event] = {}
@@ -119,6 +120,7 @@ class Service:
             ended = self.cameras.get(name)
             self.cameras[name] = camera
         if ended is not None:  # replaced: its files are finalized as a removed camera's
+            self._keep(ended)
             self._retire(ended)
         self._publish(name, "added", {"uri": uri, "tasks": list(tasks)})
         if self.on_change is not None:
@@ -215,11 +217,18 @@ class Service:
             self.pipeline.remove_source(name)
             self._retire(camera)
         camera.state = "removed"
+        self._keep(camera)
         self.preview.remove(name)
         self._publish(name, "removed", {"uri": camera.uri, "tasks": list(camera.tasks)})
         if self.on_change is not None:
             self.on_change()
         return camera
+
+    def _keep(self, camera: Camera) -> None:
+        """A camera removed or replaced: its row as it is now, for `describe(gone=True)`."""
+        row = self._row(camera)
+        with self._lock:
+            self._gone.append(row)
 
     def _retire(self, camera: Camera) -> None:
         """The camera's own files close once its last frames are written."""
@@ -238,11 +247,15 @@ class Service:
             graph.readers[camera.source_id].join(wait)
         return self.add(name, camera.uri, camera.tasks, camera.analytics)
 
-    def describe(self) -> list[dict[str, Any]]:
-        """Each camera's state, FPS, latency, frames, drops and reconnects."""
+    def describe(self, gone: bool = False) -> list[dict[str, Any]]:
+        """Each camera's state, FPS, latency, frames, drops and reconnects; with `gone`, also
+        the cameras removed or replaced by one of their name, each as it was then (state
+        removed, or the ended or failed of one replaced), all in the order they were added."""
         with self._lock:
             cameras = list(self.cameras.values())
-        return [self._row(camera) for camera in cameras]
+            earlier = list(self._gone) if gone else []
+        rows = [*earlier, *(self._row(camera) for camera in cameras)]
+        return sorted(rows, key=lambda row: float(row["added"])) if gone else rows
 
     def _row(self, camera: Camera) -> dict[str, Any]:
         mine = self.telemetry.per_source().get(camera.name, {})
