@@ -12,13 +12,14 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from visionrt.cli.outputs import check_telemetry, write_summary
+from visionrt.cli.outputs import check_telemetry
 from visionrt.cli.run_config import configure_with_plan
 from visionrt.cli.run_display import describe_run
 from visionrt.cli.signals import STARTUP, install_signal_handlers, start_up
 from visionrt.config import DepthConfig, RunConfig, given_options, load_config
 from visionrt.errors import ConfigError, SinkError
 from visionrt.pipeline import Pipeline, pipeline_for
+from visionrt.pipeline.outputs import write_summary
 from visionrt.pipeline.plan_run import PlannedRun
 from visionrt.sinks.lock import OutputLock
 from visionrt.sources.naming import split_name
