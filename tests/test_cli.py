@@ -216,6 +216,29 @@ def test_no_arguments_shows_help() -> None:
     assert "run" in proc.stdout
 
 
+def test_help_loses_no_bracketed_word_to_rich_markup() -> None:
+    """Help texts are rich markup: a bare `[ray]` is taken for a style and vanishes ('these
+    need visionrt)'), so a bracket meant as text is escaped (`\\[`)."""
+    import typer.main
+    from rich.text import Text
+
+    from visionrt.cli.main import COMMANDS, app
+
+    group = typer.main.get_command(app)
+    texts = [
+        text
+        for name in COMMANDS
+        for command in [group.commands[name]]  # type: ignore[attr-defined]
+        for text in [command.help, *(getattr(p, "help", None) for p in command.params)]
+        if text
+    ]
+    assert len(texts) > 50
+    assert [t for t in texts if Text.from_markup(t).plain != t.replace("\\[", "[")] == []
+    proc = visionrt("run", "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "visionrt[ray]" in " ".join(proc.stdout.replace("│", " ").split())
+
+
 def test_the_list_of_commands_imports_none_of_them() -> None:
     """`visionrt --help` lists every command with its line, and imports no command's module
     (it imported them all, the pipeline and torch with them: 0.42 s, now 0.16)."""

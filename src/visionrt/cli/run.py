@@ -179,8 +179,9 @@ def run_command(
     ray: Annotated[
         str | None,
         Opt(
+            # '\\[': the help is rich markup, which takes a bare [ray] for a style and drops it.
             help="Run the sources on Ray workers: local (an embedded Ray on this machine), auto"
-            " or HOST:PORT (a running cluster; these need visionrt[ray]); or processes: worker"
+            " or HOST:PORT (a running cluster; these need visionrt\\[ray]); or processes: worker"
             " processes on this machine, no Ray (several pipelines where one is host-bound)."
         ),
     ] = None,
