@@ -76,11 +76,7 @@ def commands_page() -> str:
         arguments = [p for p in command.params if p.param_type_name == "argument"]
         options = [p for p in command.params if p.param_type_name == "option" and p.name != "help"]
         if arguments:
-            usage = " ".join(
-                f"[{p.name.upper()} ...]" if p.nargs == -1 else p.name.upper()
-                for p in arguments
-                if p.name
-            )
+            usage = " ".join(_usage(p) for p in arguments if p.name)
             lines += [f"`visionrt {name} {usage} [OPTIONS]`", ""]
         if options:
             lines += ["| flag | value | default | what it does |", "|---|---|---|---|"]
@@ -92,6 +88,14 @@ def commands_page() -> str:
                 )
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _usage(argument: Any) -> str:
+    """An argument as a synopsis writes it: `VIDEO`, `[VIDEO]` when optional, `[SOURCES ...]`."""
+    name = argument.name.upper()
+    if argument.nargs == -1:
+        return f"[{name} ...]"
+    return name if argument.required else f"[{name}]"
 
 
 def _type_name(hint: Any) -> str:
