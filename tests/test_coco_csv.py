@@ -219,7 +219,9 @@ def test_output_names_are_checked_with_their_partial_names() -> None:
 
 
 def test_pycocotools_loads_the_results(tmp_path: Path) -> None:
-    coco_module = pytest.importorskip("pycocotools.coco", reason="pycocotools not installed")
+    coco_module = pytest.importorskip(
+        "pycocotools.coco", reason="pycocotools (visionrt[coco], `make test` installs it)"
+    )
     sink = CocoSink(tmp_path / "r.json")
     for index in range(2):
         sink.write(_result(index, [[1, 2, 30, 40], [5, 5, 9, 9]]))
