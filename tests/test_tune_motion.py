@@ -119,6 +119,20 @@ def test_a_mode_that_spared_no_work_is_not_kept_however_fast(motion: dict, kept:
         assert results[1].why_out == "it spared the detector no work here: a gain would be noise"
 
 
+def test_tune_help_names_the_gain_a_mode_must_reach() -> None:
+    """`tune --help` said ≥ 5 % while a mode was kept only from 15 % (MIN_GAIN)."""
+    import typer.main
+
+    from visionrt.cli.main import app
+    from visionrt.tune.motion import MIN_GAIN
+
+    tune = typer.main.get_command(app).commands["tune"]  # type: ignore[attr-defined]
+    (motion,) = [param for param in tune.params if param.name == "motion"]
+    assert f"at least {MIN_GAIN:.0%} faster" in motion.help
+    assert choose(_results(off=[_run(28)] * 3, skip=[_run(28 * 1.14)] * 3), Limits()) == "off"
+    assert choose(_results(off=[_run(28)] * 3, skip=[_run(28 * 1.16)] * 3), Limits()) == "skip"
+
+
 def test_worst_fidelity_of_the_repeats_is_held_to_the_budget() -> None:
     results = _results(off=[_run(28)] * 3, skip=[_run(60, 0.97), _run(60, 0.94), _run(60, 0.97)])
     assert choose(results, Limits(min_fidelity=0.95)) == "off"

@@ -34,6 +34,7 @@ from visionrt.sinks.base import check_writable
 from visionrt.tune import Limits, Plan, cached_plan, tune
 from visionrt.tune.batch import BatchPoint
 from visionrt.tune.depth_every import DEFAULT_MAX_HELD_ERROR
+from visionrt.tune.motion import MIN_GAIN
 from visionrt.tune.search import INTERRUPTED, Trial
 
 Opt = typer.Option
@@ -110,7 +111,7 @@ def tune_command(
             "--motion/--no-motion",
             help="Then measure motion gating (off, skip, regions) with the chosen configuration"
             " on the same frames, and keep in the plan the fastest mode within the fidelity"
-            " budget that is ≥ 5% faster than none.",
+            f" budget that is at least {MIN_GAIN:.0%} faster than none.",
         ),
     ] = True,
     ray: Annotated[
