@@ -534,7 +534,8 @@ PLAIN = Candidate("onnxruntime", "fp32", settings=(("plain", "true"),))
 
 
 class TickingClock:
-    """A fake clock on which each frame a tune's pipeline delivers takes one second."""
+    """A fake clock on which each frame a tune's pipeline reads takes one second (the frames in
+    flight when it is stopped were read before: they add none)."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -551,11 +552,16 @@ class TickingClock:
         class Ticking:
             def __init__(self, *args: object, **kwargs: object) -> None:
                 self.inner = real(*args, **kwargs)  # type: ignore[arg-type]
+                self.stopped = False
 
             def __iter__(self):  # type: ignore[no-untyped-def]
                 for result in self.inner:
-                    clock.now += 1.0
+                    clock.now += 0.0 if self.stopped else 1.0
                     yield result
+
+            def stop(self) -> None:
+                self.stopped = True
+                self.inner.stop()
 
             def close(self) -> None:
                 self.inner.close()
@@ -584,8 +590,9 @@ def test_the_budget_bounds_every_phase_of_a_tune(
     """Issue #47: `--budget-minutes 1` ran over 300 s: the budget was looked at only between
     the search's runs, so a final round started just before it ran to its end, and the live
     twin and motion gating ran after it. Now nothing starts past it and the run under way is
-    abandoned: the tune ends within a frame of its budget, with the best measured by then,
-    and its plan says it was time-boxed."""
+    stopped (its frames in flight finished, none read after): the tune reads no frame past its
+    budget but the one on which it ran out, keeps the best measured by then, and its plan says
+    it was time-boxed."""
     from visionrt.tune import tuner
 
     monkeypatch.setattr(tuner, "candidates", lambda *args: [REFERENCE, SPIN_OFF, PLAIN])

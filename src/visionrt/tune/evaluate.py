@@ -60,8 +60,8 @@ class VideoEvaluator:
     detections on the first `fidelity_frames` frames are what the others are scored against.
     INT8 artifacts calibrate on `video` and the `calibrate_too` videos (cameras of other frame
     sizes the plan must hold on). Past `deadline` (on `clock`: the search's budget) no export
-    starts and a run under way is abandoned (OutOfTime), except the reference's first run:
-    everything is scored against it."""
+    starts and a run under way stops reading, finishes its frames in flight and is abandoned
+    (OutOfTime), except the reference's first run: everything is scored against it."""
 
     def __init__(
         self,
@@ -180,16 +180,23 @@ class VideoEvaluator:
         )
         detections: list[Detections] = []
         timed = not (candidate.reference and self.reference is None)
+        out_of_time = False
         try:
             for result in pipeline:
                 if self.stop.is_set():
                     raise Interrupted(INTERRUPTED)
-                if timed:
-                    self._check_time()
+                if timed and not out_of_time and self.clock() > self.deadline:
+                    # Stopped, not left: the frames in flight are finished and the stage threads
+                    # end (a pipeline left mid-run can abort the process at exit, in ONNX
+                    # Runtime's or OpenVINO's threads).
+                    out_of_time = True
+                    pipeline.stop()
                 if len(detections) < keep:
                     detections.append(result.detections)
         finally:
             pipeline.close()
+        if out_of_time:
+            raise OutOfTime
         return pipeline.summary(), detections
 
     def _check_time(self) -> None:
