@@ -18,13 +18,13 @@ import numpy.typing as npt
 
 from visionrt import fidelity as coco  # the one COCO-style implementation, called by module
 from visionrt.accuracy.audit_window import (
-    REUSED,
+    SPARED,
     AuditEvent,
     AuditSettings,
     Sample,
     SourceAudit,
     mean_of,
-    reused_turn,
+    spared_turn,
     surely_below,
 )
 from visionrt.fidelity.depth import depth_fidelity
@@ -70,8 +70,8 @@ class Auditor:
     runtime's worker threads inherit it. `offer` is called on the pipeline's consumer thread for
     every result; `finish` at the end of the run, `close` when the pipeline closes.
     `on_event` is told of each crossing of the budget (on the lane's thread), and
-    `on_reused_below` too of one by a source's reused frames (motion gating's: see
-    audit_window.REUSED_BOOST), for the pipeline to stop gating that source."""
+    `on_spared_below` too of one by the frames motion gating spared on a source (reused or run
+    on windows: see audit_window.SPARED_BOOST), for the pipeline to stop gating that source."""
 
     def __init__(
         self,
@@ -87,14 +87,14 @@ class Auditor:
         self.live = live
         self._builders = (detect, depth)
         self.on_event = on_event
-        self.on_reused_below: Callable[[AuditEvent], None] | None = None
+        self.on_spared_below: Callable[[AuditEvent], None] | None = None
         self.events: list[AuditEvent] = []
         self.error = ""  # the first failure of the reference, for the summary
         self._dead = False  # the reference did not load: every sample is skipped
         self._queue: queue.Queue[Sample | None] = queue.Queue()
         self._queued = [0, 0]  # samples and bytes waiting (bounded: see QUEUE_FRAMES)
         self._counts = [0] * len(self.names)  # results seen per source (the consumer's)
-        self._reused = [0] * len(self.names)  # reused results seen per source (the same)
+        self._spared = [0] * len(self.names)  # spared results seen per source (the same)
         self._sources = {name: SourceAudit(settings.window) for name in dict.fromkeys(names)}
         self._lock = threading.Lock()
         self._busy: Sample | None = None
@@ -108,7 +108,7 @@ class Auditor:
         with self._lock:
             self.names.append(name)
             self._counts.append(0)
-            self._reused.append(0)
+            self._spared.append(0)
             self._sources.setdefault(name, SourceAudit(self.settings.window))
 
     def start(self) -> None:
@@ -119,12 +119,13 @@ class Auditor:
         source_id = result.frame.source_id
         count = self._counts[source_id]
         self._counts[source_id] = count + 1
-        regular, reused = count % self.settings.period == 0, result.processed == "reused"
-        if reused:
-            seen = self._reused[source_id]
-            self._reused[source_id] = seen + 1
-            reused = reused_turn(seen, self.settings)
-        if not (regular or reused):
+        # Gating spared the frame: it reused its source's last results, or ran on windows.
+        regular, spared = count % self.settings.period == 0, result.processed not in ("", "full")
+        if spared:
+            seen = self._spared[source_id]
+            self._spared[source_id] = seen + 1
+            spared = spared_turn(seen, self.settings)
+        if not (regular or spared):
             return
         name = self.names[source_id]
         with self._lock:
@@ -149,7 +150,7 @@ class Auditor:
         # reused) is not this frame's: the audit scores the model, not the staleness chosen.
         depth = result.depth if result.depth_from is None else None
         sample = Sample(
-            name, frame.index, frame.image.copy(), result.detections, depth, regular, reused
+            name, frame.index, frame.image.copy(), result.detections, depth, regular, spared
         )
         self._queue.put_nowait(sample)
 
@@ -233,7 +234,7 @@ class Auditor:
             detect, depth = tasks
             detect_buffer, depth_buffer = buffers  # each None exactly where its task is
             reference = None
-            if detect is not None and (sample.regular or sample.reused):
+            if detect is not None:
                 assert detect_buffer is not None
                 reference = run_one(detect, sample.image, detect_buffer)
             depth_score = None
@@ -264,9 +265,9 @@ class Auditor:
                 state.pairs.append((reference, sample.detections))
                 state.whole.append((sample.frame, reference, sample.detections))
                 pairs = list(state.pairs)
-            if reference is not None and sample.reused:
-                state.reused.append((reference, sample.detections))
-                reused = list(state.reused)
+            if reference is not None and sample.spared:
+                state.spared.append((reference, sample.detections))
+                spared = list(state.spared)
             if depth_score is not None and math.isfinite(depth_score.abs_rel):
                 state.depth.append(depth_score)
                 state.depth_sum[0] += depth_score.abs_rel
@@ -278,11 +279,11 @@ class Auditor:
             with self._lock:
                 state.map50 = report.map50
             self._check(state, sample, "fidelity", report.map50, len(pairs))
-        if reference is not None and sample.reused:
-            map50 = coco.fidelity([r for r, _ in reused], [c for _, c in reused]).map50
+        if reference is not None and sample.spared:
+            map50 = coco.fidelity([r for r, _ in spared], [c for _, c in spared]).map50
             with self._lock:
-                state.reused_map50 = map50
-            self._check(state, sample, REUSED, map50, len(reused))
+                state.spared_map50 = map50
+            self._check(state, sample, SPARED, map50, len(spared))
         if depth_score is not None and state.depth:
             abs_rel = float(np.mean([d.abs_rel for d in state.depth]))
             self._check(state, sample, "depth", abs_rel, len(state.depth))
@@ -312,8 +313,8 @@ class Auditor:
             log.warning("%s", event)
         else:
             self._tell(self.on_event, event, "on_audit")
-        if kind == REUSED and self.on_reused_below is not None:
-            self._tell(self.on_reused_below, event, "turning motion gating off")
+        if kind == SPARED and self.on_spared_below is not None:
+            self._tell(self.on_spared_below, event, "turning motion gating off")
 
     def _tell(self, listener: Callable[[AuditEvent], None], event: AuditEvent, what: str) -> None:
         try:
@@ -353,14 +354,14 @@ class Auditor:
         with self._lock:
             states = {
                 name: (s.sampled, s.audited, s.skipped, list(s.whole), s.map50, len(s.pairs),
-                       list(s.depth), list(s.depth_sum), s.reused_map50, len(s.reused))
+                       list(s.depth), list(s.depth_sum), s.spared_map50, len(s.spared))
                 for name, s in self._sources.items()
             }  # fmt: skip
         for name, state in states.items():
-            sampled, audited, skipped, whole, map50, window, depth, sums, *reused = state
+            sampled, audited, skipped, whole, map50, window, depth, sums, *spared = state
             entry: dict[str, Any] = {"sampled": sampled, "audited": audited, "skipped": skipped}
-            if reused[1]:  # motion gating's reused frames, their own window
-                entry["reused"] = {"map50": round(reused[0] or 0.0, 4), "frames": reused[1]}
+            if spared[1]:  # the frames motion gating spared, their own window
+                entry["spared"] = {"map50": round(spared[0] or 0.0, 4), "frames": spared[1]}
             if whole:
                 run = coco.fidelity([r for _, r, _ in whole], [c for _, _, c in whole])
                 entry["fidelity"] = {

@@ -263,7 +263,7 @@ class Pipeline:
         self.telemetry.start()
         auditor, completed = self.auditor, False
         if auditor is not None and graph.gating is not None:
-            auditor.on_reused_below = partial(self._stop_gating, graph.gating)
+            auditor.on_spared_below = partial(self._stop_gating, graph.gating)
         cut = ""  # why the results ended early: the frames still in flight are counted as dropped
         if auditor is not None:
             auditor.start()
@@ -296,13 +296,14 @@ class Pipeline:
             raise self._errors[0]
 
     def _stop_gating(self, gating: Gating, event: AuditEvent) -> None:
-        """The audit found a source's reused frames below the budget: gating stops there."""
+        """The audit found the frames gating spared on a source below the budget: gating stops
+        there."""
         # The latest source of that name: a service's camera added again under it.
         gating.turn_off(len(self.names) - 1 - self.names[::-1].index(event.source))
         self.note(
-            f"motion gating off for {event.source}: the frames it reused scored {event.value:.3f}"
+            f"motion gating off for {event.source}: the frames it spared scored {event.value:.3f}"
             f" against the FP32 reference (budget {event.budget:g}, {event.frames} frames); from"
-            f" frame {event.frame} on, the detector runs on each of its frames"
+            f" frame {event.frame} on, the detector runs on each of its frames, whole"
         )
 
     def _fail(self, err: BaseException) -> None:
