@@ -199,7 +199,8 @@ def _as_itself(
         return None
     notes.append(
         f"audit: the {what} runs as its own FP32 reference ({reference[0].name}, ONNX Runtime"
-        " FP32): its fidelity is 1 by construction; the audit measures only its cost"
+        " FP32): its fidelity is 1 by construction on frames it runs whole; the audit measures"
+        " its cost, and what motion gating's spared frames lose"
     )
     return reference
 
