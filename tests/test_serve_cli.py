@@ -139,3 +139,37 @@ def test_summary_json_keeps_the_cameras_removed(
     cam2 = summary["service"]["cameras"][1]
     assert cam2["frames_out"] > 0, "its counts as it was removed"
     assert cam2["uri"] == str(media / "b.mp4")
+
+
+def test_a_folder_holding_an_earlier_services_outputs_is_refused_unless_overwrite(
+    tiny_model: Path, media: Path, tmp_path: Path
+) -> None:
+    """Before: a second service into the same folder overwrote the first's detections.jsonl and
+    summary.json without a word, where docs/serve.md says no file is overwritten; `run`
+    refuses such a folder (one rule for every entry point: pipeline.outputs)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.json").write_text('{"outputs": []}')
+    (out / "detections.jsonl").write_text('{"frame": 0}\n')
+    command = [sys.executable, "-m", "visionrt.cli.main", "serve", f"door={media / 'a.mp4'}",
+               "--set", f"model={tiny_model}", "--set", "backend=onnxruntime", "--no-plan",
+               "--port", "0", "--out", str(out)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_SECONDS)
+    assert done.returncode == 2, done.stderr
+    assert re.search(
+        r"holds another run's outputs \(detections\.jsonl, summary\.json\)", done.stderr
+    )
+    assert (out / "detections.jsonl").read_text() == '{"frame": 0}\n'  # untouched
+    config = tmp_path / "serve.yaml"
+    door = media / "a.mp4"
+    config.write_text(
+        f"model: {tiny_model}\nbackend: onnxruntime\nsources: ['door={door}']\n"
+        "output: {overwrite: true}\n"
+    )
+    served = Cli(config, out)
+    try:
+        assert any("--overwrite: removed an earlier run's" in line for line in served.lines)
+        assert served.stop() == 0, "".join(served.lines)
+    finally:
+        served.kill()
+    assert json.loads((out / "summary.json").read_text())["service"]["cameras"][0]["name"] == "door"

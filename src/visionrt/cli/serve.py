@@ -17,11 +17,10 @@ from visionrt.cli.run_config import configure_with_plan
 from visionrt.cli.run_display import describe_run
 from visionrt.cli.signals import STARTUP, install_signal_handlers, start_up
 from visionrt.config import DepthConfig, RunConfig, given_options, load_config
-from visionrt.errors import ConfigError, SinkError
+from visionrt.errors import ConfigError
 from visionrt.pipeline import Pipeline, pipeline_for
-from visionrt.pipeline.outputs import write_summary
+from visionrt.pipeline.outputs import OutputFolder, check_output_names
 from visionrt.pipeline.plan_run import PlannedRun
-from visionrt.sinks.lock import OutputLock
 from visionrt.sources.naming import split_name
 
 Opt = typer.Option
@@ -50,6 +49,13 @@ def serve_command(
         Opt(help="API token asked of every request (also VISIONRT_TOKEN).", show_default=False),
     ] = None,
     out: Annotated[str | None, Opt(help="Folder for detections.jsonl and summary.json.")] = None,
+    overwrite: Annotated[
+        bool,
+        Opt(
+            "--overwrite",
+            help="Replace an earlier run's or service's outputs in --out (refused without it).",
+        ),
+    ] = False,
     track: Annotated[bool, Opt("--track", help="Track objects (zones and lines need it).")] = False,
     plan: Annotated[Path | None, Opt(help="Run this tuned plan.")] = None,
     no_plan: Annotated[bool, Opt("--no-plan", help="Run the model as given, no plan.")] = False,
@@ -59,6 +65,8 @@ def serve_command(
     send zone, line and source events to MQTT and webhooks (see docs/serve.md)."""
     STARTUP.during = " while starting: nothing processed"
     values = _values(sources, host, port, token, out, track, config, set_)
+    if overwrite:
+        values["output"]["overwrite"] = True
     console = Console(stderr=True, quiet=quiet)
     # Named before the plan is settled (its geometry checks open each source, for seconds): a
     # bad name is refused at once, and the checks see the names the service runs under.
@@ -75,11 +83,11 @@ def serve_command(
     check_bind(cfg.serve.host, cfg.serve.token)
     if cfg.output.telemetry:
         check_telemetry(Path(cfg.output.telemetry))
-    lock = OutputLock(Path(cfg.output.dir), "visionrt serve").acquire()
-    try:
-        _serve(planned, console)
-    finally:
-        lock.release()
+    # One service per folder (locked), and never over an earlier run's or service's outputs
+    # unless --overwrite (then removed once the service is about to write): pipeline.outputs.
+    writes = [*check_output_names(cfg), "detections.jsonl"]
+    with OutputFolder(cfg, writes, "visionrt serve") as folder:
+        _serve(planned, console, folder)
 
 
 def _values(
@@ -141,7 +149,7 @@ def _named(specs: Sequence[str]) -> list[str]:
     return [f"{name}={uri}" for name, uri in camera_names(specs)]
 
 
-def _serve(planned: PlannedRun, console: Console) -> None:
+def _serve(planned: PlannedRun, console: Console, folder: OutputFolder) -> None:
     from visionrt.serve.app import HttpServer, make_app
     from visionrt.serve.outputs import ServiceSinks
     from visionrt.serve.preview import PreviewHub
@@ -164,6 +172,7 @@ def _serve(planned: PlannedRun, console: Console) -> None:
     # A camera or stream that cannot be reached now is left out, to be opened again once the
     # service runs (as one that drops later): it never stops the others from starting.
     pipeline, runs, down = start_up(lambda: start_reachable(cfg, start))
+    folder.clear(console.print)  # with --overwrite: the earlier outputs, now it is to write
     for note in pipeline.notes:
         Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
     telemetry = pipeline.telemetry
@@ -223,11 +232,9 @@ def _serve(planned: PlannedRun, console: Console) -> None:
         summary = summary or pipeline.summary()
         cameras = service.describe(gone=True)  # a removed camera's row too
         summary.service = {"cameras": cameras, "events": publisher.stats()}
-        summary.outputs.append(str(out / "summary.json"))
-        try:
-            write_summary(summary, out / "summary.json")
-        except SinkError as err:
-            console.print(f"summary.json: {err}")
+        written = folder.finish(summary)
+        if written is not None:
+            console.print(f"summary.json: {written}")
     print_summary(summary, console)
 
 
