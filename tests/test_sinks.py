@@ -374,3 +374,29 @@ def test_joined_videos_play_each_parts_frames_in_turn_with_their_times(tmp_path:
     with pytest.raises(SinkError, match="cannot join 2 parts"):
         join_videos([parts[0], tmp_path / "gone.mp4"], tmp_path / "broken.mp4")
     assert not list(tmp_path.glob("broken*"))  # nothing that looks like an output
+
+
+def test_labels_that_would_cover_each_other_are_stacked_and_distances_say_their_unit() -> None:
+    """seed-depth.jpg's labels overlapped in a crowd, and its distances had no unit (#47)."""
+    from visionrt.sinks.video import _PALETTE, annotate
+
+    image = np.zeros((200, 200, 3), np.uint8)
+    boxes = Detections(
+        np.array([[50, 80, 150, 180], [50, 80, 150, 180]], np.float32),
+        np.array([0.9, 0.8], np.float32),
+        np.array([0, 0], np.int32),
+    )
+    ids, seen = np.array([7, 8], np.int64), np.array([False, False])
+    canvas = annotate(image, boxes, ("person",), ids, seen)
+    first, second = (np.array(_PALETTE[i % len(_PALETTE)], np.uint8) for i in (7, 8))
+    for colour in (first, second):  # each label's fill still shows
+        assert (canvas[:, 52:148] == colour).all(axis=2).sum() > 100
+
+    def width(metric: bool) -> int:
+        one = Detections(boxes.xyxy[:1], boxes.confidence[:1], boxes.class_id[:1])
+        wide = np.zeros((200, 400, 3), np.uint8)  # room for the whole label
+        drawn = annotate(wide, one, ("person",), ids[:1], seen[:1],
+                         np.array([3.25], np.float32), metric=metric)  # fmt: skip
+        return int(np.count_nonzero(drawn[60:79].any(axis=2).any(axis=0)))
+
+    assert width(metric=False) > width(metric=True)  # " rel 3.25" against " 3.25 m"

@@ -234,6 +234,7 @@ class PreviewHub:
             tracks.track_id if tracks is not None else None,
             tracks.predicted if tracks is not None else None,
             result.distance,
+            metric=result.depth is not None and result.depth.metric,
         )
         ok, buffer = cv2.imencode(".jpg", canvas, [cv2.IMWRITE_JPEG_QUALITY, self.quality])
         if not ok:

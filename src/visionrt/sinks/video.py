@@ -33,13 +33,17 @@ def annotate(
     distance: npt.NDArray[np.float32] | None = None,
     motion_boxes: npt.NDArray[np.int32] | None = None,
     regions: npt.NDArray[np.int32] | None = None,
+    metric: bool = False,
 ) -> npt.NDArray[np.uint8]:
     """A copy of `image` with each detection's box and label drawn on it: '#id name score
-    distance'. With tracks, a box's colour follows its id and predicted boxes (the detector did
-    not see them this frame) are drawn thin; a NaN distance is left out. `motion_boxes` and
-    `regions` ((K, 4) x1, y1, x2, y2 source pixels: what moved, the windows the detector ran on)
-    are drawn first, one pixel wide, in MOTION_COLOR and REGION_COLOR."""
+    distance', the distance in metres ('3.20 m') where the depth is `metric`, else relative
+    ('rel 0.53': a relative inverse depth, larger is nearer). With tracks, a box's colour
+    follows its id and predicted boxes (the detector did not see them this frame) are drawn
+    thin; a NaN distance is left out. A label that would cover one drawn before goes below it.
+    `motion_boxes` and `regions` ((K, 4) x1, y1, x2, y2 source pixels: what moved, the windows
+    the detector ran on) are drawn first, one pixel wide, in MOTION_COLOR and REGION_COLOR."""
     canvas = image.copy()
+    placed: list[tuple[int, int, int, int]] = []  # the labels drawn: x1, y1, x2, y2
     for boxes, color in ((regions, REGION_COLOR), (motion_boxes, MOTION_COLOR)):
         for x1, y1, x2, y2 in boxes.tolist() if boxes is not None else ():
             cv2.rectangle(canvas, (x1, y1), (x2, y2), color, 1)
@@ -55,14 +59,29 @@ def annotate(
         if track_ids is not None:
             label = f"#{key} {label}"
         if distance is not None and np.isfinite(distance[i]):
-            label += f" {float(distance[i]):.2f}"
-        _label(canvas, label, x1, y1, color)
+            value = float(distance[i])
+            label += f" {value:.2f} m" if metric else f" rel {value:.2f}"
+        _label(canvas, label, x1, y1, color, placed)
     return canvas
 
 
-def _label(canvas: npt.NDArray[np.uint8], text: str, x: int, y: int, color: Any) -> None:
+def _label(
+    canvas: npt.NDArray[np.uint8],
+    text: str,
+    x: int,
+    y: int,
+    color: Any,
+    placed: list[tuple[int, int, int, int]],
+) -> None:
     (tw, th), _ = cv2.getTextSize(text, cv2.FONT_HERSHEY_SIMPLEX, 0.5, 1)
     top = max(y - th - 4, 0)
+    # People in a crowd have boxes whose tops meet: a label that would cover one already drawn
+    # moves below it (and so on), as far as the picture goes.
+    while top + th + 4 < canvas.shape[0] and any(
+        x < x2 and x + tw + 2 > x1 and top < y2 and top + th + 4 > y1 for x1, y1, x2, y2 in placed
+    ):
+        top = max(y2 for x1, y1, x2, y2 in placed if x < x2 and x + tw + 2 > x1 and top < y2)
+    placed.append((x, top, x + tw + 2, top + th + 4))
     cv2.rectangle(canvas, (x, top), (x + tw + 2, top + th + 4), color, -1)
     cv2.putText(
         canvas,
@@ -172,6 +191,7 @@ class VideoSink(Sink):
             result.distance,
             result.motion_boxes if self.draw_regions else None,
             result.regions if self.draw_regions else None,
+            metric=result.depth is not None and result.depth.metric,
         )
         if self._stream is None:
             self._start(*image.shape[:2])
