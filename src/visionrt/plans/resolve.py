@@ -19,10 +19,8 @@ from visionrt.plans.store import (
     RUN_KEYS,
     Plan,
     cached_plan,
-    default_root,
+    cached_plans,
     fingerprint_differences,
-    fingerprint_key,
-    machine_fingerprint,
 )
 from visionrt.preprocess.depth import DEFAULT_SHORT_SIDE
 
@@ -150,16 +148,8 @@ def _lost_artifact(
 ) -> tuple[Path, Path] | None:
     """A plan cached for `model` on this machine (`fingerprint`'s) that `cached_plan` passes
     over because the artifact it runs is gone: the plan file and that artifact (None: no such
-    plan). Found as `cached_plan` finds plans: by the model's content and the machine."""
-    folder = root or default_root()
-    if not folder.is_dir():
-        return None
-    sha256 = file_sha256(model)
-    key = fingerprint_key(fingerprint or machine_fingerprint())
-    for path in sorted(folder.glob(f"*-{sha256[:16]}-{key}.yaml")):
-        plan = Plan.load(path)
-        if plan.tuned.get("source_sha256") not in (None, "", sha256):
-            continue  # another model's plan
+    plan)."""
+    for plan, path in cached_plans(model, root, fingerprint):
         if (plan.tuned.get("task") == "depth") != depth:
             continue
         artifact = Path(str(plan.run.get("model", "")))

@@ -9,6 +9,7 @@ import importlib.metadata
 import json
 import os
 import platform
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -251,22 +252,29 @@ def plan_path(model: Path, fingerprint: dict[str, Any], root: Path | None = None
     return (root or default_root()) / f"{model.stem}-{digest}-{fingerprint_key(fingerprint)}.yaml"
 
 
-def cached_plan(
+def cached_plans(
     model: Path, root: Path | None = None, fingerprint: dict[str, Any] | None = None
-) -> tuple[Plan, Path] | None:
-    """The cached plan for `model` (by content) on this machine (same fingerprint; another
-    machine's: a cluster's node), if one was tuned and its artifact is still there."""
+) -> Iterator[tuple[Plan, Path]]:
+    """Each plan cached for `model` (by content) on this machine (same fingerprint; another
+    machine's: a cluster's node), and its file, whether its artifact is still there or not."""
     folder = root or default_root()
     if not folder.is_dir():
-        return None
+        return
     sha256 = file_sha256(model)
     key = fingerprint_key(fingerprint or machine_fingerprint())
     for path in sorted(folder.glob(f"*-{sha256[:16]}-{key}.yaml")):
         plan = Plan.load(path)
         # Named for this model, but a plan copied or edited may record another's content.
         tuned_for = plan.tuned.get("source_sha256")
-        if tuned_for and tuned_for != sha256:
-            continue
+        if not tuned_for or tuned_for == sha256:
+            yield plan, path
+
+
+def cached_plan(
+    model: Path, root: Path | None = None, fingerprint: dict[str, Any] | None = None
+) -> tuple[Plan, Path] | None:
+    """The cached plan for `model` (`cached_plans`) whose artifact is still there."""
+    for plan, path in cached_plans(model, root, fingerprint):
         if Path(str(plan.run.get("model", ""))).is_file():
             return plan, path
     return None  # none tuned, or its artifact was deleted: tune again
