@@ -47,21 +47,22 @@ def annotate(
     for boxes, color in ((regions, REGION_COLOR), (motion_boxes, MOTION_COLOR)):
         for x1, y1, x2, y2 in boxes.tolist() if boxes is not None else ():
             cv2.rectangle(canvas, (x1, y1), (x2, y2), color, 1)
-    for i, ((x1, y1, x2, y2), score, cls) in enumerate(
-        zip(detections.xyxy.astype(int), detections.confidence, detections.class_id, strict=True)
-    ):
-        key = int(track_ids[i]) if track_ids is not None else int(cls)
-        color = _PALETTE[key % len(_PALETTE)]
+    xyxy = detections.xyxy.astype(int).tolist()
+    keys = [int(k) for k in (track_ids if track_ids is not None else detections.class_id)]
+    colors = [_PALETTE[key % len(_PALETTE)] for key in keys]
+    for i, (x1, y1, x2, y2) in enumerate(xyxy):  # every box first: no box crosses a label
         thin = predicted is not None and bool(predicted[i])
-        cv2.rectangle(canvas, (x1, y1), (x2, y2), color, 1 if thin else 2)
+        cv2.rectangle(canvas, (x1, y1), (x2, y2), colors[i], 1 if thin else 2)
+    for i, (x1, y1, _, _) in enumerate(xyxy):
+        cls = int(detections.class_id[i])
         name = class_names[cls] if cls < len(class_names) else str(cls)
-        label = f"{name} {score:.2f}"
+        label = f"{name} {float(detections.confidence[i]):.2f}"
         if track_ids is not None:
-            label = f"#{key} {label}"
+            label = f"#{keys[i]} {label}"
         if distance is not None and np.isfinite(distance[i]):
             value = float(distance[i])
             label += f" {value:.2f} m" if metric else f" rel {value:.2f}"
-        _label(canvas, label, x1, y1, color, placed)
+        _label(canvas, label, x1, y1, colors[i], placed)
     return canvas
 
 
