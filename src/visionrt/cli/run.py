@@ -289,8 +289,8 @@ def _execute(
     for note in summary.notes[said:]:  # what the run learnt (an audit that refuted the plan)
         if note not in told:
             Console(stderr=True, soft_wrap=True).print(note, markup=False, highlight=False)
-    # The error that ended the run is the one to report; else summary.json's own.
-    error = error or folder.finish(summary)
+    written = folder.finish(summary)  # however the run ended
+    error = error or written  # the error that ended the run is the one to report
     if not quiet:
         print_summary(summary, console)
         for path in summary.outputs:
