@@ -1,5 +1,5 @@
-"""The docs' pictures, made rather than taken by hand: the `serve` live view over three paced
-copies of the demo video (headless Chromium, as the test set-up installs it), and one annotated
+"""The docs' pictures, made rather than taken by hand: the `serve` live view of the README's service
+example (headless Chromium, as the test set-up installs it), and one annotated
 frame of the seed scenario's rgb camera beside its depth map (the architecture-only depth model:
 the colours show plumbing, not real depth). Written to docs/images/.
 
@@ -9,6 +9,7 @@ Usage: .venv/bin/python scripts/screenshots.py [--port 8765]
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -48,23 +49,41 @@ def _wait_for(url: str, seconds: float) -> None:
     sys.exit(f"{url} did not answer within {seconds:.0f} s")
 
 
+# The README's service example (a camera with a zone, tracking), less its MQTT broker: the live
+# view's events table shows the zone's events all the same.
+EXAMPLE = """pipeline: {tracking: {enabled: true}}
+analytics:
+  door: {zones: {entrance: [[0, 200], [384, 200], [384, 576], [0, 576]]}}
+"""
+
+
+def _zone_events(url: str) -> int:
+    try:
+        with urllib.request.urlopen(f"{url}events?limit=50", timeout=2) as answer:
+            events = json.loads(answer.read())
+    except OSError:
+        return 0
+    return sum(1 for event in events if str(event.get("kind", "")).startswith("zone"))
+
+
 def live_view(port: int, out: Path) -> Path:
-    """The live view of `visionrt serve` over three cameras, after its previews came."""
+    """The live view of `visionrt serve` running the README's example (one camera, a zone),
+    once its preview came and the zone has events to show."""
     video = str(DEMO_VIDEO)
     with tempfile.TemporaryDirectory() as folder:
+        config = Path(folder) / "serve.yaml"
+        config.write_text(EXAMPLE, encoding="utf-8")
         serve = subprocess.Popen(
             [
                 VISIONRT,
                 "serve",
                 f"door={video}",
-                f"hall={video}",
-                f"lobby={video}",
-                "--track",
+                "--config",
+                str(config),
                 "--port",
                 str(port),
                 "--out",
-                folder,
-                "--no-plan",
+                str(Path(folder) / "out"),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -72,7 +91,9 @@ def live_view(port: int, out: Path) -> Path:
         try:
             url = f"http://127.0.0.1:{port}/"
             _wait_for(url, 120)
-            time.sleep(8)  # previews and figures for every camera
+            deadline = time.monotonic() + 120
+            while _zone_events(url) < 3 and time.monotonic() < deadline:
+                time.sleep(1)
             with tempfile.TemporaryDirectory() as profile:
                 subprocess.run(
                     [
