@@ -1250,7 +1250,13 @@ def test_a_split_files_events_and_motion_are_its_ranges_added_up() -> None:
     assert summary.events == {"motion: skipped": 15, "motion: detector pixels": 2500}
     assert summary.sources[0]["events"] == summary.events
     # 15 of 40 frames reused; 2500 of 40 × 100 detector pixels run.
-    assert summary.motion == {**settings, "reused": 15, "share": 0.375, "pixel_share": 0.625}
+    assert summary.motion == {
+        **settings,
+        "frames": 40,
+        "reused": 15,
+        "share": 0.375,
+        "pixel_share": 0.625,
+    }
 
 
 def test_a_worker_sharing_its_node_leaves_its_runtimes_threads_unpinned(

@@ -155,7 +155,8 @@ def test_the_demo_command_runs_the_reference_tunes_and_runs_the_plan(
         def clock() -> float:
             return next(ticks, 1e9)  # every later check: far past any budget
 
-        return real(*args, clock=clock, **kwargs)  # type: ignore[arg-type]
+        kwargs.update(clock=clock, started=0.0)  # the search's own clock, from its start
+        return real(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(tuner, "successive_halving", cut_after_first)
     monkeypatch.setenv("VISIONRT_PLANS", str(tmp_path / "plans"))
@@ -179,8 +180,12 @@ def test_the_demo_command_runs_the_reference_tunes_and_runs_the_plan(
     assert summary["frames_out"] == 40
     assert summary["notes"][0].startswith(f"plan {found[1].name}: ")
     assert "time-boxed" in summary["notes"][0]
-    # Once the plan is there, the demo is one run on it.
+    # A second demo into the folder refuses the first's results, as any run does; with
+    # --overwrite (make demo passes it), once the plan is there, the demo is one run on it.
     code, err = run_cli(argv, capsys)
+    assert code == 2, err
+    assert "holds another run's outputs" in err
+    code, err = run_cli([*argv, "--overwrite"], capsys)
     assert code == 0, err
     said = [line for line in err.splitlines() if line.startswith("demo:")]
     assert len(said) == 2, err

@@ -307,12 +307,12 @@ def test_a_full_disk_names_the_video_once(tmp_path: Path, monkeypatch: pytest.Mo
 def test_a_summary_that_could_not_be_written_is_not_said_written(
     media: dict[str, Path], tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from visionrt.cli import run
+    from visionrt.pipeline import outputs
 
     def full(summary: Any, path: Path) -> None:
         raise SinkError(f"cannot write {path}: {NO_SPACE}")
 
-    monkeypatch.setattr(run, "write_summary", full)
+    monkeypatch.setattr(outputs, "write_summary", full)
     monkeypatch.setenv("COLUMNS", "1000")  # each "wrote" line on one line
     out = tmp_path / "out"
     args = ["run", str(media["video"]), "-m", str(media["model"]), "--backend", "null"]

@@ -53,15 +53,15 @@ def run_on_ray(
     from visionrt.distributed.ray_executor import RayExecutor
 
     cfg = with_defaults(cfg)
+    if cfg.output.telemetry:  # a path that cannot be written fails before Ray starts
+        check_writable(Path(cfg.output.telemetry), "telemetry")
+    check_models(worker_settings(cfg))  # as would a plain run (exit 4), not after Ray starts
+    check_sources(cfg)  # zones and lines of no source of the run (exit 2), the same
     if folder is None:
         with OutputFolder.for_run(cfg, "visionrt run --ray") as claimed:
             return run_on_ray(
                 cfg, plan_note, resolve, metrics_token, say, on_progress, stop, claimed
             )
-    if cfg.output.telemetry:  # a path that cannot be written fails before Ray starts
-        check_writable(Path(cfg.output.telemetry), "telemetry")
-    check_models(worker_settings(cfg))  # as would a plain run (exit 4), not after Ray starts
-    check_sources(cfg)  # zones and lines of no source of the run (exit 2), the same
     tell = say or (lambda _line: None)
     own = fingerprint_key(machine_fingerprint())
 

@@ -132,12 +132,12 @@ def motion_figures(
     """`settings` (motion_summary's) with what gating left the detector, from its `events` over
     `out` frames: frames reused, frames run on windows (and windows per such frame) in regions
     mode, detector input pixels run against `whole` (every frame's whole input). A cluster run
-    adds its workers' events and frames up into one run's. The shares are over the frames gating
-    decided on where the events say (a run cut short decided on frames it never delivered: over
-    `out`, a share passed 100 %)."""
+    adds its workers' events and frames up into one run's. A run cut short decided on frames it
+    never delivered: its shares are over the frames gating decided on (over `out`, a share
+    passed 100 %)."""
     reused, regions = events.get(MOTION_SKIPPED, 0), events.get(MOTION_REGIONS, 0)
     decided = reused + regions + events.get(MOTION_WHOLE, 0)
-    if decided and out:
+    if decided > out > 0:
         whole, out = round(whole * decided / out), decided
     motion: dict[str, Any] = {
         **settings,
