@@ -38,8 +38,12 @@ LONG = 2000  # frames of the long video
 
 
 @pytest.fixture(scope="module")
-def executor(tiny_model: Path) -> Iterator[ProcessExecutor]:
-    run = {"model": str(tiny_model), "backend": "onnxruntime"}
+def executor(
+    tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ProcessExecutor]:
+    # The workers' attempt files in a folder of the test's, not `out/` where the tests run.
+    out = str(tmp_path_factory.mktemp("process_out"))
+    run = {"model": str(tiny_model), "backend": "onnxruntime", "output": {"dir": out}}
     workers = ProcessExecutor(2, worker_cpus=1, run=run)
     try:
         yield workers

@@ -34,14 +34,16 @@ pytestmark = pytest.mark.ray
 
 
 @pytest.fixture(scope="module")
-def executor(tiny_model: Path) -> Iterator[RayExecutor]:
+def executor(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayExecutor]:
     with pytest.MonkeyPatch.context() as env:
         # Since Ray 2.59 a local cluster turns token auth on and writes ~/.ray/auth_token,
         # which a later head node on this machine would pick up: tests opt out.
         env.setenv("RAY_AUTH_MODE", "disabled")
         env.setenv("RAY_USAGE_STATS_ENABLED", "0")
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-        run = {"model": str(tiny_model), "backend": "onnxruntime"}
+        # The workers' attempt files in a folder of the test's, not `out/` where tests run.
+        out = str(tmp_path_factory.mktemp("ray_out"))
+        run = {"model": str(tiny_model), "backend": "onnxruntime", "output": {"dir": out}}
         workers = RayExecutor(None, workers=2, worker_cpus=1, worker_gpus=0, run=run)
         try:
             yield workers
