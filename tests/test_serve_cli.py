@@ -169,6 +169,8 @@ def test_a_folder_holding_an_earlier_services_outputs_is_refused_unless_overwrit
     served = Cli(config, out)
     try:
         assert any("--overwrite: removed an earlier run's" in line for line in served.lines)
+        # Stopped once it runs (a signal before its handlers are in is the start-up's: 130).
+        wait_until(lambda: served.get("/sources")[0]["frames_out"] > 0, WAIT, "door's frames")
         assert served.stop() == 0, "".join(served.lines)
     finally:
         served.kill()
