@@ -536,7 +536,7 @@ def test_frames_gating_spared_below_the_budget_turn_gating_off_for_their_source(
         model,
         "onnxruntime",
         options=pipeline_options(
-            warmup=0, audit=0.02, audit_reference=str(elsewhere), motion=motion
+            warmup=0, audit=0.2, audit_reference=str(elsewhere), motion=motion
         ),
         hooks=Hooks(on_note=noted),
     )
