@@ -73,8 +73,8 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return made
 
 
-def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    """Exit code and the one `visionrt: error:` line (or "" when the command succeeded)."""
+def cli_with_stderr(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Exit code, the one `visionrt: error:` line ("" on success) and all of stderr."""
     try:
         main(argv)
         code = 0
@@ -84,7 +84,13 @@ def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]
     assert "Traceback" not in stderr
     errors = [line for line in stderr.splitlines() if line.startswith("visionrt: error:")]
     assert len(errors) == (1 if code else 0), stderr
-    return code, errors[0] if errors else ""
+    return code, errors[0] if errors else "", stderr
+
+
+def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """Exit code and the one `visionrt: error:` line (or "" when the command succeeded)."""
+    code, error, _ = cli_with_stderr(argv, capsys)
+    return code, error
 
 
 def _expand(media: dict[str, Path], text: str) -> list[str]:

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from conftest import write_tiny_depth_model, write_tiny_detector, write_video
+from test_sweep_messages import cli_with_stderr as _cli
 
-from visionrt.cli.main import main
 from visionrt.errors import SinkError
 
 FULL = Path("/dev/full")  # every write: ENOSPC
@@ -29,20 +29,6 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "video": write_video(root / "small.mp4", frames=4),
         "model": write_tiny_detector(root / "tiny.onnx", [(32, 32, 20, 10, 0.9, 0.0)]),
     }
-
-
-def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Exit code, the one `visionrt: error:` line ("" on success) and all of stderr."""
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    stderr = capsys.readouterr().err
-    assert "Traceback" not in stderr
-    errors = [line for line in stderr.splitlines() if line.startswith("visionrt: error:")]
-    assert len(errors) == (1 if code else 0), stderr
-    return code, errors[0] if errors else "", stderr
 
 
 def _full(tmp_path: Path, name: str) -> Path:
