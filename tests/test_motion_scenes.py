@@ -8,7 +8,6 @@ around the detector's most confident box; the videos are written at test time.""
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import cv2
@@ -219,9 +218,13 @@ def test_a_person_walking_across_keeps_one_track_id(
     moved = [False] * empty + [True] * walk + [False] * stand
     assert [how(r) for r in results] == expected_processing(moved, mode)
 
-    # One track id covers the person over the walk and the stop: it is among the tracks on the
-    # person on (nearly) every frame (the detector's weaker duplicates of them get tracks of
-    # their own, and one of those may take the best box for a frame; that is not a switch).
+    # The person keeps a track over the walk and the stop: on (nearly) every frame a track is on
+    # them, and the track that covers them changes only by a hand-over, at most once: the
+    # detector's weaker duplicates of them get tracks of their own, and one of those, on the
+    # person beside the first, may take the best box over for good (the tracker's matter, not
+    # gating's; in regions mode the windows follow the boxes the consumer last delivered, so
+    # which frames show a duplicate depends on how many are in flight). A track lost and a fresh
+    # id after it is what gating must not cause.
     settled = range(empty + 3, len(results))  # the tracker confirms a track in a few frames
     missed, on_person = [], []
     for index in settled:
@@ -232,6 +235,27 @@ def test_a_person_walking_across_keeps_one_track_id(
         matches = box_iou(result.tracks.detections.xyxy, known)[:, 0] >= MATCH_IOU
         on_person.append(set(result.tracks.track_id[matches].tolist()))
     assert len(missed) <= 2, f"the person was not detected on frames {missed}"
-    counts = Counter(track for ids in on_person for track in ids)
-    track, frames = counts.most_common(1)[0] if counts else (None, 0)
-    assert frames >= len(settled) - 2, f"track {track} on {frames} of {len(settled)}: {on_person}"
+    assert sum(not ids for ids in on_person) <= 2, f"no track on the person: {on_person}"
+    assert changes(on_person) in ([], ["hand-over"]), f"the person's track changed: {on_person}"
+
+
+def changes(on_person: list[set[int]]) -> list[str]:
+    """How the track covering the person changed, frame after frame: "hand-over" where a track
+    that was on the person beside it took over, "new id" where one that was not did. A frame or
+    two without the covering track is not a change."""
+    current: int | None = None
+    seen: list[str] = []
+    for index, ids in enumerate(on_person):
+        if not ids or current in ids:
+            continue
+        if any(current in later for later in on_person[index + 1 : index + 3]):
+            continue
+        beside = [
+            track
+            for track in sorted(ids)
+            if any({current, track} <= earlier for earlier in on_person[:index])
+        ]
+        if current is not None:
+            seen.append("hand-over" if beside else "new id")
+        current = (beside or sorted(ids))[0]
+    return seen
