@@ -1,20 +1,23 @@
 """The coordinator on the driver: hands work units to idle workers from one queue, commits each
 source's frames in order and once (the only writer of its outputs), and puts a unit whose worker
-died back on the queue with its next attempt, resuming after the last committed frame."""
+died back on the queue with its next attempt, resuming after the last committed frame. Where
+units run (`executor.Executor`), how a run is stopped (`stop.RunStop`, both re-exported here) and
+which units start together (`grouping`) are in modules of their own."""
 
 from __future__ import annotations
 
-import math
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from visionrt.distributed.executor import Executor as Executor
+from visionrt.distributed.grouping import group_units
 from visionrt.distributed.ranges import SourceRanges
 from visionrt.distributed.report import UNREPORTED, ClusterReport, SourceState
+from visionrt.distributed.stop import RunStop as RunStop
 from visionrt.distributed.units import Batch, Done, Group, Lost, Report, Sample, WorkUnit
 
 # How long the queue may wait with no worker alive before its units are failed: a shrinking
@@ -28,49 +31,6 @@ STOP_GRACE = 30.0  # a worker told to end its group that has not, after this: as
 # After a stop was asked (Ctrl-C): how long the running groups get to end theirs and send
 # what they read; a worker that has not by then is left (its frames since are not written).
 INTERRUPT_GRACE = 15.0
-
-
-class Executor(Protocol):
-    """Where units run (Ray actors, threads): workers come and go; `reports` says what they did.
-    A worker runs one group of units at a time, in one Pipeline, and reports Done or Failed
-    for each unit of it."""
-
-    def workers(self) -> set[str]: ...
-
-    def info(self, worker: str) -> dict[str, Any]: ...
-
-    def start(self, worker: str, units: Group) -> None: ...
-
-    def reports(self, timeout: float) -> list[Report]: ...
-
-    def stop(self, worker: str) -> bool:
-        """Ask `worker` to end its group now: frames read are finished, then each unit
-        reports Done. False where it cannot (nothing is asked then)."""
-        ...
-
-    def close(self) -> None: ...
-
-
-class RunStop:
-    """Ends a cluster run early, from a signal handler or another thread. `ask()`: no unit
-    starts after it, and each running group is told to end: the frames its worker read are
-    finished and committed, its files finalized. `ask()` again (or `abort()`): the run ends
-    now with what was committed. `started` is set once the coordinator runs; before it, there
-    is nothing to finish."""
-
-    def __init__(self) -> None:
-        self.asked = threading.Event()
-        self.aborted = threading.Event()
-        self.started = threading.Event()
-
-    def ask(self) -> None:
-        if self.asked.is_set():
-            self.aborted.set()
-        self.asked.set()
-
-    def abort(self) -> None:
-        self.asked.set()
-        self.aborted.set()
 
 
 class Coordinator:
@@ -185,7 +145,8 @@ class Coordinator:
         """Idle workers take the next units (a pull queue: fast workers take more)."""
         self.queue = deque(u for u in self.queue if not self.report.sources[u.name].error)
         idle = sorted(self.executor.workers() - set(self.running))
-        for group in self._groups(len(idle)):
+        groups, self.queue = group_units(self.queue, len(idle), self.group)
+        for group in groups:
             self._start(idle.pop(0), group)
         self._regroup()
 
@@ -216,35 +177,6 @@ class Coordinator:
         if self.executor.stop(worker):
             self._stopping[worker] = now
             self.report.regroups += 1
-
-    def _groups(self, idle: int) -> list[Group]:
-        """What `idle` workers start now: every live stream, spread by cost (longest first
-        onto the lightest worker); then files, `group` or fewer to a worker."""
-        if not idle or not self.queue:
-            return []
-        live = [u for u in self.queue if u.live and not u.alone]
-        loads: list[list[WorkUnit]] = [[] for _ in range(min(idle, len(live)))]
-        for unit in sorted(live, key=lambda u: -u.cost):
-            min(loads, key=lambda units: sum(u.cost for u in units)).append(unit)
-        groups = [tuple(units) for units in loads]
-        rest = deque(u for u in self.queue if not u.live or u.alone)
-        while rest and len(groups) < idle:
-            first = rest.popleft()
-            if first.alone or first.live:
-                groups.append((first,))
-                continue
-            size = min(self.group, math.ceil((len(rest) + 1) / (idle - len(groups))))
-            units = [first]
-            for unit in list(rest):
-                if len(units) >= size:
-                    break
-                # Two ranges of one file in a Pipeline would share its name (and outputs).
-                if not (unit.alone or unit.live or any(u.name == unit.name for u in units)):
-                    rest.remove(unit)
-                    units.append(unit)
-            groups.append(tuple(units))
-        self.queue = rest
-        return groups
 
     def _start(self, worker: str, group: Group) -> None:
         # A file read in real time starts again where its stream has got to by now (its last
