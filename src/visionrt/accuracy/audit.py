@@ -1,7 +1,8 @@
 """The live audit's lane: the FP32 reference run on a sample of a run's frames on one low-priority
 thread beside the pipeline, never in its way, and the rolling fidelity per source of what the run
 delivered on those frames (mAP50 through `fidelity.fidelity`; depth AbsRel and δ<1.25 through
-`postprocess.depth.depth_fidelity`), with an event when it falls below the budget."""
+`fidelity.depth.depth_fidelity`), with an event when it falls below the budget. Its figures
+and summary section are read out of the sources' records by `audit_report`."""
 
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ import numpy as np
 import numpy.typing as npt
 
 from visionrt import fidelity as coco  # the one COCO-style implementation, called by module
+from visionrt.accuracy.audit_report import audit_report, window_figures
 from visionrt.accuracy.audit_window import (
     SPARED,
     AuditEvent,
     AuditSettings,
     Sample,
     SourceAudit,
-    mean_of,
     spared_turn,
     surely_below,
 )
@@ -332,70 +333,15 @@ class Auditor:
         """The window's figures per source with audited frames: `fidelity` (mAP50) and its
         `fidelity_frames`, `depth_abs_rel` and `depth_delta1` (for the per-second telemetry and
         Prometheus)."""
-        out: dict[str, dict[str, float]] = {}
         with self._lock:
-            for name, state in self._sources.items():
-                values: dict[str, float] = {}
-                if state.map50 is not None:
-                    values["fidelity"] = round(state.map50, 4)
-                    values["fidelity_frames"] = len(state.pairs)
-                if state.depth:
-                    values["depth_abs_rel"] = round(mean_of(state.depth, "abs_rel"), 5)
-                    values["depth_delta1"] = round(mean_of(state.depth, "delta1"), 4)
-                if values:
-                    out[name] = values
-        return out
+            return window_figures(self._sources)
 
     def report(self) -> dict[str, Any]:
         """For the run summary: settings, per source the counts, the whole-run and window
-        figures (mAP50 with its frames and reference boxes; depth AbsRel and δ<1.25), events."""
-        settings = self.settings
-        sources: dict[str, Any] = {}
-        with self._lock:
-            states = {
-                name: (s.sampled, s.audited, s.skipped, list(s.whole), s.map50, len(s.pairs),
-                       list(s.depth), list(s.depth_sum), s.spared_map50, len(s.spared))
-                for name, s in self._sources.items()
-            }  # fmt: skip
-        for name, state in states.items():
-            sampled, audited, skipped, whole, map50, window, depth, sums, *spared = state
-            entry: dict[str, Any] = {"sampled": sampled, "audited": audited, "skipped": skipped}
-            if spared[1]:  # the frames motion gating spared, their own window
-                entry["spared"] = {"map50": round(spared[0] or 0.0, 4), "frames": spared[1]}
-            if whole:
-                run = coco.fidelity([r for _, r, _ in whole], [c for _, _, c in whole])
-                entry["fidelity"] = {
-                    "map50": round(run.map50, 4),
-                    "map50_95": round(run.map50_95, 4),
-                    "frames": run.frames,
-                    "reference_boxes": run.reference_boxes,
-                    "candidate_boxes": run.candidate_boxes,
-                }
-                entry["window"] = {"map50": round(map50 or 0.0, 4), "frames": window}
-            if sums[2]:
-                entry["depth"] = {
-                    "abs_rel": round(sums[0] / sums[2], 5),
-                    "delta1": round(sums[1] / sums[2], 4),
-                    "frames": int(sums[2]),
-                    "window_abs_rel": round(mean_of(depth, "abs_rel"), 5),
-                }
-            sources[name] = entry
-        return {
-            "rate": settings.rate,
-            "period": settings.period,
-            "reference": settings.reference,
-            "depth_reference": settings.depth_reference,
-            "budget": {
-                **({"min_fidelity": settings.min_fidelity} if settings.reference else {}),
-                **({"max_abs_rel": settings.max_abs_rel} if settings.depth_reference else {}),
-            },
-            "window": settings.window,
-            "architecture_only": settings.architecture_only,
-            "depth_architecture_only": settings.depth_architecture_only,
-            "sources": sources,
-            "events": [event.to_json() for event in self.events],
-            "error": self.error,
-        }
+        figures (mAP50 with its frames and reference boxes; depth AbsRel and δ<1.25), events,
+        and the reference's first failure (`error`, read last)."""
+        found = audit_report(self.settings, self._sources, self._lock, self.events)
+        return {**found, "error": self.error}
 
 
 def _first_line(err: BaseException) -> str:
