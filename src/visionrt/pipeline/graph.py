@@ -18,6 +18,7 @@ from visionrt.hardware import lower_priority
 from visionrt.pipeline.flow import END, Flow, Item, Job
 from visionrt.pipeline.gating import Gating, processed
 from visionrt.pipeline.inbox import Inboxes
+from visionrt.pipeline.lanes import Lane, numbered
 from visionrt.pipeline.ordering import InOrder
 from visionrt.pipeline.readers import FRESHER, Readers
 from visionrt.pipeline.schedule import Scheduler
@@ -25,53 +26,6 @@ from visionrt.sources import Source
 from visionrt.tasks.base import Task
 from visionrt.telemetry import Telemetry
 from visionrt.types import Detections, FrameResult
-
-LARGE_BUFFER = 64 * 2**20  # bytes of one frame's input above which a lane keeps few of them
-
-
-class Lane:
-    """One task's part of the graph: its input buffers, the inbox its batches are taken from
-    (one per source, so batches mix cameras round-robin), and its inference workers.
-
-    The first lane's stage names are the plain ones ("infer"); others are prefixed with the
-    task's name ("depth_infer")."""
-
-    def __init__(
-        self,
-        index: int,
-        task: Task,
-        live: bool,
-        options: PipelineOptions,
-        flow: Flow,
-        prefix: str | None = None,
-        on_room: Callable[[], None] | None = None,
-    ) -> None:
-        self.index, self.task = index, task
-        self.i420 = bool(getattr(task, "takes_i420", False))  # given Frame.pixels as decoded
-        self.concurrency = max(1, task.backend.concurrency)
-        # Live: a frame or two waits per source at most, so latency cannot build up. Large
-        # buffers (a 4K frame's tiles: ~160 MB) wait one per source: memory, not speed, binds.
-        per_source = self.concurrency * task.batch if live else options.queue_size
-        if task.new_buffer().nbytes > LARGE_BUFFER:
-            per_source = min(per_source, 1)
-        self.inbox: Inboxes[Job] = Inboxes(per_source, flow.aborting, on_room=on_room)
-        pool = per_source + 2 * self.concurrency * task.batch + 2
-        self.buffers = [task.new_buffer() for _ in range(pool)]
-        self.geometry: list[Any] = [None] * pool
-        self.free: queue.Queue[int] = queue.Queue()
-        for slot in range(pool):
-            self.free.put(slot)
-        if prefix is None:
-            prefix = "" if index == 0 else f"{task.name}_"
-        self.stage = {s: prefix + s for s in ("preprocess", "prepared", "infer", "postprocess")}
-
-
-def _numbered(tasks: Sequence[Task], index: int) -> str | None:
-    """The stage prefix of a task whose name an earlier lane's task has ("detect2_"), so that
-    each lane's stages have names of their own; None: the lane's own (Lane)."""
-    name = tasks[index].name
-    earlier = sum(task.name == name for task in tasks[:index])
-    return f"{name}{earlier + 1}_" if earlier else None
 
 
 class Graph:
@@ -116,7 +70,7 @@ class Graph:
         # source's next frame again (`_has_room`).
         nudge = self.decoded.nudge
         self.lanes = [
-            Lane(i, t, any_live, options, flow, _numbered(tasks, i), nudge)
+            Lane(i, t, any_live, options, flow, numbered(tasks, i), nudge)
             for i, t in enumerate(tasks)
         ]
         # The ladder's detector variants: lanes of their own, idle until a rung uses them.
@@ -133,6 +87,7 @@ class Graph:
         self._owned: list[tuple[int, ...]] = []  # each source's own lanes (`_own_lanes`)
         self._owned_for = -1  # the number of sources they were worked out for
         in_flight = sum(lane.concurrency * lane.task.batch for lane in self.lanes)
+        # Lists of jobs, a batch's at a time (one hand-off per batch, not per frame), or END.
         self.inferred: queue.Queue[Any] = queue.Queue(maxsize=options.queue_size + in_flight)
         self._next_seq = [0] * len(sources)
         # Decoders keep YUV frames as they are when the detector's device converts them.
@@ -157,8 +112,12 @@ class Graph:
         gauges: dict[str, Callable[[], int]] = {"decoded": self.decoded.depth}
         for lane in self.lanes:
             gauges[lane.stage["prepared"]] = lane.inbox.depth
-        gauges["inferred"] = self.inferred.qsize
+        gauges["inferred"] = self._inferred_depth
         return gauges
+
+    def _inferred_depth(self) -> int:
+        # tuple() copies the deque in one step under the GIL; each list's length is fixed.
+        return sum(len(jobs) for jobs in tuple(self.inferred.queue) if jobs is not END)
 
     def run(self) -> Iterator[FrameResult]:
         """Start the threads and yield results; the caller's `finally` must call `finish()`."""
@@ -279,7 +238,7 @@ class Graph:
         item.seq = self._next_seq[source_id]
         self._next_seq[source_id] += 1
         if not decision.lanes:  # nothing to infer: straight to the consumer
-            return self.flow.put(self.inferred, Job(item, -1))
+            return self.flow.put(self.inferred, [Job(item, -1)])
         item.waiting = len(decision.lanes)
         for lane in (self.lanes[i] for i in decision.lanes):
             started = time.perf_counter()
@@ -307,7 +266,7 @@ class Graph:
         learns of it so the frame's other tasks are not waited for."""
         self.lanes[job.lane].free.put(job.slot)
         job.slot, job.dropped = -1, True
-        self.flow.put(self.inferred, job)
+        self.flow.put(self.inferred, [job])
 
     def _infer(self, lane: Lane) -> None:
         """Run batches and decode their rows here, beside the runtime: the consumer then only
@@ -324,8 +283,8 @@ class Graph:
                 for i, job in enumerate(jobs):
                     job.item.timings[lane.stage["infer"]] = seconds
                     self._decode(lane, job, output[i])
-                    if not self.flow.put(self.inferred, job):
-                        return
+                if not self.flow.put(self.inferred, jobs):
+                    return
         finally:
             self.flow.put(self.inferred, END)
 
@@ -344,17 +303,18 @@ class Graph:
         in_order: InOrder[Item] = InOrder()
         ended, workers = 0, sum(lane.concurrency for lane in self.lanes)
         while ended < workers:
-            job = self.flow.get(self.inferred)
+            jobs = self.flow.get(self.inferred)
             if self.flow.aborting.is_set():
                 return
-            if job is END:
+            if jobs is END:
                 ended += 1
                 continue
-            item = self._joined(job)
-            if item.waiting == 0:
-                for ready in in_order.push(item.frame.source_id, item.seq, item):
-                    if not ready.dropped:
-                        yield self._fuse(ready)
+            for job in jobs:
+                item = self._joined(job)
+                if item.waiting == 0:
+                    for ready in in_order.push(item.frame.source_id, item.seq, item):
+                        if not ready.dropped:
+                            yield self._fuse(ready)
         for ready in in_order.flush():
             if not ready.dropped:
                 yield self._fuse(ready)

@@ -12,8 +12,9 @@ shared-memory slots (`SourceOptions(workers="process")`).
   /dev/shm whichever process dies later. Only (slot, index, timestamps) cross the pipe.
 - Leases: a frame's `image` is an array over its slot whose base is a small lease object. NumPy
   points every view or slice of the image at the image, which holds the lease; when the lease is
-  collected the slot goes back to the worker, so a frame stays valid until its last user is done
-  and the pipeline needs to know nothing of it. File mode: the worker waits for a free slot,
+  collected the slot goes back to the worker (four to a message, at once where the worker may be
+  short of slots), so a frame stays valid until its last user is done and the pipeline needs to
+  know nothing of it. File mode: the worker waits for a free slot,
   every frame is delivered in order. A reader that holds every slot and asks for more waits
   `STALL_SECONDS` (room for other threads to release); then the parent collects garbage once
   (frames in reference cycles) and, if no slot came back, offers a ring twice the size, so that
@@ -219,6 +220,8 @@ class ProcessSource(Source):
         """Nothing came for a while. If the reader holds every slot of a file source, free
         frames kept only by reference cycles, and if that is not enough, grow the ring."""
         self._idle += 1
+        for held in list(self._rings.values()):
+            held.flush()  # the worker may wait for a slot released and not yet given back
         ring = self._ring
         if (
             self.live

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import selectors
 import signal
 import sys
 import threading
@@ -16,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
 from math import prod
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnContext
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
@@ -30,6 +31,10 @@ from visionrt.sources.kinds import open_here
 from visionrt.spawning import ignore_interrupts, start_shielded
 
 SLOT_ALIGN = 64  # bytes: each slot starts on a cache line
+# Released slots go back to the worker this many to a message, or at once where it may be short
+# of slots (Ring._due).
+FREE_BATCH = 4
+FREE_LOW = 2
 STOP_SECONDS = 1.0  # a stopped worker gets this long to end on its own, then SIGTERM, SIGKILL
 
 Message = tuple[Any, ...]
@@ -163,7 +168,7 @@ class _Slots:
                 message = ("stop",)  # the parent is gone
             with self._changed:
                 if message[0] == "free" and message[1] == self._generation:
-                    self._free.append(message[2])
+                    self._free.extend(message[2])
                 elif message[0] == "ring":
                     self._offer = message[1:]
                 elif message[0] == "stop":
@@ -248,6 +253,11 @@ class WorkerProcess:
         commands_in.close()  # the worker's ends: their EOF must come when the worker dies
         replies_out.close()
         self.info: dict[str, Any] = {}
+        # Registered once: `multiprocessing.connection.wait` builds a selector on every call,
+        # and the reader calls `receive` for every frame.
+        self._ready = selectors.DefaultSelector()
+        self._ready.register(self._replies, selectors.EVENT_READ, "replies")
+        self._ready.register(self.process.sentinel, selectors.EVENT_READ, "sentinel")
         # Re-entrant: a lease collected in this thread while it sends must not deadlock. Each
         # message is one write of less than PIPE_BUF bytes, so a nested send cannot split one.
         self._lock = threading.RLock()
@@ -256,9 +266,10 @@ class WorkerProcess:
     def receive(self, timeout: float) -> Message | None:
         """The next message; None after `timeout` seconds; ("died", why) when the worker is gone."""
         try:
-            if not wait([self._replies, self.process.sentinel], timeout):
+            ready = [key.data for key, _ in self._ready.select(timeout)]
+            if not ready:
                 return None
-            if self._replies.poll(0):
+            if "replies" in ready:  # what it said before it died comes first
                 message: Message = self._replies.recv()
                 return message
         except (EOFError, OSError, ValueError):
@@ -302,6 +313,7 @@ class WorkerProcess:
         if process.exitcode is None:
             process.kill()
             process.join()
+        self._ready.close()
         self._replies.close()
         process.close()
 
@@ -332,12 +344,16 @@ class Ring:
         self._address = _address(self._memory)
         self._worker: WorkerProcess | None = worker
         self.leased: set[int] = set()
+        self._pending: list[int] = []  # slots released and not yet given back (`release`)
         self._lock = threading.RLock()
         self._linked = True
         self._retired = False
 
     def lease(self, slot: int) -> npt.NDArray[np.uint8]:
-        self.leased.add(slot)
+        with self._lock:
+            self.leased.add(slot)
+            due = self._due()
+        self._give_back(due)
         return np.asarray(_Lease(self, slot))
 
     def interface(self, slot: int) -> dict[str, Any]:
@@ -345,17 +361,45 @@ class Ring:
         return {"shape": self.shape, "typestr": "|u1", "data": data, "version": 3}
 
     def release(self, slot: int) -> None:
-        """The slot's last user is done: give it back to the worker, or unmap a retired ring."""
+        """The slot's last user is done: give it back to the worker (`_due`), or unmap a
+        retired ring."""
         with self._lock:
             self.leased.discard(slot)
-            worker = self._worker
-            if worker is None and self._retired and not self.leased:
+            self._pending.append(slot)
+            if self._worker is None and self._retired and not self.leased:
                 self._unmap()
+            due = self._due()
+        self._give_back(due)
+
+    def flush(self) -> None:
+        """Give back every slot released so far (the reader waits for the worker: it may be
+        waiting for one of them)."""
+        with self._lock:
+            due, self._pending = self._pending, []
+        self._give_back(due)
+
+    def _due(self) -> list[int]:
+        """The released slots to give back now (taken from those pending), under the lock.
+        One message per slot cost the reader's process a pipe write each frame, so they go
+        FREE_BATCH at a time; at once where the worker may have only FREE_LOW slots or fewer:
+        it has at most those neither leased nor pending (frames still in the pipe are among
+        neither, and `lease` looks again as each arrives), so a worker waiting for a slot is
+        never kept waiting by one held back."""
+        if not self._pending:
+            return []
+        room = self.slots - len(self.leased) - len(self._pending)
+        if len(self._pending) < FREE_BATCH and room > FREE_LOW:
+            return []
+        due, self._pending = self._pending, []
+        return due
+
+    def _give_back(self, slots: list[int]) -> None:
         # Outside the ring's lock: a lease collected while a thread sends (holding the
         # worker's lock) must not wait for a thread that holds this lock and waits for that.
-        # A free sent to a ring retired meanwhile is ignored by the worker.
-        if worker is not None:
-            worker.send(("free", self.generation, slot))
+        # Slots sent to a ring retired meanwhile are ignored by the worker.
+        worker = self._worker
+        if slots and worker is not None:
+            worker.send(("free", self.generation, tuple(slots)))
 
     def unlink(self) -> None:
         with self._lock:
