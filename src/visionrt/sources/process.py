@@ -111,6 +111,9 @@ class ProcessSource(Source):
                     continue
                 self._idle = 0
                 kind = message[0]
+                if kind == "frames":  # a file's, several at once: each in turn
+                    self._backlog.extendleft(reversed(message[1]))
+                    continue
                 if kind == "frame":
                     frame = self._take(self._freshest(message))
                     if frame is not None:

@@ -35,6 +35,7 @@ SLOT_ALIGN = 64  # bytes: each slot starts on a cache line
 # of slots (Ring._due).
 FREE_BATCH = 4
 FREE_LOW = 2
+FRAMES_BATCH = 4  # a file's frames announced to a message (_pump)
 STOP_SECONDS = 1.0  # a stopped worker gets this long to end on its own, then SIGTERM, SIGKILL
 
 Message = tuple[Any, ...]
@@ -60,8 +61,9 @@ def work(
     """The worker process: open the source, say "ready" (or the error), then send each frame
     with an index from `skip` on through a free slot, until the end or the parent's "stop".
 
-    Replies: ready, error, shape (asks for a ring), attached, frame, stats, end. Commands: ring
-    (offered, also unasked when the parent grows it), free (a slot back), i420 (frames as
+    Replies: ready, error, shape (asks for a ring), attached, frame, frames (a file's, several
+    at once), stats, end. Commands: ring (offered, also unasked when the parent grows it), free
+    (slots back), i420 (frames as
     YUV planes from now on: Source.want_i420), stop."""
     ignore_interrupts()  # Ctrl+C goes to the whole process group; the parent decides
     reply = _replier(replies)
@@ -109,25 +111,48 @@ def _replier(replies: Connection) -> Callable[[Message], None]:
 
 def _pump(source: Source, slots: _Slots, reply: Callable[[Message], None], skip: int) -> None:
     reported: tuple[Any, ...] = ()
-    for frame in source.frames():
-        if frame.index < skip:  # a restarted file worker: these were delivered already
-            continue
-        placed = slots.put(frame.pixels, wait=not source.live)
-        if placed is None:
-            if slots.stopped:
-                return
-            slots.missed += 1
-        else:
-            generation, slot = placed
-            captured = frame.captured_at - time.perf_counter() + time.monotonic()
-            reply(("frame", generation, slot, frame.index, frame.timestamp, captured,
-                   frame.source_name, frame.item))  # fmt: skip
-        stats = source.stats
-        counts = (stats.corrupt, stats.lost, stats.reconnects, stats.gap_seconds, stats.ended_early,
-                  len(stats.events), len(stats.warnings), slots.missed)  # fmt: skip
-        if counts != reported:
-            reported = counts
-            reply(("stats", _snapshot(stats, slots)))
+    # A file's frames are announced FRAMES_BATCH to a message: the parent's reader wakes, waits
+    # and unpickles once for them all. Live ones go at once (latency), and what is held goes
+    # before anything that must follow it (a wait for a slot, a ring asked for or taken, stats,
+    # the end or an error).
+    held: list[Message] = []
+
+    def announce() -> None:
+        if held:
+            reply(held[0] if len(held) == 1 else ("frames", tuple(held)))
+            held.clear()
+
+    try:
+        for frame in source.frames():
+            if frame.index < skip:  # a restarted file worker: these were delivered already
+                continue
+            if held and not slots.can_place(frame.pixels.shape):
+                announce()
+            placed = slots.put(frame.pixels, wait=not source.live)
+            if placed is None:
+                if slots.stopped:
+                    return
+                slots.missed += 1
+            else:
+                generation, slot = placed
+                captured = frame.captured_at - time.perf_counter() + time.monotonic()
+                held.append(("frame", generation, slot, frame.index, frame.timestamp, captured,
+                             frame.source_name, frame.item))  # fmt: skip
+                if source.live or len(held) >= FRAMES_BATCH:
+                    announce()
+            counts = _counts(source.stats, slots)
+            if counts != reported:
+                reported = counts
+                announce()
+                reply(("stats", _snapshot(source.stats, slots)))
+    finally:
+        announce()
+
+
+def _counts(stats: SourceStats, slots: _Slots) -> tuple[Any, ...]:
+    """What the parent is told again (a "stats" reply) whenever it changes."""
+    return (stats.corrupt, stats.lost, stats.reconnects, stats.gap_seconds, stats.ended_early,
+            len(stats.events), len(stats.warnings), slots.missed)  # fmt: skip
 
 
 def _snapshot(stats: SourceStats, slots: _Slots) -> SourceStats:
@@ -179,6 +204,11 @@ class _Slots:
             if message[0] == "stop":
                 self._source.stop()
                 return
+
+    def can_place(self, shape: tuple[int, ...]) -> bool:
+        """Whether `put` would place a frame of `shape` at once, in the ring it has."""
+        with self._changed:
+            return self._offer is None and self._shape == shape and bool(self._free)
 
     def put(self, image: npt.NDArray[np.uint8], wait: bool) -> tuple[int, int] | None:
         """Copy `image` into a free slot of the newest ring offered (asking for a ring of its
