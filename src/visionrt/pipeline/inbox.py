@@ -3,6 +3,7 @@ mode's "freshest frame wins" without one camera evicting another's frames."""
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import deque
@@ -53,6 +54,7 @@ class Inboxes(Generic[T]):
         self._room_wanted = 0  # producers waiting on `_any_room`
         self._room: dict[int, threading.Condition] = {}  # each source's producer: space
         self._boxes: dict[int, deque[T]] = {}
+        self._order: list[int] = []  # the sources, sorted: the round-robin's line
         self._cursor = 0
         self._closed = False
         self._idle = 0  # consumers waiting on `_ready`
@@ -66,6 +68,7 @@ class Inboxes(Generic[T]):
             box = self._boxes.get(source)
             if box is None:
                 box = self._boxes[source] = deque()
+                bisect.insort(self._order, source)
                 self._room[source] = threading.Condition(self._lock)
             if live:
                 if len(box) >= self.capacity:
@@ -180,17 +183,18 @@ class Inboxes(Generic[T]):
         reaches (the first round of a take of one item stops at the first ready source)."""
         taken: list[T] = []
         made_room = False
-        sources = sorted(self._boxes)
-        if not sources:
+        order = self._order
+        count = len(order)
+        if not count:
             return taken, made_room
-        start = next((i for i, s in enumerate(sources) if s >= self._cursor), 0)
-        order = sources[start:] + sources[:start]
+        start = bisect.bisect_left(order, self._cursor) % count
         skipped: set[int] = set()
         while len(taken) < most:
             found = False
-            for source in order:
+            for step in range(count):
+                source = order[(start + step) % count]
                 box = self._boxes[source]
-                if not box or len(taken) >= most or source in skipped:
+                if not box or source in skipped:
                     continue
                 if ready is not None and not ready(source):
                     skipped.add(source)
@@ -203,6 +207,8 @@ class Inboxes(Generic[T]):
                     made_room = True
                 taken.append(box.popleft())
                 self._cursor = source + 1
+                if len(taken) >= most:
+                    break
             if not found:
                 break
         return taken, made_room

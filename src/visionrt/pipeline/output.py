@@ -75,6 +75,10 @@ class OutputStage:
         """Write every result of `results` (the run's), then finalize the sinks. An error that
         ends the results is added to `errors` and raised; one finalizing a sink is too, where
         nothing failed before it."""
+        if not self.sinks and self.on_result is None:  # nothing to write: no thread, no queue
+            for _ in results:
+                pass
+            return
         self.start()
         try:
             for result in results:
