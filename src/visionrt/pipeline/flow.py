@@ -76,7 +76,7 @@ class Flow:
                 if self.aborting.is_set():
                     return False
 
-    def get(self, source: queue.Queue[Any]) -> Any:
+    def get(self, source: queue.Queue[Any] | queue.SimpleQueue[Any]) -> Any:
         """Blocking get; END when the run is aborting."""
         while True:
             try:

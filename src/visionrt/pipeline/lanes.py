@@ -44,7 +44,9 @@ class Lane:
         pool = per_source + 2 * self.concurrency * task.batch + 2
         self.buffers = [task.new_buffer() for _ in range(pool)]
         self.geometry: list[Any] = [None] * pool
-        self.free: queue.Queue[int] = queue.Queue()
+        # SimpleQueue: the buffer slots are taken and given back for every frame, and
+        # queue.Queue's conditions cost a notify each time with nobody waiting.
+        self.free: queue.SimpleQueue[int] = queue.SimpleQueue()
         for slot in range(pool):
             self.free.put(slot)
         if prefix is None:
