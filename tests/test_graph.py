@@ -501,6 +501,7 @@ def test_a_source_held_up_by_its_own_slow_lane_holds_up_no_other_source() -> Non
     from visionrt.pipeline.flow import Flow
     from visionrt.pipeline.graph import Graph
     from visionrt.pipeline.schedule import Scheduler
+    from visionrt.pipeline.work import Inputs, Work
     from visionrt.sources import open_source
     from visionrt.telemetry import Telemetry
 
@@ -511,19 +512,14 @@ def test_a_source_held_up_by_its_own_slow_lane_holds_up_no_other_source() -> Non
     detector, depth = _Lane("detect"), _Lane("depth", gate)
     errors: list[BaseException] = []
     flow = Flow()
-    graph = Graph(
-        sources,
-        ["rgb", "slam"],
-        [True, True],
+    work = Work(
         [detector, depth],  # type: ignore[list-item]
         Scheduler([(0, 1), (0,)], options, [False, False]),
         [[], []],
         ["person"],
-        options,
-        Telemetry(),
-        flow,
-        errors.append,
     )
+    inputs = Inputs(sources, ["rgb", "slam"], [True, True])
+    graph = Graph(inputs, work, options, Telemetry(), flow, errors.append)
     out: list[str] = []
     consumer = threading.Thread(target=lambda: out.extend(r.frame.source_name for r in graph.run()))
     consumer.start()

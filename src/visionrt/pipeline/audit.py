@@ -16,6 +16,7 @@ from visionrt.backends import BackendOptions
 from visionrt.errors import ConfigError, ModelLoadError
 from visionrt.fidelity import REFERENCE_BACKEND
 from visionrt.models import is_architecture_only
+from visionrt.pipeline.gating import Gating
 from visionrt.tasks.base import Task
 
 if TYPE_CHECKING:
@@ -291,3 +292,16 @@ def finish_audit(
     for line in lines:
         log.info("%s", line)
     return lines
+
+
+def stop_gating(
+    gating: Gating, names: Sequence[str], note: Callable[[str], None], event: AuditEvent
+) -> None:
+    """The audit found the frames gating spared on a source below the budget: gating stops
+    there (the latest source of that name: a service's camera added again under it)."""
+    gating.turn_off(len(names) - 1 - list(names)[::-1].index(event.source))
+    note(
+        f"motion gating off for {event.source}: the frames it spared scored {event.value:.3f}"
+        f" against the FP32 reference (budget {event.budget:g}, {event.frames} frames); from"
+        f" frame {event.frame} on, the detector runs on each of its frames, whole"
+    )

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
+import cv2
+
 from visionrt.config.pipeline import PipelineOptions
 from visionrt.fuse import (
     AnalyticsFuser,
@@ -20,12 +22,14 @@ from visionrt.fuse import (
     make_tracker,
     resume_steps,
 )
+from visionrt.pipeline.audit import stop_gating
 from visionrt.pipeline.flow import Flow
 from visionrt.pipeline.gating import Gating, ladder_gates
 from visionrt.pipeline.graph import Graph
 from visionrt.pipeline.opening import OpenRun
 from visionrt.pipeline.parts import Parts
 from visionrt.pipeline.schedule import Scheduler
+from visionrt.pipeline.work import Inputs, Work
 from visionrt.telemetry import Telemetry
 
 
@@ -124,20 +128,38 @@ def build_graph(
         if checkpoint is not None:
             resume_steps(fusers[source_id], checkpoint)
             scheduler.resume(source_id, checkpoint.since_detect)
-    return Graph(
-        sources,
-        run.names,
-        run.named,
+    work = Work(
         parts.lanes,
         scheduler,
         fusers,
         parts.detector.class_names,
-        options,
-        run.telemetry,
-        flow,
-        fail,
         parts.variants,
         build_gating(parts, options, run.telemetry),
         parts.regions,
-        service=service,
     )
+    inputs = Inputs(sources, run.names, run.named)
+    return Graph(inputs, work, options, run.telemetry, flow, fail, service)
+
+
+def start_graph(
+    run: OpenRun,
+    flow: Flow,
+    fail: Callable[[BaseException], None],
+    note: Callable[[str], None],
+    resume: Sequence[Checkpoint | None] = (),
+    service: bool = False,
+) -> Graph:
+    """`build_graph`, and what starts before its threads: OpenCV's thread count, the queues'
+    gauges, the telemetry, and the audit (which turns gating off on a source whose spared
+    frames fall below the budget)."""
+    graph = build_graph(run, flow, fail, note, resume, service)
+    if run.options.opencv_threads:
+        cv2.setNumThreads(run.options.opencv_threads)
+    for name, read in graph.depths().items():
+        run.telemetry.register_gauge(name, read)
+    run.telemetry.start()
+    if run.auditor is not None:
+        if graph.gating is not None:
+            run.auditor.on_spared_below = partial(stop_gating, graph.gating, run.names, note)
+        run.auditor.start()
+    return graph

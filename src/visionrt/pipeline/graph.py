@@ -16,51 +16,39 @@ from visionrt.errors import StageError, VisionRTError
 from visionrt.fuse import Fused, Fuser
 from visionrt.hardware import lower_priority
 from visionrt.pipeline.flow import END, Flow, Item, Job
-from visionrt.pipeline.gating import Gating, processed
+from visionrt.pipeline.gating import processed
 from visionrt.pipeline.inbox import Inboxes
 from visionrt.pipeline.lanes import Lane, numbered
 from visionrt.pipeline.ordering import InOrder
 from visionrt.pipeline.readers import FRESHER, Readers
-from visionrt.pipeline.schedule import Scheduler
+from visionrt.pipeline.work import Inputs, Work
 from visionrt.sources import Source
-from visionrt.tasks.base import Task
 from visionrt.telemetry import Telemetry
 from visionrt.types import Detections, FrameResult
 
 
 class Graph:
-    """Runs the stages for one pass over `sources`: `tasks` (the first the detector; others of
-    its name are detectors too, their results the frame's detections) and the latency ladder's
-    `variants` each get a lane, numbered in that order; `scheduler` says which lanes run on each
-    frame; `fusers[i]` are source i's fusion steps; `class_names` name the
-    detector's classes in results; `gating` measures each frame's motion for the scheduler
-    (None: off) and `regions` is the region detector its windows run on (regions mode).
+    """Runs the stages for one pass over `inputs` doing `work` (work.py): each task, ladder
+    variant and the region detector a lane.
 
     `service`: sources come and go while it runs (`add_source`, `retire`); its queues are sized
     for live sources and it ends when stopped, not when its last source ends."""
 
     def __init__(
         self,
-        sources: Sequence[Source],
-        labels: Sequence[str],
-        named: Sequence[bool],
-        tasks: Sequence[Task],
-        scheduler: Scheduler,
-        fusers: Sequence[Sequence[Fuser]],
-        class_names: Sequence[str],
+        inputs: Inputs,
+        work: Work,
         options: PipelineOptions,
         telemetry: Telemetry,
         flow: Flow,
         on_error: Callable[[BaseException], None],
-        variants: Sequence[Task] = (),
-        gating: Gating | None = None,
-        regions: Task | None = None,
         service: bool = False,
     ) -> None:
-        self.gating = gating
+        sources, tasks, regions = inputs.sources, work.tasks, work.regions
+        self.gating = work.gating
         self.options, self.telemetry, self.flow = options, telemetry, flow
-        self.scheduler, self.class_names = scheduler, tuple(class_names)
-        self.fusers = [list(steps) for steps in fusers]
+        self.scheduler, self.class_names = work.scheduler, tuple(work.class_names)
+        self.fusers = [list(steps) for steps in work.fusers]
         self._on_error = on_error
         any_live = any(s.live for s in sources) or service
         self.decoded: Inboxes[Item] = Inboxes(
@@ -76,7 +64,7 @@ class Graph:
         # The ladder's detector variants: lanes of their own, idle until a rung uses them.
         self.lanes += [
             Lane(len(tasks) + j, t, any_live, options, flow, f"variant{j + 1}_", nudge)
-            for j, t in enumerate(variants)
+            for j, t in enumerate(work.variants)
         ]
         self.region_lane = -1
         if regions is not None:
@@ -93,8 +81,8 @@ class Graph:
         # Decoders keep YUV frames as they are when the detector's device converts them.
         self.source_side = Readers(
             sources,
-            labels,
-            named,
+            inputs.labels,
+            inputs.named,
             self.decoded,
             telemetry,
             flow,

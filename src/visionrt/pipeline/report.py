@@ -14,11 +14,23 @@ from visionrt.sources import Source
 from visionrt.telemetry import RunSummary
 
 
-def run_summary(run: OpenRun, service: bool) -> RunSummary:
+def run_summary(
+    run: OpenRun,
+    service: bool,
+    interrupted: bool = False,
+    errors: Sequence[BaseException] = (),
+    outputs: Sequence[str] = (),
+) -> RunSummary:
     """The telemetry's summary of `run` so far, with what its parts ran on which sources
-    (`service`: a service's sources, counted by name across removals) and what each policy
-    did."""
+    (`service`: a service's sources, counted by name across removals), what each policy did,
+    whether it was `interrupted`, its error (the first of `errors`, and each source's that
+    ended early) and the files written (`outputs`)."""
     summary = run.telemetry.summary()
+    summary.interrupted = interrupted
+    said = [str(e) for e in errors[:1] if not isinstance(e, KeyboardInterrupt)]
+    said += [s.stats.ended_early for s in run.sources if s.stats.ended_early]
+    summary.error = "; ".join(dict.fromkeys(said))
+    summary.outputs = list(outputs)
     parts, options = run.parts, run.options
     summary.backend = describe_parts(parts, run.names, run.sources)
     per_source = run.telemetry.per_source()

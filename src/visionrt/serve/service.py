@@ -14,7 +14,7 @@ from visionrt.errors import ConfigError, SourceError, VisionRTError
 from visionrt.fuse import SourceAnalytics
 from visionrt.pipeline import Pipeline
 from visionrt.pipeline.degrade import Change
-from visionrt.pipeline.roster import NameInUse, Stopping
+from visionrt.pipeline.roster import NameInUse, Roster, Stopping
 from visionrt.serve.outputs import ServiceSinks
 from visionrt.serve.preview import PreviewHub
 from visionrt.serve.requests import NO_DEPTH, check_name, check_tasks, check_uri
@@ -127,9 +127,14 @@ class Service:
             self.on_change()
         return camera
 
+    def _roster(self) -> Roster:
+        if self.pipeline.roster is None:
+            raise ConfigError("sources are added to a Pipeline made with service=True")
+        return self.pipeline.roster
+
     def _open(self, camera: Camera) -> None:
         """Open `camera`'s source and start it, its files open before its first frame (raises
-        as `Pipeline.add_source`, changing nothing); its `source_id` and `outputs` set."""
+        as `Roster.add`, changing nothing); its `source_id` and `outputs` set."""
         outputs: list[str] = []
 
         def opened(source: Source) -> None:
@@ -137,7 +142,7 @@ class Service:
             outputs.extend(str(p) for p in paths)
 
         depth = "depth" in camera.tasks
-        source = self.pipeline.add_source(camera.name, camera.uri, depth, camera.analytics, opened)
+        source = self._roster().add(camera.name, camera.uri, depth, camera.analytics, opened)
         # Counts are kept by name: a camera added again under it starts from where they are.
         camera.seen_out = self.telemetry.per_source().get(camera.name, {}).get("frames_out", 0)
         camera.seen_at = time.monotonic()
@@ -191,7 +196,7 @@ class Service:
                 self._waiting.pop(camera.name, None)
                 camera.error = ""
             if removed:
-                self.pipeline.remove_source(camera.name)
+                self._roster().remove(camera.name)
                 self._retire(camera)
             elif self.on_change is not None:
                 self.on_change()
@@ -214,7 +219,7 @@ class Service:
             if cancel is not None:  # not opened: its reconnecting stops
                 cancel.set()
         if cancel is None and camera.source_id >= 0:  # (never opened: its attempts ran out)
-            self.pipeline.remove_source(name)
+            self._roster().remove(name)
             self._retire(camera)
         camera.state = "removed"
         self._keep(camera)
