@@ -46,7 +46,8 @@ from dataclasses import replace
 from visionrt import errors
 from visionrt.errors import ConfigError, SourceError, VisionRTError
 from visionrt.sources.base import Source, SourceOptions, SourceStats
-from visionrt.sources.worker import Message, Ring, WorkerProcess
+from visionrt.sources.ring import Ring, WorkerProcess
+from visionrt.sources.worker import Message
 from visionrt.types import Frame
 
 RING_SLOTS = 8  # frames in flight per source: a batch, the sinks, and one being decoded
