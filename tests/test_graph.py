@@ -171,12 +171,28 @@ def test_a_put_wakes_a_waiting_consumer_and_only_then(monkeypatch: pytest.Monkey
     taken: list[list[str]] = []
     consumer = threading.Thread(target=lambda: taken.append(box.take(1)))
     consumer.start()
-    until(lambda: box._idle == 1, "the consumer waiting")
+    until(lambda: len(box._needs) == 1, "the consumer waiting")
     box.put(0, "a", live=False)
     consumer.join(HANG_SECONDS)
     assert taken == [["a"]]
     assert made[0].notified == 1
     box.put(0, "b", live=False)  # nobody waits now
+    assert made[0].notified == 1
+
+
+def test_a_batcher_is_woken_once_its_batch_could_be_there(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _counted_conditions(monkeypatch)
+    box = _inboxes(capacity=8)
+    box.put(0, "a", live=False)
+    taken: list[list[str]] = []
+    consumer = threading.Thread(target=lambda: taken.append(box.take(3, wait=HANG_SECONDS)))
+    consumer.start()
+    until(lambda: box._needs == [2], "the batcher waiting for two more")
+    box.put(1, "b", live=False)
+    assert made[0].notified == 0  # one of the two: not woken for it
+    box.put(2, "c", live=False)
+    consumer.join(HANG_SECONDS)
+    assert taken == [["a", "b", "c"]]
     assert made[0].notified == 1
 
 
@@ -440,7 +456,7 @@ def test_a_take_passes_over_a_source_that_is_not_ready_and_a_nudge_wakes_it() ->
     taken: list[list[str]] = []
     consumer = threading.Thread(target=lambda: taken.append(box.take(1, ready=ready)))
     consumer.start()
-    until(lambda: box._idle == 1, "the consumer waiting for a ready source")
+    until(lambda: len(box._needs) == 1, "the consumer waiting for a ready source")
     blocked.clear()
     box.nudge()
     consumer.join(HANG_SECONDS)

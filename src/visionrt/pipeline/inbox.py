@@ -34,8 +34,10 @@ class Inboxes(Generic[T]):
     all, 32 cameras' readers woke at every take and every put, and 32 streams ran at a third
     of one stream's frame rate on the host. A wake-up is sent only where someone can be waiting
     (a consumer is, or the inbox was full): at 32 streams the notifies that woke nobody took a
-    sixth of the time the pipeline's threads held the GIL. (Waking a producer only once its
-    inbox had drained to half made one stream slower and 32 no faster.)"""
+    sixth of the time the pipeline's threads held the GIL. A consumer filling a batch is woken
+    once as many items as it still wants could be there (or at its deadline), not by each put.
+    (Waking a producer only once its inbox had drained to half made one stream slower and 32
+    no faster.)"""
 
     def __init__(
         self,
@@ -57,7 +59,10 @@ class Inboxes(Generic[T]):
         self._order: list[int] = []  # the sources, sorted: the round-robin's line
         self._cursor = 0
         self._closed = False
-        self._idle = 0  # consumers waiting on `_ready`
+        # Each consumer waiting on `_ready`: how many items it waits for (1: its first; more:
+        # the rest of a batch, until its deadline).
+        self._needs: list[int] = []
+        self._count = 0  # items waiting, over all sources
 
     def put(
         self, source: int, item: T, live: bool, on_evict: Callable[[T], None] | None = None
@@ -73,14 +78,16 @@ class Inboxes(Generic[T]):
             if live:
                 if len(box) >= self.capacity:
                     evicted = box.popleft()
+                    self._count -= 1
             else:
                 while len(box) >= self.capacity:
                     if self._aborting.is_set():
                         return False
                     self._room[source].wait(POLL)
             box.append(item)
-            if self._idle:
-                self._ready.notify()
+            self._count += 1
+            if self._needs and self._count >= min(self._needs):
+                self._notify()
         if evicted is not None and on_evict is not None:
             on_evict(evicted)
         return True
@@ -114,12 +121,12 @@ class Inboxes(Generic[T]):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self._wait(left)
+                self._wait(left, most - len(taken))
                 more, room = self._pick(most - len(taken), ready)
                 taken += more
                 made_room = made_room or room
-            if self._idle and any(self._boxes.values()):
-                self._ready.notify()  # left for another consumer
+            if self._needs and self._count:
+                self._notify()  # left for another consumer
         if made_room and self._on_room is not None:
             self._on_room()  # outside the lock: it may take the producer's inbox's lock
         return taken
@@ -140,7 +147,7 @@ class Inboxes(Generic[T]):
     def nudge(self) -> None:
         """A source `take`'s `ready` said no to may say yes now: waiting consumers look again."""
         with self._lock:
-            if self._idle:
+            if self._needs:
                 self._ready.notify_all()
 
     def drain(self) -> list[T]:
@@ -149,6 +156,7 @@ class Inboxes(Generic[T]):
             items = [item for box in self._boxes.values() for item in box]
             for box in self._boxes.values():
                 box.clear()
+            self._count = 0
             self._wake_all()
             return items
 
@@ -167,12 +175,20 @@ class Inboxes(Generic[T]):
         for room in self._room.values():
             room.notify_all()
 
-    def _wait(self, seconds: float) -> None:
-        self._idle += 1
+    def _wait(self, seconds: float, need: int = 1) -> None:
+        """Wait until `need` items could be there (a put wakes this consumer only then: a
+        batcher filling 32 rows was woken by each of them), or `seconds`."""
+        self._needs.append(need)
         try:
             self._ready.wait(seconds)
         finally:
-            self._idle -= 1
+            self._needs.remove(need)
+
+    def _notify(self) -> None:
+        if len(self._needs) == 1:
+            self._ready.notify()
+        else:  # several: the one whose need is met may not be first in line
+            self._ready.notify_all()
 
     def _waiting(self) -> bool:
         return any(self._boxes.values())
@@ -206,6 +222,7 @@ class Inboxes(Generic[T]):
                         self._any_room.notify_all()
                     made_room = True
                 taken.append(box.popleft())
+                self._count -= 1
                 self._cursor = source + 1
                 if len(taken) >= most:
                     break
