@@ -8,12 +8,13 @@ taken as the marginal between a short and a long run (`--short`, `--long` frames
 what every run costs once (sources opened, workers started, outputs written) cancels, what is
 left is what each further frame costs. Batches are min(streams, 32) frames.
 
-With `--before SRC` (an older checkout's src, e.g. from `git worktree add`) each round runs
-that tree too, through PYTHONPATH with the same virtual environment, alternating with this one;
-every figure is the median (min–max) of the rounds.
+`--device cuda` stages the frames for the GPU as the frames path does there (the GPU check's
+`process_cpu` step). With `--before SRC` (an older checkout's src, e.g. from `git worktree
+add`) each round runs that tree too, through PYTHONPATH with the same virtual environment,
+alternating with this one; every figure is the median (min–max) of the rounds.
 
 Usage: .venv/bin/python scripts/bench_process_cpu.py [--streams 1,8,32,64] [--short 30]
-       [--long 150] [--runs 3] [--before SRC] [--json out.json]
+       [--long 150] [--runs 3] [--before SRC] [--device cpu|cuda] [--json out.json]
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def make_clip(folder: Path, frames: int) -> Path:
 
 
 def run(
-    clip: Path, streams: int, lengths: list[int], tree: Path | None
+    clip: Path, streams: int, lengths: list[int], tree: Path | None, device: str = "cpu"
 ) -> list[tuple[float, float]]:
     """(process CPU seconds, FPS) of a `visionrt run` of `streams` copies of `clip` for each of
     `lengths` frames per stream, in one process after a warm-up run of the first length."""
@@ -80,7 +81,7 @@ def run(
             command = ["run", *(f"s{i}={clip}" for i in range(streams))]
             command += ["--backend", "null", "--batch", str(min(streams, 32))]
             command += ["--set", "inference.settings.input=frames"]
-            command += ["--set", "source.workers=process"]
+            command += ["--set", "source.workers=process", "--device", device]
             command += ["--no-plan", "--no-video", "--no-jsonl", "-q"]
             command += ["-o", str(Path(out) / str(index)), "--max-frames", str(frames)]
             argvs.append(command)
@@ -116,6 +117,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--before", type=Path, default=None, help="an older checkout's src")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--device", default="cpu", help="cuda: the frames go to the GPU")
     args = parser.parse_args()
     if not 0 < args.short < args.long:
         sys.exit("--short must be positive and under --long")
@@ -131,7 +133,7 @@ def main() -> None:
             for count in counts:
                 for name, tree in trees.items():
                     (short_cpu, _), (long_cpu, long_fps) = run(
-                        clip, count, [args.short, args.long], tree
+                        clip, count, [args.short, args.long], tree, args.device
                     )
                     marginal = (long_cpu - short_cpu) / (count * (args.long - args.short))
                     cpu_ms[name, count].append(1000 * marginal)
@@ -158,6 +160,7 @@ def main() -> None:
             "short": args.short,
             "long": args.long,
             "before": str(args.before or ""),
+            "device": args.device,
             "cpu_ms_per_frame": {f"{t}x{c}": v for (t, c), v in cpu_ms.items()},
             "fps": {f"{t}x{c}": v for (t, c), v in fps.items()},
         }

@@ -265,6 +265,9 @@ def run_streams(
         "latency_p50_ms": summary["latency"]["p50"],
         "latency_p99_ms": summary["latency"]["p99"],
         "cpu_percent": summary.get("cpu_percent"),
+        # The pipeline process's own CPU per frame over the run's window (issue #48's figure;
+        # scripts/bench_process_cpu.py takes it as a marginal between two lengths).
+        "cpu_ms_per_frame": _cpu_per_frame(summary),
         "backend": {
             k: backend.get(k)
             for k in ("runtime", "device", "precision", "batch", "streams", "cuda_graphs")
@@ -309,6 +312,29 @@ def streams(kind: str, counts: list[int]) -> dict[str, Any]:
         result[f"{count}"] = run_streams(count, frames, extra, kind)
         print(kind, count, json.dumps(result[f"{count}"]), flush=True)
     return result
+
+
+def _cpu_per_frame(summary: dict[str, Any]) -> float | None:
+    cpu, seconds, frames = summary.get("cpu_percent"), summary.get("seconds"), summary["frames_out"]
+    if cpu is None or not seconds or not frames:
+        return None
+    return round(10 * cpu * seconds / frames, 4)
+
+
+def process_cpu(counts: list[int]) -> dict[str, Any]:
+    """scripts/bench_process_cpu.py on the null frames path on the device: the pipeline
+    process's CPU per frame (marginal between 30 and 150 frames a stream) and FPS, one round."""
+    out = Path("/tmp/gpu_check_runs") / "process_cpu.json"
+    counts = smoke_counts(counts)
+    short, long = (1, 2) if SMOKE else (30, 150)
+    command = [PY, str(ROOT / "scripts" / "bench_process_cpu.py"), "--runs", "1"]
+    command += ["--streams", ",".join(map(str, counts)), "--device", DEVICE]
+    command += ["--short", str(short), "--long", str(long), "--json", str(out)]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env(ROOT / "src"), cwd=ROOT)
+    if proc.returncode:
+        return {"rc": proc.returncode, "error": proc.stderr.strip().splitlines()[-6:]}
+    data: dict[str, Any] = json.loads(out.read_text())
+    return data
 
 
 def processes(workers: list[int], count: int = 64) -> dict[str, Any]:
@@ -588,6 +614,7 @@ STEPS: dict[str, tuple[int, Any]] = {
     "depth": (170, depth),  # waits for the depth model's build (started first)
     "seed": (150, seed),
     "null_streams": (70, lambda: {k: streams(k, [1, 32]) for k in ("null-float32", "null-frames")}),
+    "process_cpu": (150, lambda: process_cpu([1, 32, 64])),
     "arrays_streams": (40, lambda: streams("arrays", [32])),
     "frames_streams": (30, lambda: streams("frames", [1])),  # batch 1 on the device path
     "live": (30, live),
@@ -634,6 +661,7 @@ GROUPS = {
         "torch_streams",
         "readers",
         "null_streams",
+        "process_cpu",
         "live",
         "live_frames",
         "live_fold",

@@ -22,7 +22,7 @@ CHECK = ROOT / "scripts" / "gpu_check.py"
 # runs them by hand). About a minute on 2 cores.
 DETECTOR_STEPS = (
     "machine,torch_streams,readers,null_streams,live,live_frames,live_fold,tests_gpu,"
-    "processes,ceiling,doctor,device_flag"
+    "processes,ceiling,doctor,device_flag,process_cpu"
 )
 DEPTH_STEPS = "live_depth"
 
@@ -64,6 +64,9 @@ def test_the_detector_steps_run_on_the_cpu(tmp_path: Path, demo_model: Path) -> 
     assert results["torch_streams"]["2"]["backend"]["runtime"] == "torch"
     assert results["null_streams"]["null-frames"]["2"]["backend"]["runtime"] == "null"
     assert set(results["readers"]) == {"1", "2"}
+    # The pipeline process's CPU per frame: beside each run's FPS, and the script's figure.
+    assert results["torch_streams"]["2"]["cpu_ms_per_frame"] > 0
+    assert set(results["process_cpu"]["cpu_ms_per_frame"]) == {"this treex1", "this treex2"}
     # The CUDA tests' selection finds its tests (it is only collected here).
     assert " collected" in results["tests_gpu"]["summary"]
     assert not results["tests_gpu"]["summary"].startswith("no tests")
