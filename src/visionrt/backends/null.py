@@ -116,7 +116,7 @@ class NullBackend(Backend):
                 " work of that path); other forms run on cpu"
             )
         self.stand_in = device == "cpu"
-        self._tensors: dict[tuple[str, int], Any] = {}
+        self._tensors: dict[str, Any] = {}  # by role, rows for the largest batch asked yet
         self._buffers: dict[int, dict[str, Any]] = {}
         shape = (
             (options.batch, height, width, 3)
@@ -136,8 +136,8 @@ class NullBackend(Backend):
     def infer(self, inputs: Mapping[str, Array]) -> list[Array]:
         self._called()
         batch = next(iter(inputs.values())).shape[0]
-        if batch == self._output.shape[0]:
-            return [self._output]
+        if batch <= self._output.shape[0]:  # a short batch: the first rows, not a new array
+            return [self._output[:batch]]
         return [np.zeros((batch, *self._output.shape[1:]), np.float32)]
 
     # -- the frames form (FramesBackend): zeros on the device asked for ----------------------
@@ -169,9 +169,13 @@ class NullBackend(Backend):
     def _tensor(self, role: str, rows: int, shape: tuple[Any, ...]) -> Any:
         import torch
 
-        if (role, rows) not in self._tensors:
-            self._tensors[role, rows] = torch.zeros((rows, *shape), device=self.info.device)
-        return self._tensors[role, rows]
+        # One tensor per role, its first rows lent: a tensor per batch size made a short batch
+        # (what the batcher found waiting) cost a fresh allocation of a whole input's zeros.
+        held = self._tensors.get(role)
+        if held is None or held.shape[0] < rows or tuple(held.shape[1:]) != tuple(shape):
+            size = max(rows, self.info.inputs[0].shape[0])  # the batch at once
+            held = self._tensors[role] = torch.zeros((size, *shape), device=self.info.device)
+        return held[:rows]
 
     def _called(self) -> None:
         self._calls += 1
