@@ -179,9 +179,14 @@ class Graph:
 
     def _preprocess(self) -> None:
         try:
-            while taken := self.decoded.take(1, ready=self._has_room):
-                if not self._prepare(taken[0]):
-                    return
+            # A frame of each source that has room at a time (one take, one wake-up, for them
+            # all): a source's own lanes had room for its one frame when it was taken.
+            while taken := self.decoded.take(
+                len(self.sources), ready=self._has_room, one_each=True
+            ):
+                for item in taken:
+                    if not self._prepare(item):
+                        return
         finally:
             for lane in self.lanes:
                 lane.inbox.close()

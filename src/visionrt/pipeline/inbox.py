@@ -99,16 +99,21 @@ class Inboxes(Generic[T]):
             self._wake_all()
 
     def take(
-        self, most: int, wait: float = 0.0, ready: Callable[[int], bool] | None = None
+        self,
+        most: int,
+        wait: float = 0.0,
+        ready: Callable[[int], bool] | None = None,
+        one_each: bool = False,
     ) -> list[T]:
-        """Up to `most` items, round-robin across the sources `ready` says yes to (None: all).
-        Waits for the first; then up to `wait` seconds for more (0: only what is there). Empty:
+        """Up to `most` items, round-robin across the sources `ready` says yes to (None: all;
+        `one_each`: at most one of each source). Waits for the first; then up to `wait`
+        seconds for more (0: only what is there). Empty:
         closed and drained, or aborting."""
         with self._lock:
             while True:  # `ready` asked once per source a try reaches, not again to take
                 if self._aborting.is_set():
                     return []
-                taken, made_room = self._pick(most, ready)
+                taken, made_room = self._pick(most, ready, one_each)
                 if taken:
                     break
                 if self._closed and not self._waiting():
@@ -122,7 +127,7 @@ class Inboxes(Generic[T]):
                 if left <= 0:
                     break
                 self._wait(left, most - len(taken))
-                more, room = self._pick(most - len(taken), ready)
+                more, room = self._pick(most - len(taken), ready, one_each)
                 taken += more
                 made_room = made_room or room
             if self._needs and self._count:
@@ -193,10 +198,13 @@ class Inboxes(Generic[T]):
     def _waiting(self) -> bool:
         return any(self._boxes.values())
 
-    def _pick(self, most: int, ready: Callable[[int], bool] | None) -> tuple[list[T], bool]:
-        """One item per non-empty (ready) source per round, starting after the last source
-        served; and whether a full inbox got room. `ready` is asked once per source a round
-        reaches (the first round of a take of one item stops at the first ready source)."""
+    def _pick(
+        self, most: int, ready: Callable[[int], bool] | None, one_each: bool = False
+    ) -> tuple[list[T], bool]:
+        """One item per non-empty (ready) source per round (`one_each`: one round), starting
+        after the last source served; and whether a full inbox got room. `ready` is asked once
+        per source a round reaches (the first round of a take of one item stops at the first
+        ready source)."""
         taken: list[T] = []
         made_room = False
         order = self._order
@@ -226,6 +234,6 @@ class Inboxes(Generic[T]):
                 self._cursor = source + 1
                 if len(taken) >= most:
                     break
-            if not found:
+            if not found or one_each:
                 break
         return taken, made_room
