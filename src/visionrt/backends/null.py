@@ -117,6 +117,7 @@ class NullBackend(Backend):
             )
         self.stand_in = device == "cpu"
         self._tensors: dict[str, Any] = {}  # by role, rows for the largest batch asked yet
+        self._batch = options.batch
         self._buffers: dict[int, dict[str, Any]] = {}
         shape = (
             (options.batch, height, width, 3)
@@ -173,7 +174,7 @@ class NullBackend(Backend):
         # (what the batcher found waiting) cost a fresh allocation of a whole input's zeros.
         held = self._tensors.get(role)
         if held is None or held.shape[0] < rows or tuple(held.shape[1:]) != tuple(shape):
-            size = max(rows, self.info.inputs[0].shape[0])  # the batch at once
+            size = max(rows, self._batch)  # the whole batch at once
             held = self._tensors[role] = torch.zeros((size, *shape), device=self.info.device)
         return held[:rows]
 

@@ -100,7 +100,7 @@ def build_gating(parts: Parts, options: PipelineOptions, telemetry: Telemetry) -
     )
 
 
-def build_graph(
+def start_graph(
     run: OpenRun,
     flow: Flow,
     fail: Callable[[BaseException], None],
@@ -111,7 +111,9 @@ def build_graph(
     """The stage graph over an opened run's parts: the scheduler (which lanes run on a frame;
     the latency ladder's variants and the region lane after the tasks' lanes), each source's
     fusion steps (a source with a checkpoint in `resume` goes on from it), motion gating; `fail`
-    stops the run on a stage's error, `note` says what the fusers find as frames come."""
+    stops the run on a stage's error, `note` says what the fusers find as frames come. And what
+    starts before its threads: OpenCV's thread count, the queues' gauges, the telemetry, the
+    audit (which turns gating off on a source whose spared frames fall below the budget)."""
     parts, options, sources = run.parts, run.options, run.sources
     first_variant = len(parts.lanes)
     scheduler = Scheduler(
@@ -138,23 +140,9 @@ def build_graph(
         parts.regions,
     )
     inputs = Inputs(sources, run.names, run.named)
-    return Graph(inputs, work, options, run.telemetry, flow, fail, service)
-
-
-def start_graph(
-    run: OpenRun,
-    flow: Flow,
-    fail: Callable[[BaseException], None],
-    note: Callable[[str], None],
-    resume: Sequence[Checkpoint | None] = (),
-    service: bool = False,
-) -> Graph:
-    """`build_graph`, and what starts before its threads: OpenCV's thread count, the queues'
-    gauges, the telemetry, and the audit (which turns gating off on a source whose spared
-    frames fall below the budget)."""
-    graph = build_graph(run, flow, fail, note, resume, service)
-    if run.options.opencv_threads:
-        cv2.setNumThreads(run.options.opencv_threads)
+    graph = Graph(inputs, work, options, run.telemetry, flow, fail, service)
+    if options.opencv_threads:
+        cv2.setNumThreads(options.opencv_threads)
     for name, read in graph.depths().items():
         run.telemetry.register_gauge(name, read)
     run.telemetry.start()
