@@ -29,7 +29,12 @@ def _load(name: str) -> dict[str, Any]:
 
 def _cpu(text: str) -> str:
     """A CPU as the results name it, with the class the project's machines are known by."""
-    kinds = {"family 26": "Zen 5", "family 25": "Zen 4 class", "family 6 model 106": "Ice Lake"}
+    kinds = {
+        "family 26": "Zen 5",
+        "family 25": "Zen 4 class",
+        "family 6 model 106": "Ice Lake",
+        "family 6 model 207": "Emerald Rapids class (AMX)",
+    }
     kind = next((k for key, k in kinds.items() if key in text), "")
     return f"2 vCPU {text}" + (f", {kind}" if kind else "")
 
@@ -136,6 +141,23 @@ def host_streams() -> list[str]:
     ]
 
 
+def process_cpu() -> list[str]:
+    name = "process_cpu.json"
+    data = _load(name)
+    cpu = {key: statistics.median(values) for key, values in data["cpu_ms_per_frame"].items()}
+    fps = {key: statistics.median(values) for key, values in data["fps"].items()}
+    now, before = cpu["this treex32"], cpu["beforex32"]
+    return [
+        "the pipeline process's own CPU per frame at 32 streams, null frames path (decoders in"
+        " worker processes; issue #48's target 0.1 ms)",
+        _cpu(data["cpu"]),
+        f"{now:.3f} ms a frame ({before:.3f} before #48), {fps['this treex32']:,.0f} FPS"
+        f" ({fps['beforex32']:,.0f})",
+        "2026-12-06",
+        f"`scripts/bench_process_cpu.py --before SRC` → {name}",
+    ]
+
+
 def gpu_streams() -> list[str]:
     name = "gpu_check_h200_i420_processes.json"
     data = _load(name)
@@ -175,6 +197,7 @@ ROWS: list[Callable[[], list[str]]] = [
     cpu_efficiency,
     seed_cpu,
     host_streams,
+    process_cpu,
     seed_outputs,
     gpu_streams,
     seed_gpu,
