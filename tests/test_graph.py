@@ -551,3 +551,23 @@ def test_a_source_held_up_by_its_own_slow_lane_holds_up_no_other_source() -> Non
             source.close()
     assert not errors
     assert (out.count("rgb"), out.count("slam")) == (frames, frames)
+
+
+def test_a_service_that_starts_with_no_source_runs_the_first_one_added(demo_model: Path) -> None:
+    # The preprocess thread takes a frame of each source at once: with none yet, still one.
+    pipeline = Pipeline(
+        [], demo_model, "null", options=pipeline_options(warmup=0), plan=False, service=True
+    )
+    results: list[Any] = []
+    consumer = threading.Thread(target=lambda: results.extend(pipeline), daemon=True)
+    consumer.start()
+    try:
+        until(lambda: pipeline.graph is not None, "the service running")
+        assert pipeline.roster is not None
+        pipeline.roster.add("first", "synthetic:64x48:12")
+        until(lambda: len(results) == 12, "the added source's frames out")
+    finally:
+        pipeline.stop()
+        consumer.join(HANG_SECONDS)
+        pipeline.close()
+    assert [r.frame.source_name for r in results] == ["first"] * 12

@@ -181,8 +181,9 @@ class Graph:
         try:
             # A frame of each source that has room at a time (one take, one wake-up, for them
             # all): a source's own lanes had room for its one frame when it was taken.
+            # At least one: a service may start with no source and get its first later.
             while taken := self.decoded.take(
-                len(self.sources), ready=self._has_room, one_each=True
+                max(1, len(self.sources)), ready=self._has_room, one_each=True
             ):
                 for item in taken:
                     if not self._prepare(item):
