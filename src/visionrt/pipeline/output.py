@@ -75,13 +75,13 @@ class OutputStage:
         """Write every result of `results` (the run's), then finalize the sinks. An error that
         ends the results is added to `errors` and raised; one finalizing a sink is too, where
         nothing failed before it."""
-        if not self.sinks and self.on_result is None:  # nothing to write: no thread, no queue
-            for _ in results:
-                pass
-            return
-        self.start()
+        writing = bool(self.sinks) or self.on_result is not None  # else no thread, no queue
+        if writing:
+            self.start()
         try:
             for result in results:
+                if not writing:
+                    continue
                 # False once a sink failed: the run is then aborting, and `results` raises the
                 # sink's error as it ends (a `break` here would close it and lose that).
                 self.put(result)
