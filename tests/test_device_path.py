@@ -21,7 +21,7 @@ from visionrt.backends.torch_device import DeviceRunner, bucket  # noqa: E402
 from visionrt.errors import ConfigError  # noqa: E402
 from visionrt.fidelity import box_iou  # noqa: E402
 from visionrt.preprocess import InputLayout  # noqa: E402
-from visionrt.preprocess.device import FrameSlot  # noqa: E402
+from visionrt.preprocess.device import FrameSlot, StandInPinning  # noqa: E402
 from visionrt.tasks import DetectTask  # noqa: E402
 
 pytestmark = pytest.mark.torch
@@ -104,6 +104,40 @@ def test_null_frames_on_the_cpu_stage_frames_and_skip_the_device_work(tiny_model
     (rows,) = task.infer([slot])
     assert len(task.decode(rows, box)) == 0
     assert backend._calls == 1  # the call happened: delays and injected faults apply
+
+
+def test_null_frames_from_worker_processes_go_up_from_their_ring_uncopied(
+    small_video: Path, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stand-in does what a CUDA device does with registered rings: no staging copy."""
+    registered: list[int] = []
+    monkeypatch.setattr(
+        StandInPinning, "register", lambda self, address, size: registered.append(size) or True
+    )
+    held = {"referred": 0, "copied": 0}
+    hold = FrameSlot.hold
+
+    def counted(slot: FrameSlot, image: np.ndarray, box: object) -> None:
+        hold(slot, image, box)
+        assert slot.tensor is not None
+        held["referred" if slot.tensor.data_ptr() == image.ctypes.data else "copied"] += 1
+
+    monkeypatch.setattr(FrameSlot, "hold", counted)
+    options = BackendOptions(batch=2, settings={"input": "frames"})
+    reading = SourceOptions(workers="process", max_frames=10)
+    specs = [f"c{i}={small_video}" for i in range(2)]
+    pipeline = Pipeline(specs, tiny_model, "null", options, source_options=reading, plan=False)
+    try:
+        frames = sum(1 for _ in pipeline)
+        summary = pipeline.summary()
+    finally:
+        pipeline.close()
+    assert summary.accounted
+    assert frames == 20
+    # Each worker's ring, once; a worker's first frames may be decoded as BGR before it hears
+    # that I420 is wanted, into a ring of their own.
+    assert 2 <= len(registered) <= 4
+    assert held["referred"] == 20  # every frame; the warm-up's blank frames were copied
 
 
 def test_null_frames_fault_injection_fails_the_run(small_video: Path, tiny_model: Path) -> None:

@@ -212,3 +212,34 @@ def test_a_staged_batch_of_one_layout_is_what_letterbox_slots_makes() -> None:
     other = FrameSlot(stage=True)
     other.hold(textured(40, 36, 9), box)  # BGR of the same size: another shape
     assert one_layout([*slots, other]) is None
+
+
+class _Registered:
+    """Memory a `Pinning` registered, as a worker's ring slot is (`ring._Lease`)."""
+
+    pinned = True
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array  # kept alive with the view
+        self.__array_interface__ = array.__array_interface__
+
+
+def test_a_frame_in_pinned_memory_is_referred_to_and_let_go_after_its_batch() -> None:
+    image = np.asarray(_Registered(textured(20, 30, 4)))
+    box = compute_letterbox(image.shape[:2], (32, 32))
+    slot = FrameSlot(stage=True)
+    slot.hold(textured(20, 30, 5), box)  # a frame elsewhere: copied into the slot's memory
+    own = slot.tensor
+    assert own is not None
+    slot.hold(image, box)
+    assert slot.tensor is not None
+    assert slot.tensor.data_ptr() == image.ctypes.data  # the upload reads it where it is
+    slot.let_go()
+    assert slot.tensor is None  # the frame's memory (a ring slot) may go back now
+    slot.hold(image[:, ::2], box)  # not contiguous: copied, as any frame
+    assert slot.tensor is not None
+    assert slot.tensor.data_ptr() != image.ctypes.data
+    slot.hold(textured(20, 30, 6), box)
+    assert slot.tensor is own  # the slot's own memory was kept for the next copy
+    slot.let_go()
+    assert slot.tensor is own

@@ -21,6 +21,7 @@ from conftest import HANG_SECONDS, finishes, until
 from visionrt.errors import ConfigError, SourceError, SourceNotFoundError
 from visionrt.sources import SourceOptions, open_source
 from visionrt.sources.process import ProcessSource
+from visionrt.frames import in_pinned_memory
 from visionrt.types import Frame
 
 SHM = Path("/dev/shm")
@@ -291,3 +292,55 @@ def test_a_full_dev_shm_is_an_error_not_a_crash(monkeypatch: pytest.MonkeyPatch)
         next(source.frames())
     assert source.pid is None  # the worker was ended
     source.close()
+
+
+# -- pinned rings --------------------------------------------------------------------------------
+
+
+class _Pinning:
+    """Records what a device would register (`frames.Pinning`)."""
+
+    def __init__(self, answer: bool | None = True) -> None:
+        self.answer = answer  # None: registering raises
+        self.registered: list[tuple[int, int]] = []
+        self.unregistered: list[int] = []
+
+    def register(self, address: int, size: int) -> bool:
+        if self.answer is None:
+            raise RuntimeError("no device")
+        self.registered.append((address, size))
+        return self.answer
+
+    def unregister(self, address: int) -> None:
+        self.unregistered.append(address)
+
+
+def test_a_pinned_ring_is_registered_once_and_unregistered_when_unmapped() -> None:
+    pinning = _Pinning()
+    source = ProcessSource("synthetic:64x48:6", 0, SourceOptions(mode="file"), slots=8)
+    source.pin_memory(pinning)
+    frames = list(source.frames())
+    assert [f.index for f in frames] == list(range(6))
+    assert all(in_pinned_memory(f.pixels) for f in frames)
+    ((address, size),) = pinning.registered
+    assert size >= 8 * 64 * 48 * 3
+    assert frames[0].pixels.ctypes.data - address in range(size)
+    source.close()
+    assert pinning.unregistered == []  # frames still hold slots: still mapped and registered
+    del frames
+    gc.collect()
+    assert pinning.unregistered == [address]
+
+
+@pytest.mark.parametrize("answer", [False, None])
+def test_a_ring_that_cannot_be_registered_gives_frames_that_are_staged(answer: bool | None) -> None:
+    pinning = _Pinning(answer)
+    source = ProcessSource("synthetic:64x48:3", 0, SourceOptions(mode="file"), slots=4)
+    source.pin_memory(pinning)
+    frames = list(source.frames())
+    assert len(frames) == 3
+    assert not any(in_pinned_memory(f.pixels) for f in frames)
+    source.close()
+    del frames
+    gc.collect()
+    assert pinning.unregistered == []

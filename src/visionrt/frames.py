@@ -63,6 +63,26 @@ def as_bgr(pixels: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
     return cast("npt.NDArray[np.uint8]", cv2.cvtColor(pixels, cv2.COLOR_YUV2BGR_I420))
 
 
+class Pinning(Protocol):
+    """Makes host memory a device can copy from without a staging copy (CUDA:
+    cudaHostRegister, so an upload from it is one DMA): a worker's shared-memory ring is
+    registered once, and a frame in it goes up from where it was decoded (`in_pinned_memory`).
+    `register` is False where the memory cannot be registered: its frames are staged as any."""
+
+    def register(self, address: int, size: int) -> bool: ...
+
+    def unregister(self, address: int) -> None: ...
+
+
+def in_pinned_memory(pixels: npt.NDArray[np.uint8]) -> bool:
+    """`pixels` lie, contiguous, in memory a `Pinning` registered: the array that finally holds
+    them (a ring slot's lease, sources/ring.py) says `pinned`."""
+    owner: Any = pixels
+    while isinstance(owner, np.ndarray):
+        owner = owner.base
+    return bool(pixels.flags.c_contiguous and getattr(owner, "pinned", False))
+
+
 def picture_hw(pixels: npt.NDArray[np.uint8]) -> tuple[int, int]:
     """(height, width) of a picture held as `Frame.pixels` holds one (BGR or I420)."""
     if pixels.ndim == 2:

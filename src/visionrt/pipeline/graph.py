@@ -90,6 +90,7 @@ class Graph:
             service,
             i420=self.lanes[0].i420,
             shared=options.reader_threads,
+            pinning=next((lane.pinning for lane in self.lanes if lane.pinning), None),
         )
         # The source side's lists, which grow as a service's sources are added.
         self.sources, self.labels = self.source_side.sources, self.source_side.labels

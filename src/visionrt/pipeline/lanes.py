@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from visionrt.config.pipeline import PipelineOptions
+from visionrt.frames import Pinning
 from visionrt.pipeline.flow import Flow, Job
 from visionrt.pipeline.inbox import Inboxes
 from visionrt.tasks.base import Task
@@ -34,6 +35,8 @@ class Lane:
     ) -> None:
         self.index, self.task = index, task
         self.i420 = bool(getattr(task, "takes_i420", False))  # given Frame.pixels as decoded
+        # Registers a worker's ring where the task's device copies frames from it (FrameSlot).
+        self.pinning: Pinning | None = getattr(task, "pinning", None)
         self.concurrency = max(1, task.backend.concurrency)
         # Live: a frame or two waits per source at most, so latency cannot build up. Large
         # buffers (a 4K frame's tiles: ~160 MB) wait one per source: memory, not speed, binds.

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from visionrt.errors import VisionRTError
+from visionrt.frames import Pinning
 from visionrt.pipeline.flow import POLL, Flow, Item
 from visionrt.pipeline.inbox import Inboxes
 from visionrt.sources import Source
@@ -31,7 +32,8 @@ BURST = 8
 class Readers:
     """`sources[i]` is read into `decoded` under the name `labels[i]` (`named[i]`: the user's
     name, which replaces its path in its frames). `guard` runs a thread's work and reports what
-    it raises; `i420` asks each source for YUV frames (Source.want_i420). The last source to
+    it raises; `i420` asks each source for YUV frames (Source.want_i420), `pinning` to register
+    the memory they arrive in for the device (Source.pin_memory). The last source to
     end closes `decoded`; a service's (`service`) hold it open until `release()`.
 
     A live source (a camera, a stream, a paced file) has a thread of its own: it is read as its
@@ -56,12 +58,13 @@ class Readers:
         service: bool = False,
         i420: bool = False,
         shared: int = 0,
+        pinning: Pinning | None = None,
     ) -> None:
         # Own lists: a service appends to them (`add`) while the stages index them.
         self.sources, self.labels, self.named = list(sources), list(labels), list(named)
         self.live = [s.live for s in sources]
         self.decoded, self.telemetry, self.flow, self._guard = decoded, telemetry, flow, guard
-        self.service, self.i420 = service, i420
+        self.service, self.i420, self.pinning = service, i420, pinning
         # A service's source that fails ends alone (its error in `failures`); a run's fails it.
         # (`service` itself turns False when the service is stopped.)
         self.serving = service
@@ -196,6 +199,8 @@ class Readers:
         try:
             if self.i420:
                 source.want_i420()
+            if self.pinning is not None:
+                source.pin_memory(self.pinning)
             frames = source.frames()
             while True:
                 started = time.perf_counter()

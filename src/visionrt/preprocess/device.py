@@ -18,6 +18,7 @@ import numpy.typing as npt
 import torch
 from torch import Tensor
 
+from visionrt.frames import Pinning, in_pinned_memory
 from visionrt.preprocess.letterbox import PAD_VALUE
 from visionrt.types import Letterbox, as_bgr
 
@@ -33,10 +34,14 @@ class FrameSlot:
     """One frame on its way to the device: its decoded bytes (`Frame.pixels`: BGR, or I420 that
     `upload` converts on the device) and their letterbox.
 
-    `stage` copies the frame into memory the slot owns (the frame's own buffer, a decoder's or
-    a worker's shared memory, is then free at once); `allocate` makes that memory, pinned for
-    a CUDA device so the upload is a DMA that overlaps compute. Without `stage` the slot only
-    refers to the frame (a CPU device reads it where it is)."""
+    `stage` copies the frame into memory the slot owns (the frame's own buffer, a decoder's
+    memory, is then free at once); `allocate` makes that memory, pinned for a CUDA device so
+    the upload is a DMA that overlaps compute. A frame already in pinned memory (a worker's
+    ring, registered through the task's `Pinning`: `in_pinned_memory`) is not copied: the slot
+    refers to it, as it does to every frame without `stage` (a CPU device reads it where it
+    is). The copy was most of the preprocess thread's CPU on the frames path (issue #48).
+    `let_go` drops such a reference once the batch is done, so the frame's memory (a ring
+    slot) goes back then, not when the slot is next used."""
 
     def __init__(self, stage: bool, allocate: Callable[[tuple[int, ...]], Any] | None = None):
         self.stage = stage
@@ -55,8 +60,9 @@ class FrameSlot:
         letterbox it goes in with (None: a model whose input is the whole frame resized, as a
         depth model's)."""
         self.box = box
-        if not self.stage:
+        if not self.stage or in_pinned_memory(image):
             self.tensor = torch.from_numpy(np.ascontiguousarray(image))
+            self._view = None  # the memory of its own, if any, is in `_kept`
             return
         if self._view is None or self._view.shape != image.shape:  # a size other than last
             tensor = self._kept.pop(image.shape, None)
@@ -68,11 +74,46 @@ class FrameSlot:
             self._view = tensor.numpy()
         np.copyto(self._view, image)  # numpy copies without the GIL
 
+    def let_go(self) -> None:
+        """The batch this slot was in is done (its upload read the frame): a frame the slot only
+        refers to is let go; memory of its own is kept for the next."""
+        if self._view is None:
+            self.tensor = None
+
     def bgr(self) -> npt.NDArray[np.uint8]:
         """The held frame as H×W×3 BGR on the host (converted by OpenCV from I420, as
         `Frame.image` is): for work the host does again, such as an FP32 recompute."""
         assert self.tensor is not None, "a slot is read after hold()"
         return as_bgr(self.tensor.numpy())
+
+
+class CudaPinning:
+    """A `Pinning` by cudaHostRegister (portable: every device's context may read it)."""
+
+    def register(self, address: int, size: int) -> bool:
+        return int(torch.cuda.cudart().cudaHostRegister(address, size, 1)) == 0
+
+    def unregister(self, address: int) -> None:
+        torch.cuda.cudart().cudaHostUnregister(address)
+
+
+class StandInPinning:
+    """The null backend on the CPU standing in for a device: what it registers is 'pinned' as
+    a CUDA device's registered memory is, so the host does what it would do for one."""
+
+    def register(self, address: int, size: int) -> bool:
+        return True
+
+    def unregister(self, address: int) -> None:
+        pass
+
+
+def pinning_for(device: torch.device, stand_in: bool) -> Pinning | None:
+    """How frames' memory is made the device's to copy from: None where it reads them where
+    they are (a CPU device running a model)."""
+    if device.type == "cuda":
+        return CudaPinning()
+    return StandInPinning() if stand_in else None
 
 
 def upload(slots: Sequence[FrameSlot], device: torch.device) -> list[Tensor]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from visionrt.errors import ConfigError, SourceError
-from visionrt.types import Frame
+from visionrt.frames import Frame, Pinning
 
 STREAM_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
@@ -139,6 +139,11 @@ class Source(ABC):
         `Frame.image` is BGR either way."""
         options: SourceOptions | None = getattr(self, "options", None)
         self.i420 = options is None or options.pixels != "bgr"
+
+    def pin_memory(self, pinning: Pinning) -> None:
+        """Where this source's frames lie in memory of its own that lasts (a worker's ring),
+        register it with `pinning`, so a device copies them from there. Others: nothing."""
+        return
 
     @abstractmethod
     def frames(self) -> Iterator[Frame]:

@@ -45,6 +45,7 @@ from dataclasses import replace
 
 from visionrt import errors
 from visionrt.errors import ConfigError, SourceError, VisionRTError
+from visionrt.frames import Pinning
 from visionrt.sources.base import Source, SourceOptions, SourceStats
 from visionrt.sources.ring import Ring, WorkerProcess
 from visionrt.sources.worker import Message
@@ -82,6 +83,7 @@ class ProcessSource(Source):
         self._generations = itertools.count()
         self._rings: dict[int, Ring] = {}  # generation → ring the worker may still write
         self._ring: Ring | None = None  # the newest offered
+        self._pinning: Pinning | None = None  # every ring is registered with it (pin_memory)
         self._backlog: deque[Message] = deque()
         self._child = SourceStats()  # the current worker's last report
         self._carried = SourceStats()  # dead live workers' counts, and this side's own
@@ -152,6 +154,11 @@ class ProcessSource(Source):
             if self._worker is not None:
                 self._worker.send(("i420",))
 
+    def pin_memory(self, pinning: Pinning) -> None:
+        self._pinning = pinning
+        for ring in list(self._rings.values()):
+            ring.pin(pinning)
+
     def stop(self) -> None:
         super().stop()
         worker = self._worker
@@ -210,7 +217,7 @@ class ProcessSource(Source):
 
     def _offer(self, shape: tuple[int, ...], slots: int) -> None:
         assert self._worker is not None
-        ring = Ring(next(self._generations), tuple(shape), slots, self._worker)
+        ring = Ring(next(self._generations), tuple(shape), slots, self._worker, self._pinning)
         self._rings[ring.generation] = self._ring = ring
         self._worker.send(("ring", ring.generation, ring.name, ring.shape, slots))
 

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from visionrt.errors import SourceError
+from visionrt.frames import Pinning
 from visionrt.sources.base import SourceOptions
 from visionrt.sources.worker import Message, slot_bytes, work
 from visionrt.spawning import start_shielded
@@ -113,9 +114,17 @@ class WorkerProcess:
 
 
 class Ring:
-    """The parent's side of one shared-memory segment of `slots` frames of `shape`."""
+    """The parent's side of one shared-memory segment of `slots` frames of `shape`; registered
+    with `pinning` (`pin`) where a device reads its frames from where they are."""
 
-    def __init__(self, generation: int, shape: tuple[int, ...], slots: int, worker: WorkerProcess):
+    def __init__(
+        self,
+        generation: int,
+        shape: tuple[int, ...],
+        slots: int,
+        worker: WorkerProcess,
+        pinning: Pinning | None = None,
+    ):
         self.generation, self.shape, self.slots = generation, shape, slots
         self.slot_bytes = slot_bytes(shape)
         name = f"vrt{os.getpid()}_{secrets.token_hex(4)}"  # short: macOS allows 31 characters
@@ -142,6 +151,22 @@ class Ring:
         self._lock = threading.RLock()
         self._linked = True
         self._retired = False
+        self._pinning: Pinning | None = None
+        self.pinned = False  # registered with `_pinning` (read by each lease: `in_pinned_memory`)
+        if pinning is not None:
+            self.pin(pinning)
+
+    def pin(self, pinning: Pinning) -> None:
+        """Register the segment with `pinning`, once; where that fails its frames are staged
+        (copied) on their way to the device, as any frame's."""
+        with self._lock:
+            if self._pinning is not None or self._retired:
+                return
+            self._pinning = pinning
+            try:
+                self.pinned = pinning.register(self._address, self.slot_bytes * self.slots)
+            except Exception:  # an unusable device here: staging still works
+                self.pinned = False
 
     def lease(self, slot: int) -> npt.NDArray[np.uint8]:
         with self._lock:
@@ -213,7 +238,11 @@ class Ring:
 
     def _unmap(self) -> None:
         # Leases hold raw addresses, not buffer exports, so this never raises BufferError; it
-        # runs only once no array over the segment is left.
+        # runs only once no array over the segment is left, so no device copy reads it either.
+        if self.pinned and self._pinning is not None:
+            self.pinned = False
+            with contextlib.suppress(Exception):
+                self._pinning.unregister(self._address)
         self._memory.close()
 
 
@@ -226,6 +255,10 @@ class _Lease:
     def __init__(self, ring: Ring, slot: int) -> None:
         self.ring, self.slot = ring, slot
         self.__array_interface__ = ring.interface(slot)
+
+    @property
+    def pinned(self) -> bool:
+        return self.ring.pinned
 
     def __del__(self) -> None:
         self.ring.release(self.slot)

@@ -16,6 +16,7 @@ from visionrt.backends import Backend, BackendOptions, load_backend
 from visionrt.backends.base import FRAMES
 from visionrt.backends.registry import ROWS, check_reads, find_row, row_for_file
 from visionrt.errors import ConfigError, ModelLoadError, NonFiniteDepthError, VisionRTError
+from visionrt.frames import Pinning
 from visionrt.models import SELF_DESCRIBING, model_metadata, read_model_spec, resolve_model
 from visionrt.postprocess.depth import depth_to_source, nonfinite_rows
 from visionrt.preprocess.depth import PATCH, depth_input_size, depth_into
@@ -224,6 +225,11 @@ class DepthTask:
         """`prepare` takes I420 pixels too (`Frame.pixels`): the device converts them."""
         return self.device is not None
 
+    @property
+    def pinning(self) -> Pinning | None:
+        """How a worker's ring is made the device's to copy frames from (None: not needed)."""
+        return self.device.pinning if self.device is not None else None
+
     def prepare(self, image: npt.NDArray[np.uint8], buffer: Any, last: Any = None) -> DepthGeometry:
         """Resize and normalize `image` into `buffer` (or hold it in its slot, for the device
         to do that); every pixel is written (no padding), so `last` is not needed."""
@@ -239,9 +245,18 @@ class DepthTask:
         output = np.asarray(backend.infer({self.input_name: tensor})[0])
         return output[:rows]
 
-    def infer(self, rows: list[npt.NDArray[Any]]) -> npt.NDArray[np.object_]:
+    def infer(self, rows: list[Any]) -> npt.NDArray[np.object_]:
         """Run prepared rows as one batch; one DepthRow per input row (an object array, so
         that each row carries its own `recomputed` flag to `decode`)."""
+        if self.device is None:
+            return self._infer(rows)
+        try:
+            return self._infer(rows)
+        finally:
+            for slot in rows:
+                slot.let_go()  # the frames went up (and were recomputed): their memory goes back
+
+    def _infer(self, rows: list[Any]) -> npt.NDArray[np.object_]:
         if self.device is not None:
             output, bad = self.device.infer(rows)
             tensor = None

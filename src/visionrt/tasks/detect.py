@@ -13,6 +13,7 @@ from visionrt.backends import Backend, BackendOptions, load_backend
 from visionrt.backends.base import FRAMES
 from visionrt.backends.registry import check_reads, find_row
 from visionrt.errors import ConfigError
+from visionrt.frames import Pinning
 from visionrt.models import (
     SELF_DESCRIBING,
     ModelSpec,
@@ -175,6 +176,11 @@ class DetectTask:
         """`prepare` takes I420 pixels too (`Frame.pixels`): the device converts them."""
         return self.device is not None
 
+    @property
+    def pinning(self) -> Pinning | None:
+        """How a worker's ring is made the device's to copy frames from (None: not needed)."""
+        return self.device.pinning if self.device is not None else None
+
     def prepare(
         self,
         image: npt.NDArray[np.uint8],
@@ -196,7 +202,11 @@ class DetectTask:
         """Run prepared rows as one batch; returns the raw output, one row per input row (or,
         for frames decoded on the device, each row's kept boxes)."""
         if self.device is not None:
-            return self.device.infer(rows)
+            try:
+                return self.device.infer(rows)
+            finally:
+                for slot in rows:
+                    slot.let_go()  # the frames went up: their memory (a ring slot) goes back
         tensor = self._batches.fill(rows)
         return self.backend.infer({self.input_name: tensor})[0]
 

@@ -16,7 +16,7 @@ import torch
 from visionrt.backends.base import Backend, FramesBackend
 from visionrt.postprocess.depth_device import DeviceDepthMap
 from visionrt.preprocess.depth_device import depth_batch, depth_rows, depth_staged
-from visionrt.preprocess.device import FrameSlot, one_layout, prepare_staged, upload
+from visionrt.preprocess.device import FrameSlot, one_layout, pinning_for, prepare_staged, upload
 from visionrt.tasks.base import warm_up_device
 from visionrt.types import DepthMap
 
@@ -36,6 +36,8 @@ class DeviceDepth:
         self.stand_in = self.backend.stand_in
         self._stage = self.device.type != "cpu" or self.stand_in
         self._allocate = _pinned if self.device.type == "cuda" else None
+        # A worker's ring is registered with it, and its frames go up from there (FrameSlot).
+        self.pinning = pinning_for(self.device, self.stand_in)
         self._contexts = max(1, backend.concurrency)
 
     def new_slot(self) -> FrameSlot:

@@ -25,6 +25,7 @@ from visionrt.preprocess.device import (
     letterbox_slots,
     letterbox_staged,
     one_layout,
+    pinning_for,
     prepare_staged,
 )
 from visionrt.tasks.base import warm_up_device
@@ -55,6 +56,8 @@ class DeviceDetect:
         self.stand_in = self.backend.stand_in
         self._stage = self.device.type != "cpu" or self.stand_in
         self._allocate = _pinned if self.device.type == "cuda" else None
+        # A worker's ring is registered with it, and its frames go up from there (FrameSlot).
+        self.pinning = pinning_for(self.device, self.stand_in)
         self._contexts = max(1, backend.concurrency)
         self.table = TableDecoder(head, postprocess)
         self.table.prepare(self.device)
