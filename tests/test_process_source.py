@@ -19,9 +19,9 @@ import pytest
 from conftest import HANG_SECONDS, finishes, until
 
 from visionrt.errors import ConfigError, SourceError, SourceNotFoundError
+from visionrt.frames import in_pinned_memory
 from visionrt.sources import SourceOptions, open_source
 from visionrt.sources.process import ProcessSource
-from visionrt.frames import in_pinned_memory
 from visionrt.types import Frame
 
 SHM = Path("/dev/shm")
