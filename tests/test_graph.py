@@ -17,6 +17,7 @@ from conftest import HANG_SECONDS, until, write_video
 from visionrt import BackendOptions, Pipeline, PipelineOptions, SourceOptions
 from visionrt.config import pipeline_options
 from visionrt.errors import ConfigError
+from visionrt.fuse.track_options import TrackingOptions
 from visionrt.pipeline import inbox
 from visionrt.pipeline.inbox import Inboxes
 from visionrt.sources.naming import default_name, split_name, unique_names
@@ -388,6 +389,35 @@ def test_tracking_with_detect_every_n_boxes_every_frame(
         row = result.to_json()["detections"][0]
         assert (row["track_id"], row["predicted"]) == (1, result.frame.index % 3 != 0)
     assert pipeline.summary().accounted
+
+
+def test_detect_every_without_track_ids_still_boxes_every_frame(
+    small_video: Path, tiny_model: Path
+) -> None:
+    """A plan's detect-every-N where the user asked for no tracking: the tracker's boxes on the
+    frames between, and no box gets a track id."""
+    tracking = TrackingOptions(detect_every=2, predict_between=True)
+    options = PipelineOptions(tracking=tracking)
+    pipeline = Pipeline([str(small_video)], tiny_model, "onnxruntime", options=options)
+    calls: list[int] = []
+    infer = pipeline.task.infer
+
+    def counting(rows):  # type: ignore[no-untyped-def]
+        calls.append(len(rows))
+        return infer(rows)
+
+    pipeline.task.infer = counting  # type: ignore[method-assign]
+    results = list(pipeline)
+    pipeline.close()
+    assert [r.frame.index for r in results] == list(range(40))
+    assert sum(calls) == 20  # frames 0, 2, …, 38
+    for result in results:
+        assert result.tracks is None
+        np.testing.assert_allclose(result.detections.xyxy, [[44, 38, 84, 58]], atol=0.5)
+        assert "track_id" not in result.to_json()["detections"][0]
+    assert pipeline.summary().accounted
+    # At 1 in 1 no tracker runs: the detector's own boxes, as without the option.
+    assert not TrackingOptions(predict_between=True).tracker_runs
 
 
 def test_detect_every_needs_tracking() -> None:

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from visionrt.cli.run_config import configure_run
+from visionrt.cli.tune_tables import motion_line
 from visionrt.config import pipeline_options
 from visionrt.errors import ModelLoadError
 from visionrt.pipeline import PipelineOptions
 from visionrt.plans import Plan, machine_fingerprint, plan_path, use_gating
-from visionrt.plans.gating import plan_motion
+from visionrt.plans.gating import plan_every, plan_motion
 from visionrt.plans.store import file_sha256
 from visionrt.tune import Candidate, Limits, Measurement
 from visionrt.tune.motion import (
@@ -179,6 +180,8 @@ class FakeEvaluator:
         self.reference_frames, self.export_error = reference_frames, export_error
         self.gated_calls: list[tuple[Candidate, int, PipelineOptions]] = []
         self.exported: list[Candidate] = []
+        # Detect-every-N's (FPS, fidelity) by N: under the gain a mode needs, unless a test says.
+        self.every = {2: (30.0, 0.97), 3: (31.0, 0.96)}
 
     def every_frame_reference(self) -> list[object]:
         return [object()] * self.reference_frames
@@ -191,6 +194,11 @@ class FakeEvaluator:
 
     def gated(self, candidate: Candidate, frames: int, options: PipelineOptions) -> Measurement:
         self.gated_calls.append((candidate, frames, options))
+        if options.tracking.detect_every > 1:
+            assert options.tracking.predict_between
+            assert not options.tracking.enabled
+            fps, fidelity = self.every[options.tracking.detect_every]
+            return Measurement(fps, 20.0, 40.0, fidelity, frames)
         fps = {"off": 28.0, "skip": 29.0, "regions": 70.0}[options.motion.mode]
         motion = {"share": 0.4} if options.motion.mode != "off" else {}
         return Measurement(fps, 20.0, 40.0, 0.97, frames, motion=motion)
@@ -216,6 +224,26 @@ def test_regions_runs_the_artifact_made_at_the_region_size_and_the_plan_records_
         "p99_ms": 40.0, "fidelity": 0.97, "frames": 250, "reused_share": 0.4,
     }  # fmt: skip
     assert record["modes"]["skip"]["why_not"] == "29.0 FPS: not ≥ 1.15× off's 28.0"
+
+
+def test_detection_on_every_second_frame_is_kept_where_it_holds_the_budget() -> None:
+    """vtest's figures (issue #49): every 2nd 1.8× at 0.961, every 3rd 2.3× at 0.941."""
+    evaluator = FakeEvaluator(reference_frames=300, export_error="no region model here")
+    evaluator.every = {2: (50.4, 0.961), 3: (64.4, 0.941)}
+    said: list[str] = []
+    outcome = tune_motion(INT8, evaluator, Limits(), frames=300, say=said.append, repeats=1)
+    assert outcome.chosen == "every 2"
+    assert outcome.pipeline_section() == {
+        "tracking": {"detect_every": 2, "predict_between": True},
+    }
+    modes = outcome.record()["modes"]
+    assert modes["every 2"]["speedup"] == 1.8
+    assert modes["every 3"]["why_not"] == "fidelity 0.941 < 0.95"
+    assert "motion every 2 · 300 frames (1/1): 50.4 FPS, fidelity 0.961" in said
+    assert motion_line(outcome) == (
+        "gating: detection on 1 frame in 2, 50.4 FPS at fidelity 0.961: a plain `visionrt run`"
+        " detects so, the tracker's boxes between (`--detect-every 1` does not)"
+    )
 
 
 def test_a_region_model_that_cannot_be_built_is_recorded_and_the_others_go_on() -> None:
@@ -282,9 +310,16 @@ def _gated_plan(model: Path, artifact: Path, section: dict, region_model: str = 
             "source_sha256": file_sha256(model),
             "fingerprint": machine_fingerprint(),
             "motion": {
-                "chosen": plan_motion(section).get("mode", "off"),
+                "chosen": (
+                    f"every {plan_every(section)}"
+                    if plan_every(section) > 1
+                    else plan_motion(section).get("mode", "off")
+                ),
                 **({"region_model": region_model} if region_model else {}),
-                "modes": {"skip": {"fps": 61.0, "speedup": 2.1, "fidelity": 0.968}},
+                "modes": {
+                    "skip": {"fps": 61.0, "speedup": 2.1, "fidelity": 0.968},
+                    "every 2": {"fps": 47.9, "speedup": 1.81, "fidelity": 0.961},
+                },
             },
         },
     )
@@ -298,6 +333,7 @@ def test_a_plan_with_a_pipeline_section_round_trips(tmp_path: Path, tiny_model: 
 
 
 SKIP = {"motion": {"mode": "skip"}}
+EVERY2 = {"tracking": {"detect_every": 2, "predict_between": True}}
 GATING = [
     (SKIP, {}, SKIP, "motion gating from the plan: skip (2.10× the plan alone, fidelity 0.968 on"
      " vtest.avi); --motion off turns it off"),
@@ -316,6 +352,21 @@ GATING = [
      " (`visionrt tune` makes it again)"),
     ({}, {"motion": {"mode": "skip"}}, {}, ""),
     ({}, {}, {}, ""),
+    # Detection on 1 frame in N: no track ids unless the user tracks, and set aside where the
+    # user chose detect_every or a motion mode (the plan measured neither with it).
+    (EVERY2, {}, EVERY2, "detection on 1 frame in 2 from the plan, the tracker's boxes between,"
+     " no track ids (1.81× the plan alone, fidelity 0.961 on vtest.avi); --detect-every 1 turns"
+     " it off"),
+    (EVERY2, {"tracking": {"enabled": True}}, EVERY2, "detection on 1 frame in 2 from the plan,"
+     " the tracks' boxes between (1.81× the plan alone, fidelity 0.961 on vtest.avi);"
+     " --detect-every 1 turns it off"),
+    (EVERY2, {"motion": {"mode": "off"}}, EVERY2, "detection on 1 frame in 2 from the plan, the"
+     " tracker's boxes between, no track ids (1.81× the plan alone, fidelity 0.961 on"
+     " vtest.avi); --detect-every 1 turns it off"),
+    (EVERY2, {"tracking": {"detect_every": 1}}, {}, "plan's detection on 1 frame in 2 set aside:"
+     " pipeline.tracking.detect_every (--detect-every) 1 given"),
+    (EVERY2, {"motion": {"mode": "skip"}}, {}, "plan's detection on 1 frame in 2 set aside:"
+     " pipeline.motion.mode (--motion) skip given"),
 ]  # fmt: skip
 
 
@@ -399,7 +450,7 @@ def test_tune_records_the_gating_in_the_plan(
     assert outcome.path is not None
     assert outcome.motion is not None
     record = Plan.load(outcome.path).tuned["motion"]
-    assert set(record["modes"]) == {"off", "skip", "regions"}
+    assert set(record["modes"]) == {"off", "skip", "regions", "every 2", "every 3"}
     assert record["frames"] == 10  # the reference's every frame in the final round
     off = record["modes"]["off"]
     assert (off["fidelity"], off["frames"], len(off["fps_runs"])) == (1.0, 10, 3)
@@ -407,8 +458,19 @@ def test_tune_records_the_gating_in_the_plan(
     # The square moves on every frame: skip reuses none, so whatever its FPS it is not kept.
     assert record["modes"]["skip"]["reused_share"] == 0.0
     assert record["modes"]["skip"]["why_not"]
-    assert record["chosen"] == outcome.motion.chosen == "off"
-    assert "pipeline" not in outcome.plan.run
+    # The tiny detector's box never moves: the tracker's boxes between detections are on it.
+    every = record["modes"]["every 2"]
+    assert (every["fidelity"], every["frames"], len(every["fps_runs"])) == (1.0, 10, 3)
+    # Whether every 2 pays here is the machine's to say; the plan holds what was chosen.
+    assert record["chosen"] == outcome.motion.chosen
+    if outcome.motion.chosen == "off":
+        assert "pipeline" not in outcome.plan.run
+    else:
+        assert outcome.motion.chosen in ("every 2", "every 3")
+        every_n = int(outcome.motion.chosen.split()[1])
+        assert outcome.plan.run["pipeline"] == {
+            "tracking": {"detect_every": every_n, "predict_between": True}
+        }
     assert any(line.startswith("motion skip · 10 frames (3/3): ") for line in said)
     skipped = tuner.tune(small_video, tiny_model, Limits(), rounds=(6, 10), plans_root=tmp_path,
                          motion=False)  # fmt: skip
@@ -465,3 +527,39 @@ def test_the_python_api_takes_the_plans_gating_unless_given_options(
     finally:
         planned.close()
         given.close()
+
+
+def test_a_plain_run_detects_every_second_frame_as_the_plan_says(
+    tmp_path: Path, tiny_model: Path, small_video: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = tmp_path / "detector.onnx"
+    shutil.copy(tiny_model, model)
+    root = tmp_path / "plans"
+    monkeypatch.setenv("VISIONRT_PLANS", str(root))
+    _gated_plan(model, model, EVERY2).save(plan_path(model, machine_fingerprint(), root))
+    base = {"model": str(model), "sources": [str(small_video)]}
+    cfg, note = configure_run(None, False, None, None, base)
+    assert (cfg.pipeline.tracking.detect_every, cfg.pipeline.tracking.enabled) == (2, False)
+    assert cfg.pipeline.tracking.tracker_runs
+    assert "detection on 1 frame in 2 from the plan" in note
+    cfg, _ = configure_run(None, False, None, None, {**base, "pipeline": {"track": True}})
+    assert (cfg.pipeline.tracking.detect_every, cfg.pipeline.tracking.enabled) == (2, True)
+    cfg, note = configure_run(None, False, None, None, {**base, "pipeline": {"detect_every": 1}})
+    assert not cfg.pipeline.tracking.tracker_runs
+    assert "set aside" in note
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "visionrt.cli.main", "run", str(small_video), "-m", str(model),
+         "--no-video", "-q", "-o", str(out)],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "VISIONRT_PLANS": str(root)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "detection on 1 frame in 2 from the plan" in proc.stderr
+    # (The plan's null backend finds no boxes; the boxes between detections, without track
+    # ids, are test_graph's detect-every test with a real detector.)
+    rows = [json.loads(line) for line in (out / "small.jsonl").read_text().splitlines()]
+    assert [row["frame"] for row in rows] == list(range(40))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["accounted"]
+    assert any("detection on 1 frame in 2 from the plan" in note for note in summary["notes"])

@@ -93,7 +93,10 @@ def run_command(
     ] = False,
     detect_every: Annotated[
         int | None,
-        Opt(help="With --track: run the detector on every Nth frame, track in between."),
+        Opt(
+            help="With --track: run the detector on every Nth frame, track in between (1: on"
+            " every frame, where a plan detects on fewer)."
+        ),
     ] = None,
     tracker: Annotated[str | None, Opt(help="With --track: bytetrack (default) or ocsort.")] = None,
     slo_ms: Annotated[

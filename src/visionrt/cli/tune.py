@@ -109,8 +109,9 @@ def tune_command(
         bool,
         Opt(
             "--motion/--no-motion",
-            help="Then measure motion gating (off, skip, regions) with the chosen configuration"
-            " on the same frames, and keep in the plan the fastest mode within the fidelity"
+            help="Then measure gating (off; motion: skip, regions; detection on 1 frame in 2 or"
+            " 3, the tracker's boxes between) with the chosen configuration on the same"
+            " frames, and keep in the plan the fastest mode within the fidelity"
             f" budget that is at least {MIN_GAIN:.0%} faster than none.",
         ),
     ] = True,
@@ -282,7 +283,7 @@ def _tune_detector(
     out = Console(width=None if sys.stdout.isatty() else 150)
     out.print(results_table(search, title))
     if outcome.motion is not None and outcome.motion.results:
-        out.print(motion_table(outcome.motion, f"motion gating · {Path(video).name}"))
+        out.print(motion_table(outcome.motion, f"gating · {Path(video).name}"))
     if report is not None:
         points = [
             ReportPoint(

@@ -106,8 +106,18 @@ def motion_line(outcome: MotionOutcome) -> str:
     if outcome.skipped:
         return f"motion gating: off ({outcome.skipped})"
     if outcome.chosen == "off":
-        return "motion gating: off (no mode paid within the budget here; `run --motion` can ask)"
+        return (
+            "gating: off (no mode paid within the budget here; `run --motion` or"
+            " `--track --detect-every` can ask)"
+        )
     chosen = next(r for r in outcome.results if r.mode.name == outcome.chosen).combined()
+    if outcome.chosen.startswith("every "):
+        every = outcome.chosen.removeprefix("every ")
+        return (
+            f"gating: detection on 1 frame in {every}, {chosen.fps:.1f} FPS at fidelity"
+            f" {chosen.fidelity:.3f}: a plain `visionrt run` detects so, the tracker's boxes"
+            " between (`--detect-every 1` does not)"
+        )
     return (
         f"motion gating: {outcome.chosen}, {chosen.fps:.1f} FPS at fidelity"
         f" {chosen.fidelity:.3f}: a plain `visionrt run` gates (`--motion off` does not)"

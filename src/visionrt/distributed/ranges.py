@@ -27,8 +27,8 @@ def split_reason(cfg: RunConfig) -> str:
     options = cfg.pipeline
     if not cfg.cluster.range_frames:
         return "cluster.range_frames is 0"
-    if options.tracking.enabled:
-        return "tracks run through a file (--track)"
+    if options.tracking.tracker_runs:
+        return "tracks run through a file (--track, or a plan's detect-every-N)"
     if options.motion.mode != "off":
         return "motion gating compares each frame with the ones before (--motion)"
     if cfg.depth.model and cfg.depth.smoothing:

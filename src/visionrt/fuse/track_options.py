@@ -51,7 +51,11 @@ class TrackingOptions:
     """Give each box a track id (a tracker per source)."""
     detect_every: int = 1
     """Run the detector on every Nth frame of each source, the frames between getting the
-    tracks' predicted boxes (1 or more; above 1 needs `enabled`)."""
+    tracks' predicted boxes (1 or more; above 1 needs `enabled` or `predict_between`)."""
+    predict_between: bool = False
+    """Without `enabled`: a tracker runs only to give the frames between detections their
+    predicted boxes (detect_every above 1), and no box gets a track id. A plan's
+    detect-every-N sets it where tracking was not asked for."""
     tracker: str = "bytetrack"
     """Which tracker: bytetrack or ocsort."""
     match_iou: float = 0.2
@@ -62,6 +66,11 @@ class TrackingOptions:
     per_class: bool = False
     """Keep each track to one class (off: an object whose class flickers keeps one id, as
     ByteTrack and OC-SORT do)."""
+
+    @property
+    def tracker_runs(self) -> bool:
+        """A tracker runs on each source: for track ids, or for the boxes between detections."""
+        return self.enabled or (self.predict_between and self.detect_every > 1)
 
     def options(self, high: float, low: float) -> TrackOptions:
         """The tracker's options, `high` and `low` its confidence split (the run's threshold,
@@ -75,7 +84,7 @@ class TrackingOptions:
             raise ConfigError(
                 f"pipeline.tracking.detect_every: expected >= 1, got {self.detect_every}"
             )
-        if self.detect_every > 1 and not self.enabled:
+        if self.detect_every > 1 and not self.tracker_runs:
             raise ConfigError(
                 "pipeline.tracking.detect_every: frames between detections need tracking:"
                 " add --track"

@@ -25,10 +25,11 @@ class TrackFuser:
     did not (detect-every-N); the frame's detections become the tracks', and `held_tracks`
     says which tracks the tracker still keeps (lost ones included). `since_detect`: frames
     fused since the last one the detector ran on (a resumed source's detect-every-N goes on
-    in step)."""
+    in step). Without `ids` the frame gets the tracks' boxes and no track ids (`tracks` stays
+    None): the tracker is there for the boxes between detections only."""
 
-    def __init__(self, tracker: Tracker, detector: str) -> None:
-        self.tracker, self.detector = tracker, detector
+    def __init__(self, tracker: Tracker, detector: str, ids: bool = True) -> None:
+        self.tracker, self.detector, self.ids = tracker, detector, ids
         self.since_detect = 0
 
     def fuse(self, fused: Fused) -> None:
@@ -39,8 +40,10 @@ class TrackFuser:
         else:
             tracks = self.tracker.predict(timestamp)
             self.since_detect += 1
-        fused.tracks, fused.detections = tracks, tracks.detections
-        fused.held_tracks = self.tracker.held()
+        fused.detections = tracks.detections
+        if self.ids:
+            fused.tracks = tracks
+            fused.held_tracks = self.tracker.held()
 
     def checkpoint(self) -> dict[str, Any]:
         return {"tracker": self.tracker.checkpoint(), "since_detect": self.since_detect}

@@ -227,7 +227,10 @@ def _detector_is(
         and _plain(task)
         and task.input_hw == task.spec.input_size
         and not (
-            options.tracking.enabled or options.tiling.tile or options.slo.target_ms or parts.sized
+            options.tracking.tracker_runs
+            or options.tiling.tile
+            or options.slo.target_ms
+            or parts.sized
         )
     )
 

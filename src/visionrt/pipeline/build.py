@@ -71,9 +71,9 @@ def source_fusers(
     hold = parts.depth is not None and parts.depth.every > 1  # depth on 1 frame in N
     if options.motion.mode != "off" or ladder_gates(options):
         steps.append(ReuseFuser(detector))
-    if options.tracking.enabled:
+    if options.tracking.tracker_runs:
         tracker = make_tracker(options.tracking.options(parts.tracker_high, parts.tracker_low))
-        steps.append(TrackFuser(tracker, detector))
+        steps.append(TrackFuser(tracker, detector, ids=options.tracking.enabled))
     for index in parts.schedule[source_id][1:]:
         smoother = DepthSmoother(smoothing) if smoothing else None
         steps.append(DepthFuser(parts.tasks[index].name, smoother, hold))

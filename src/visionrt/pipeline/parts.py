@@ -102,7 +102,7 @@ def build_parts(
     # Tracking: the user's threshold starts tracks; ByteTrack's second stage also needs the
     # detector's boxes down to TRACK_LOW, which only ever extend tracks already there.
     high, low = postprocess.conf, min(TRACK_LOW, postprocess.conf)
-    if options.tracking.enabled:
+    if options.tracking.tracker_runs:
         postprocess = replace(postprocess, conf=low)
 
     def make(chosen: SizedDetector, on: Sequence[Source], loaded: Backend | None = None) -> Task:
@@ -217,7 +217,7 @@ def _add_degrade(
     every = options.tracking.detect_every
     gating = ladder_gates(options)
     rungs = build_ladder(
-        every, max(every, options.slo.max_every), options.tracking.enabled, labels, gating
+        every, max(every, options.slo.max_every), options.tracking.tracker_runs, labels, gating
     )
     parts.degrader = Degrader(
         options.slo.target_ms / 1e3, rungs, options.slo.window, on_change=on_degrade

@@ -55,7 +55,8 @@ class Scheduler:
         self.schedule = [tuple(lanes) for lanes in schedule]
         self.live = list(live)
         self.stale_after = options.stale_after
-        self.detect_every, self.track = options.tracking.detect_every, options.tracking.enabled
+        self.detect_every = options.tracking.detect_every
+        self.track = options.tracking.tracker_runs
         self.motion, self.refresh = options.motion.mode, options.motion.refresh
         self.degrader = degrader
         self.variants, self.region_lane = tuple(variants), region_lane

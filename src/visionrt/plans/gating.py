@@ -1,6 +1,6 @@
-"""Which motion gating a run takes from its plan: the plan's `pipeline` section (the mode `tune`
-measured to pay on its video), unless the user chose the mode themselves — with one line
-saying which."""
+"""Which gating a run takes from its plan: the plan's `pipeline` section (the mode `tune`
+measured to pay on its video: motion gating, or detection on 1 frame in N with the tracker's
+boxes between), unless the user chose otherwise themselves — with one line saying which."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 from visionrt.plans.store import PIPELINE_KEY, Plan
 
 MOTION_KEY = "motion"  # the pipeline section's motion gating, and the tuned record's
+TRACKING_KEY = "tracking"  # the pipeline section's detect-every-N
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,9 @@ def use_gating(plan: Plan | None, given: Mapping[str, Any]) -> GatingUse:
     `pipeline.planned.planned_regions`.)"""
     if plan is None:
         return GatingUse()
+    every = plan_every(plan.run.get(PIPELINE_KEY) or {})
+    if every > 1:
+        return _use_every(plan, given, every)
     motion = plan_motion(plan.run.get(PIPELINE_KEY) or {})
     planned = str(motion.get("mode", "off"))
     mine = (given.get(MOTION_KEY) or {}).get("mode")  # given as the config reads it: nested
@@ -51,6 +55,42 @@ def use_gating(plan: Plan | None, given: Mapping[str, Any]) -> GatingUse:
         return GatingUse(section, f"motion gating {planned}: given, and the plan's too")
     measured = _measured(plan, planned)
     note = f"motion gating from the plan: {planned} ({measured}); --motion off turns it off"
+    return GatingUse(section, note)
+
+
+def plan_every(section: Mapping[str, Any]) -> int:
+    """The detect-every-N of a plan's `pipeline` section (1: none)."""
+    tracking = section.get(TRACKING_KEY)
+    if not isinstance(tracking, Mapping):
+        return 1
+    every = tracking.get("detect_every", 1)
+    return every if isinstance(every, int) and not isinstance(every, bool) else 1
+
+
+def _use_every(plan: Plan, given: Mapping[str, Any], every: int) -> GatingUse:
+    """The plan's detection on 1 frame in `every`, unless the user set `detect_every` or a
+    motion gating mode (the plan measured neither with it). Track ids only where the user asks
+    for tracking (their `enabled` is layered over the plan's section)."""
+    planned = f"every {every}"
+    mine = (given.get(TRACKING_KEY) or {}).get("detect_every")
+    if mine is not None:
+        return GatingUse(
+            note=f"plan's detection on 1 frame in {every} set aside:"
+            f" pipeline.tracking.detect_every (--detect-every) {mine} given"
+        )
+    motion = (given.get(MOTION_KEY) or {}).get("mode")
+    if motion is not None and motion != "off":
+        return GatingUse(
+            note=f"plan's detection on 1 frame in {every} set aside: pipeline.motion.mode"
+            f" (--motion) {motion} given"
+        )
+    section = {TRACKING_KEY: {"detect_every": every, "predict_between": True}}
+    ids = (given.get(TRACKING_KEY) or {}).get("enabled")
+    between = "the tracks' boxes between" if ids else "the tracker's boxes between, no track ids"
+    note = (
+        f"detection on 1 frame in {every} from the plan, {between}"
+        f" ({_measured(plan, planned)}); --detect-every 1 turns it off"
+    )
     return GatingUse(section, note)
 
 
