@@ -593,9 +593,10 @@ def test_the_budget_bounds_every_phase_of_a_tune(
     stopped (its frames in flight finished, none read after): the tune reads no frame past its
     budget but the one on which it ran out, keeps the best measured by then, and its plan says
     it was time-boxed."""
-    from visionrt.tune import tuner
+    from visionrt.tune import ladder, tuner
 
     monkeypatch.setattr(tuner, "candidates", lambda *args: [REFERENCE, SPIN_OFF, PLAIN])
+    monkeypatch.setattr(ladder, "SHARES", ())  # no smaller size: the ladder's own test
     clock = TickingClock()
     clock.pipelines(monkeypatch)
     said: list[str] = []
@@ -630,10 +631,11 @@ def test_tune_says_the_frames_each_run_went_over(
     was asked for, at most the video's)."""
     from conftest import run_cli, write_video
 
-    from visionrt.tune import tuner
+    from visionrt.tune import ladder, tuner
 
     broken = Candidate("onnxruntime", "fp32", export="no-such-target")
     monkeypatch.setattr(tuner, "candidates", lambda *args: [REFERENCE, SPIN_OFF, broken])
+    monkeypatch.setattr(ladder, "SHARES", ())  # how far a ladder goes is this machine's to say
     monkeypatch.setenv("VISIONRT_PLANS", str(tmp_path / "plans"))
     video = write_video(tmp_path / "short.mp4", frames=30)
     exit_code, error = run_cli(["tune", str(video), "-m", str(tiny_model), "--no-motion"], capsys)

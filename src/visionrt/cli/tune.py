@@ -64,9 +64,9 @@ def tune_command(
     budget_minutes: Annotated[
         float,
         Opt(
-            help="Wall-clock budget of the detector's search (batch, live and motion steps"
-            " included): past it nothing starts and the run under way is abandoned; the plan"
-            " keeps the best measured by then and says it was time-boxed."
+            help="Wall-clock budget of the detector's search (size ladder, batch, live and"
+            " gating steps included): past it nothing starts and the run under way is"
+            " abandoned; the plan keeps the best measured by then and says it was time-boxed."
         ),
     ] = 10.0,
     plan_out: Annotated[
@@ -305,6 +305,8 @@ def _tune_detector(
             + (f" and p99 ≤ {limits.max_p99_ms} ms" if limits.max_p99_ms else "")
             + ": loosen --min-fidelity or --max-p99-ms"
         )
+    if outcome.ladder is not None:
+        err.print(outcome.ladder.line(), markup=False, highlight=False)
     if outcome.batch is not None:
         err.print(f"batch: {outcome.batch.best or 1} ({outcome.batch.stopped})")
     if outcome.motion is not None:

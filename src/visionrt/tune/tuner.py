@@ -25,6 +25,7 @@ from visionrt.sources import SourceOptions, open_source
 from visionrt.tune.batch import BatchPoint, BatchSearch, batch_throughput, search_batch
 from visionrt.tune.candidates import Candidate, Machine, candidates
 from visionrt.tune.evaluate import VideoEvaluator, backend_options
+from visionrt.tune.ladder import Ladder, descend
 from visionrt.tune.motion import MotionOutcome, Say, tune_motion
 from visionrt.tune.search import (
     Evaluate,
@@ -45,6 +46,8 @@ class TuneOutcome:
     batch: BatchSearch | None = None  # the GPU batch search, when the chosen plan is on a GPU
     # Motion gating measured with the chosen configuration (`skipped` says why it was not).
     motion: MotionOutcome | None = None
+    # The smaller input sizes tried below the search's choice (None: nothing was chosen).
+    ladder: Ladder | None = None
 
 
 def this_machine() -> Machine:
@@ -142,7 +145,8 @@ def tune(
     calibrate_too: Sequence[str | Path] = (),
     clock: Callable[[], float] = time.monotonic,
 ) -> TuneOutcome:
-    """Find the best configuration for `model` on `video` within `limits`; save the plan.
+    """Find the best configuration for `model` on `video` within `limits` (the search, then
+    the ladder of smaller input sizes below its choice: `tune.ladder`); save the plan.
     INT8 artifacts calibrate on `video` and `calibrate_too` (the other videos `tune` was given:
     cameras of other frame sizes), which the plan records (`tuned.videos`).
     With `motion`, then learn whether motion gating pays with it on this video (`tune.motion`;
@@ -181,6 +185,22 @@ def tune(
         space, evaluator, limits, rounds, clock=clock, on_trial=on_trial, started=started
     )
 
+    ladder = None
+    if not search.out_of_time:
+        try:
+            ladder = descend(
+                search,
+                evaluator,
+                limits,
+                rounds[-1],
+                source_hw,
+                spec.input_size,
+                on_trial,
+                over=lambda: clock() > deadline,
+            )
+        except OutOfTime:
+            search.out_of_time = True
+
     def measure_for(candidate: Candidate) -> Callable[[int], float]:
         config = evaluator.run_config(candidate)
         options = backend_options(config["inference"])
@@ -202,7 +222,7 @@ def tune(
         search.out_of_time = True
     best = search.best
     if best is None:
-        return TuneOutcome(None, None, search, batching)
+        return TuneOutcome(None, None, search, batching, ladder=ladder)
     live = None
     if not search.out_of_time:
         try:
@@ -248,6 +268,7 @@ def tune(
             # A search the budget cut short kept the best measured by then (a time-boxed plan).
             "budget": {"minutes": round(limits.budget_s / 60, 2), "reached": search.out_of_time},
             **({"batch_search": batching.to_json()} if batching else {}),
+            **({"ladder": ladder.to_json()} if ladder is not None else {}),
             "motion": gating.record(),
             "fingerprint": fingerprint,
         },
@@ -262,7 +283,7 @@ def tune(
         ),
     )
     path = plan.save(plan_path(model, fingerprint, plans_root))
-    return TuneOutcome(plan, path, search, batching, gating)
+    return TuneOutcome(plan, path, search, batching, gating, ladder)
 
 
 def _gating(
