@@ -9,6 +9,7 @@ import pytest
 
 from visionrt.tune import Candidate, Limits, Measurement
 from visionrt.tune.ladder import descend, ladder_sizes
+from visionrt.tune.mixed import try_mixed
 from visionrt.tune.search import OutOfTime, SearchResult, Trial
 
 INT8 = Candidate("openvino", "int8", (512, 640), fold=True, export="openvino-int8")
@@ -106,3 +107,54 @@ def test_nothing_chosen_or_no_smaller_size_leaves_the_search_as_it_is() -> None:
     ladder = descend(search, Sized({}), Limits(), 300, VTEST, MODEL)
     assert ladder is not None
     assert ladder.line() == "sizes: no smaller size to try"
+
+
+# -- mixed precision where full INT8 falls short ------------------------------------------------
+
+BF16 = Candidate("openvino", "bf16", (480, 640), fold=True)
+INT8_CUP = replace(INT8, input_size=(480, 640))
+
+
+def _short_search() -> SearchResult:
+    """The 480×640 camera's search: INT8 out at 0.921 (issue #49), bf16 chosen."""
+    int8 = Trial(INT8_CUP, [Measurement(30.0, 30.0, 60.0, 0.921, 300)], "fidelity 0.921 < 0.95", 2)
+    bf16 = Trial(BF16, [Measurement(20.0, 40.0, 70.0, 0.99, 300)], reached=2)
+    return SearchResult([bf16, int8], bf16, None)
+
+
+def test_int8_that_falls_short_gets_its_mixed_precision_twin() -> None:
+    search = _short_search()
+    asked: list[Candidate] = []
+
+    def evaluate(candidate: Candidate, frames: int) -> Measurement:
+        asked.append(candidate)
+        return Measurement(26.0, 33.0, 65.0, 0.962, frames)
+
+    twin = try_mixed(search, evaluate, Limits(), 300)
+    assert twin is not None
+    assert asked == [replace(INT8_CUP, export="openvino-int8-ac")]
+    assert twin.candidate.label == "openvino int8+float 480×640 fold"
+    assert search.best is twin
+    assert twin.reached == 2
+    assert (
+        search.trials[0].why_out
+        == "openvino int8+float 480×640 fold holds the budget and is faster"
+    )
+
+
+def test_a_twin_that_is_out_or_slower_leaves_the_choice() -> None:
+    slower = "no better than openvino bf16 480×640 fold"
+    for fps, fidelity, why in ((26.0, 0.94, "fidelity 0.940 < 0.95"), (19.0, 0.97, slower)):
+        search = _short_search()
+        twin = try_mixed(search, lambda c, n, f=fps, d=fidelity: Measurement(f, 1, 1, d, n),
+                         Limits(), 300)  # fmt: skip
+        assert twin is not None
+        assert twin.why_out == why
+        assert search.best is search.trials[0]
+        assert search.trials[-1] is twin
+
+
+def test_no_int8_short_of_the_budget_tries_nothing() -> None:
+    search = _search(INT8, 27.3, 0.979)  # INT8 held the budget: nothing to restore
+    assert try_mixed(search, Sized({}), Limits(), 300) is None
+    assert try_mixed(_short_search(), Sized({}), Limits(), 300, over=lambda: True) is None

@@ -10,6 +10,8 @@ from typing import Any
 from visionrt.preprocess.letterbox import aligned_sizes
 
 GPU_DEVICES = ("cuda", "tensorrt")
+# How a label names the precision of an artifact that is more than its precision says.
+EXPORT_PRECISIONS = {"openvino-int8-ac": "int8+float"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,10 +32,11 @@ class Candidate:
     @property
     def label(self) -> str:
         size = f"{self.input_size[0]}×{self.input_size[1]}" if self.input_size else "native"
+        precision = EXPORT_PRECISIONS.get(self.export, self.precision)
         extras = [f"{k}={v}" for k, v in self.settings] + (["fold"] if self.fold else [])
         extras += [f"batch {self.batch}"] if self.batch > 1 else []
         where = [] if self.device == "cpu" else [f"@{self.device}"]
-        return " ".join([self.backend, *where, self.precision, size, *extras])
+        return " ".join([self.backend, *where, precision, size, *extras])
 
     @property
     def on_gpu(self) -> bool:

@@ -26,6 +26,7 @@ from visionrt.tune.batch import BatchPoint, BatchSearch, batch_throughput, searc
 from visionrt.tune.candidates import Candidate, Machine, candidates
 from visionrt.tune.evaluate import VideoEvaluator, backend_options
 from visionrt.tune.ladder import Ladder, descend
+from visionrt.tune.mixed import try_mixed
 from visionrt.tune.motion import MotionOutcome, Say, tune_motion
 from visionrt.tune.search import (
     Evaluate,
@@ -145,8 +146,9 @@ def tune(
     calibrate_too: Sequence[str | Path] = (),
     clock: Callable[[], float] = time.monotonic,
 ) -> TuneOutcome:
-    """Find the best configuration for `model` on `video` within `limits` (the search, then
-    the ladder of smaller input sizes below its choice: `tune.ladder`); save the plan.
+    """Find the best configuration for `model` on `video` within `limits` (the search; where
+    full INT8 fell short, its mixed-precision twin: `tune.mixed`; then the ladder of smaller
+    input sizes below the choice: `tune.ladder`); save the plan.
     INT8 artifacts calibrate on `video` and `calibrate_too` (the other videos `tune` was given:
     cameras of other frame sizes), which the plan records (`tuned.videos`).
     With `motion`, then learn whether motion gating pays with it on this video (`tune.motion`;
@@ -188,6 +190,7 @@ def tune(
     ladder = None
     if not search.out_of_time:
         try:
+            try_mixed(search, evaluator, limits, rounds[-1], on_trial, lambda: clock() > deadline)
             ladder = descend(
                 search,
                 evaluator,
