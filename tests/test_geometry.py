@@ -414,3 +414,36 @@ def test_a_runs_check_builds_no_artifact_and_says_what_makes_it(
     built = proof(fresh, (96, 128))
     assert built is not None
     assert built["run"] == {"model": str(tiny_model), "inference": {"input_size": None}}
+
+
+def test_an_int8_plan_tries_its_costliest_layers_in_float_before_floats(
+    tiny_model: Path, videos: dict[str, Path]
+) -> None:
+    """Issue #49: where the plan's INT8 falls short on a frame size, tune's check tries its
+    accuracy-controlled twin at the model's own size, before the float runtimes (built only when
+    the options before it failed); a run's check, which builds nothing, does not."""
+    plan = _plan(tiny_model, tiny_model, "openvino", input_hw=[32, 64])
+    plan.tuned["artifact"] = {"export": "openvino-int8", "batch": "any"}
+    built: list[tuple[str, tuple[int, int] | None]] = []
+
+    def build(source: Path, recipe: str, calibrate: object, size: object) -> Path:
+        built.append((recipe, size))  # type: ignore[arg-type]
+        return tiny_model
+
+    tried = check.options(plan, SECTIONS, (96, 128), (64, 64), str(videos["wide"]),
+                          lambda line: None, build)  # fmt: skip
+    labels = []
+    for option in tried:
+        labels.append(option.label)
+        if option.label.startswith("the plan's configuration with accuracy control"):
+            assert built == [("openvino-int8", None), ("openvino-int8-ac", None)]
+            assert option.run == {"model": str(tiny_model), "inference": {"input_size": None}}
+    assert labels[:2] == [
+        "the plan's configuration at 64×64",  # 96×128 aligns to the model's own size here
+        "the plan's configuration with accuracy control at 64×64",
+    ]
+    assert labels[2].startswith("openvino ")  # then the runtime in float, then the reference
+    assert labels[-1] == "the FP32 reference"
+    plain = check.options(plan, SECTIONS, (96, 128), (64, 64), str(videos["wide"]),
+                          lambda line: None)  # fmt: skip
+    assert not any("accuracy control" in option.label for option in plain)
