@@ -94,7 +94,9 @@ def main() -> None:
     print(f"CPU: {cpu}; video {DEMO_VIDEO.name}; {args.runs} rounds; median (min–max)")
     print("| configuration | end-to-end FPS | × reference | × peer |")
     print("|---|---|---|---|")
-    print(f"| plan: {plan.tuned.get('label')} | {spread(figures['plan'])}"
+    chosen = (plan.tuned.get("motion") or {}).get("chosen", "off")
+    gating = f", gating {chosen}" if chosen != "off" else ""
+    print(f"| plan: {plan.tuned.get('label')}{gating} | {spread(figures['plan'])}"
           f" | {spread(vs_reference)}× | {spread(vs_peer)}× |")  # fmt: skip
     print(f"| reference: onnxruntime fp32 (`--no-plan`) | {spread(figures['reference'])} | 1× | |")
     peer = "Ultralytics OpenVINO export" + (" (f32)" if args.hide_bf16 else "")

@@ -89,6 +89,8 @@ def motion_table(outcome: MotionOutcome, title: str) -> Table:
         figures = result.combined()
         ran = not result.error and figures.fps > 0
         status = "chosen" if result.mode.name == outcome.chosen else f"out: {result.why_out}"
+        if result.mode.name == "off" and status != "chosen":
+            status = "the baseline"  # nothing kept it out: another mode beat it
         share = figures.motion.get("share")
         table.add_row(
             result.mode.name,
