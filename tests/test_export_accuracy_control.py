@@ -51,7 +51,8 @@ def test_the_export_scores_by_the_fp32_models_boxes_and_bounds_the_search(
     assert control["float_ir"] == round(seen["fp32"], 4)
     assert seen["subset"] > 0.9
     assert seen["max_drop"] == pytest.approx(max(0.005, seen["fp32"] - 0.97))
-    assert seen["advanced_accuracy_restorer_parameters"].max_num_iterations == 8
+    restorer = seen["advanced_accuracy_restorer_parameters"]
+    assert (restorer.max_num_iterations, restorer.ranking_subset_size) == (8, 16)
     assert "/model.22/" in " ".join(seen["ignored_scope"].names)  # the head stays float
     assert control["final"] == control["float_ir"]  # what came back is what is scored
     assert TARGETS["openvino-int8-ac"].options().precision == "int8"

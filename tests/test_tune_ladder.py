@@ -157,4 +157,11 @@ def test_a_twin_that_is_out_or_slower_leaves_the_choice() -> None:
 def test_no_int8_short_of_the_budget_tries_nothing() -> None:
     search = _search(INT8, 27.3, 0.979)  # INT8 held the budget: nothing to restore
     assert try_mixed(search, Sized({}), Limits(), 300) is None
-    assert try_mixed(_short_search(), Sized({}), Limits(), 300, over=lambda: True) is None
+    said: list[str] = []
+    short = try_mixed(
+        _short_search(), Sized({}), Limits(), 300, left=lambda: 300.0, say=said.append
+    )
+    assert short is None  # 5 minutes left: its export would run past the budget
+    assert said == [
+        "int8+float: not tried, its export needs ~8 min of the budget (--budget-minutes)"
+    ]

@@ -190,7 +190,8 @@ def tune(
     ladder = None
     if not search.out_of_time:
         try:
-            try_mixed(search, evaluator, limits, rounds[-1], on_trial, lambda: clock() > deadline)
+            try_mixed(search, evaluator, limits, rounds[-1], on_trial,
+                      lambda: deadline - clock(), on_motion)  # fmt: skip
             ladder = descend(
                 search,
                 evaluator,
