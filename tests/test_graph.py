@@ -359,6 +359,22 @@ def test_depth_runs_only_where_asked_and_gives_each_detection_a_distance(
         Pipeline([str(a)], tiny_model, "onnxruntime", depth=DepthOptions(depth_model, on=("nope",)))
 
 
+def _results_and_detector_rows(pipeline: Pipeline) -> tuple[list[Any], list[int]]:
+    """A run's results, and the rows of each batch its detector ran (the frames it detected)."""
+    calls: list[int] = []
+    infer = pipeline.task.infer
+
+    def counting(rows):  # type: ignore[no-untyped-def]
+        calls.append(len(rows))
+        return infer(rows)
+
+    pipeline.task.infer = counting  # type: ignore[method-assign]
+    try:
+        return list(pipeline), calls
+    finally:
+        pipeline.close()
+
+
 def test_tracking_with_detect_every_n_boxes_every_frame(
     small_video: Path, tiny_model: Path
 ) -> None:
@@ -368,16 +384,7 @@ def test_tracking_with_detect_every_n_boxes_every_frame(
         "onnxruntime",
         options=pipeline_options(track=True, detect_every=3),
     )
-    calls: list[int] = []
-    infer = pipeline.task.infer
-
-    def counting(rows):  # type: ignore[no-untyped-def]
-        calls.append(len(rows))
-        return infer(rows)
-
-    pipeline.task.infer = counting  # type: ignore[method-assign]
-    results = list(pipeline)
-    pipeline.close()
+    results, calls = _results_and_detector_rows(pipeline)
     assert [r.frame.index for r in results] == list(range(40))
     assert sum(calls) == 14  # frames 0, 3, …, 39
     for result in results:
@@ -399,16 +406,7 @@ def test_detect_every_without_track_ids_still_boxes_every_frame(
     tracking = TrackingOptions(detect_every=2, predict_between=True)
     options = PipelineOptions(tracking=tracking)
     pipeline = Pipeline([str(small_video)], tiny_model, "onnxruntime", options=options)
-    calls: list[int] = []
-    infer = pipeline.task.infer
-
-    def counting(rows):  # type: ignore[no-untyped-def]
-        calls.append(len(rows))
-        return infer(rows)
-
-    pipeline.task.infer = counting  # type: ignore[method-assign]
-    results = list(pipeline)
-    pipeline.close()
+    results, calls = _results_and_detector_rows(pipeline)
     assert [r.frame.index for r in results] == list(range(40))
     assert sum(calls) == 20  # frames 0, 2, …, 38
     for result in results:
