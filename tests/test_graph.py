@@ -272,6 +272,22 @@ def test_named_sources_are_accounted_per_source(tmp_path: Path, tiny_model: Path
     assert rows["rgb"]["latency_ms"]["p50"] > 0
 
 
+def _results_and_detector_rows(pipeline: Pipeline) -> tuple[list[Any], list[int]]:
+    """A run's results, and the rows of each batch its detector ran (the frames it detected)."""
+    calls: list[int] = []
+    infer = pipeline.task.infer
+
+    def counting(rows):  # type: ignore[no-untyped-def]
+        calls.append(len(rows))
+        return infer(rows)
+
+    pipeline.task.infer = counting  # type: ignore[method-assign]
+    try:
+        return list(pipeline), calls
+    finally:
+        pipeline.close()
+
+
 def test_batches_mix_sources_and_every_frame_comes_out_in_order(tiny_model: Path) -> None:
     pipeline = Pipeline(
         ["synthetic:64x48:20", "synthetic:64x48:20", "synthetic:64x48:20"],
@@ -280,18 +296,10 @@ def test_batches_mix_sources_and_every_frame_comes_out_in_order(tiny_model: Path
         BackendOptions(batch=3, settings={"delay_ms": "15"}),
         options=PipelineOptions(warmup=0),
     )
-    sizes: list[int] = []
-    infer = pipeline.task.infer
-
-    def recording(rows):  # type: ignore[no-untyped-def]
-        sizes.append(len(rows))
-        return infer(rows)
-
-    pipeline.task.infer = recording  # type: ignore[method-assign]
+    results, sizes = _results_and_detector_rows(pipeline)
     seen: dict[int, list[int]] = {0: [], 1: [], 2: []}
-    for result in pipeline:
+    for result in results:
         seen[result.frame.source_id].append(result.frame.index)
-    pipeline.close()
     assert all(indices == list(range(20)) for indices in seen.values())
     assert sum(sizes) == 60
     # Inference is the slow stage, so its inbox holds a frame of every camera: full batches.
@@ -357,22 +365,6 @@ def test_depth_runs_only_where_asked_and_gives_each_detection_a_distance(
     assert pipeline.summary().backend["depth"]["architecture_only"] is True
     with pytest.raises(ConfigError, match="no source named 'nope'"):
         Pipeline([str(a)], tiny_model, "onnxruntime", depth=DepthOptions(depth_model, on=("nope",)))
-
-
-def _results_and_detector_rows(pipeline: Pipeline) -> tuple[list[Any], list[int]]:
-    """A run's results, and the rows of each batch its detector ran (the frames it detected)."""
-    calls: list[int] = []
-    infer = pipeline.task.infer
-
-    def counting(rows):  # type: ignore[no-untyped-def]
-        calls.append(len(rows))
-        return infer(rows)
-
-    pipeline.task.infer = counting  # type: ignore[method-assign]
-    try:
-        return list(pipeline), calls
-    finally:
-        pipeline.close()
 
 
 def test_tracking_with_detect_every_n_boxes_every_frame(
