@@ -39,10 +39,15 @@ def _cpu(text: str) -> str:
     return f"2 vCPU {text}" + (f", {kind}" if kind else "")
 
 
+def _medians(series: dict[str, list[float]]) -> dict[str, float]:
+    """Each series of a result file's rounds as its median."""
+    return {key: statistics.median(values) for key, values in series.items()}
+
+
 def _plan_row(name: str, what: str, how: str) -> list[str]:
     """A `scripts/bench_plan.py` result: the plan against the peer, medians of its rounds."""
     data = _load(name)
-    fps = {key: statistics.median(values) for key, values in data["fps"].items()}
+    fps = _medians(data["fps"])
     ratio = statistics.median(data["plan_vs_peer"])
     plan = data["plan"]
     fidelity, label = plan["measured"]["fidelity"], plan["label"]
@@ -119,7 +124,7 @@ def seed_cpu() -> list[str]:
 def seed_outputs() -> list[str]:
     name = "seed_outputs.json"
     data = _load(name)
-    fps = {key: statistics.median(values) for key, values in data["fps_per_camera"].items()}
+    fps = _medians(data["fps_per_camera"])
     now, before = fps["as typed, now"], fps["as typed, before"]
     return [
         "the seed scenario's host ceiling as typed: three annotated videos, the depth video and"
@@ -135,7 +140,7 @@ def seed_outputs() -> list[str]:
 def host_streams() -> list[str]:
     name = "host_paths_shared.json"
     data = _load(name)
-    fps = {key: statistics.median(values) for key, values in data["fps"].items()}
+    fps = _medians(data["fps"])
     one, many, before = fps["framesx1"], fps["framesx32"], fps["before/framesx32"]
     return [
         "the host's share of many streams in one process: 1 and 32 files on the frames path"
@@ -153,8 +158,8 @@ def process_cpu() -> list[str]:
     # (process_cpu_first.json), the second (process_cpu.json) against the first.
     name, first = "process_cpu.json", _load("process_cpu_first.json")
     data = _load(name)
-    cpu = {key: statistics.median(values) for key, values in data["cpu_ms_per_frame"].items()}
-    fps = {key: statistics.median(values) for key, values in data["fps"].items()}
+    cpu = _medians(data["cpu_ms_per_frame"])
+    fps = _medians(data["fps"])
     start = statistics.median(first["cpu_ms_per_frame"]["beforex32"])
     now, before = cpu["this treex32"], cpu["beforex32"]
     return [

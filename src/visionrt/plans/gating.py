@@ -58,6 +58,12 @@ def use_gating(plan: Plan | None, given: Mapping[str, Any]) -> GatingUse:
     return GatingUse(section, note)
 
 
+def every_section(every: int) -> dict[str, Any]:
+    """The `pipeline` section of a plan that detects on 1 frame in `every` (`tune` writes it):
+    the tracker's boxes between, track ids only where the run asks for tracking."""
+    return {TRACKING_KEY: {"detect_every": every, "predict_between": True}}
+
+
 def plan_every(section: Mapping[str, Any]) -> int:
     """The detect-every-N of a plan's `pipeline` section (1: none)."""
     tracking = section.get(TRACKING_KEY)
@@ -84,7 +90,7 @@ def _use_every(plan: Plan, given: Mapping[str, Any], every: int) -> GatingUse:
             note=f"plan's detection on 1 frame in {every} set aside: pipeline.motion.mode"
             f" (--motion) {motion} given"
         )
-    section = {TRACKING_KEY: {"detect_every": every, "predict_between": True}}
+    section = every_section(every)
     ids = (given.get(TRACKING_KEY) or {}).get("enabled")
     between = "the tracks' boxes between" if ids else "the tracker's boxes between, no track ids"
     note = (

@@ -248,13 +248,12 @@ class DepthTask:
     def infer(self, rows: list[Any]) -> npt.NDArray[np.object_]:
         """Run prepared rows as one batch; one DepthRow per input row (an object array, so
         that each row carries its own `recomputed` flag to `decode`)."""
-        if self.device is None:
-            return self._infer(rows)
         try:
             return self._infer(rows)
         finally:
-            for slot in rows:
-                slot.let_go()  # the frames went up (and were recomputed): their memory goes back
+            if self.device is not None:  # the frames went up (and were recomputed): let go
+                for slot in rows:
+                    slot.let_go()
 
     def _infer(self, rows: list[Any]) -> npt.NDArray[np.object_]:
         if self.device is not None:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from visionrt.errors import Interrupted, VisionRTError
 from visionrt.fuse.track_options import TrackingOptions
 from visionrt.pipeline import PipelineOptions
+from visionrt.plans.gating import every_section
 from visionrt.preprocess.motion import MotionOptions
 from visionrt.tune.candidates import Candidate
 from visionrt.tune.search import Limits, Measurement, OutOfTime
@@ -119,8 +120,7 @@ class MotionOutcome:
         if options is None:
             return {}
         if options.tracking.detect_every > 1:
-            return {"tracking": {"detect_every": options.tracking.detect_every,
-                                 "predict_between": True}}  # fmt: skip
+            return every_section(options.tracking.detect_every)
         motion, defaults = options.motion, MotionOptions()
         changed = {
             item.name: getattr(motion, item.name)
